@@ -1,0 +1,30 @@
+"""jaxtyping aliases shared by the modules of hierax."""
+
+from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped
+
+
+# A scalar time, a real or complex number or 0-d array.
+TimeLike = ScalarLike
+# A square operator as the user gives it: anything numeric shaped (n, n).
+MatrixLike = ArrayLike
+# Normalised Taylor coefficients of a scalar time function, orders 0..K.
+ScalarSeries = Inexact[Array, " order_plus_1"]
+# Normalised Taylor coefficients of an (n, n) operator, orders 0..K.
+OperatorSeries = Inexact[Array, "order_plus_1 n n"]
+# A stack of operators, one per level 0..K.
+OperatorStack = Inexact[Array, "order_plus_1 n n"]
+# The derivatives of a matrix or a state vector, one per level 0..K.
+StateStack = Inexact[Array, "order_plus_1 n *rest"]
+
+__all__ = [
+    "Array",
+    "ArrayLike",
+    "MatrixLike",
+    "OperatorSeries",
+    "OperatorStack",
+    "ScalarLike",
+    "ScalarSeries",
+    "Shaped",
+    "StateStack",
+    "TimeLike",
+]

@@ -1,0 +1,136 @@
+"""Arithmetic on truncated, normalised Taylor series.
+
+A series of order K is an array whose leading axis holds the coefficients
+$f_j = f^{(j)}(t) / j!$, $j = 0, \\ldots, K$. Everything here has a fixed shape for a
+given K and traces to a program whose size does not depend on K.
+"""
+
+import jax.lax as lax
+import jax.numpy as jnp
+from jaxtyping import Array, Inexact
+
+
+def real_dtype(dtype) -> jnp.dtype:
+    """The real dtype of the same precision as `dtype`."""
+    return jnp.finfo(dtype).dtype
+
+
+def power_series(x: Array, order: int) -> Array:
+    """$x^j / j!$ for $j = 0..K$, as a cumulative product (no factorial is formed,
+    so nothing overflows before the true value does)."""
+    x = jnp.asarray(x)
+    steps = x / jnp.arange(1, order + 1, dtype=real_dtype(jnp.result_type(x, 1.0)))
+    return jnp.concatenate([jnp.ones((1,), steps.dtype), jnp.cumprod(steps)])
+
+
+def scalar_cauchy_product(a: Array, b: Array) -> Array:
+    """Coefficients of the product of two scalar series: $c_k = \\sum_m a_m b_{k-m}$.
+
+    One matrix-vector product with the lower-triangular Toeplitz matrix of `b`
+    (O(K^2) scalars, cheap: these are scalar series).
+    """
+    order = a.shape[0] - 1
+    k = jnp.arange(order + 1)
+    diff = k[:, None] - k[None, :]
+    toeplitz = jnp.where(diff >= 0, b[jnp.clip(diff, 0, order)], 0)
+    return toeplitz @ a
+
+
+def factorial_scale(coefficients: Array, power: int = 1) -> Array:
+    """Multiply coefficient j by $(j!)^{power}$ along the leading axis.
+
+    Uses `lgamma` and two half-steps, so $j!$ itself is never formed: the result
+    overflows only where the true value does.
+    """
+    order = coefficients.shape[0] - 1
+    rdtype = real_dtype(coefficients.dtype)
+    half = jnp.exp(
+        0.5 * power * lax.lgamma(jnp.arange(1, order + 2, dtype=rdtype))
+    )
+    half = half.reshape((order + 1,) + (1,) * (coefficients.ndim - 1))
+    return (coefficients * half) * half
+
+
+def shift_series(x: Array) -> Array:
+    """The series of the derivative: $(j+1) x_{j+1}$, with the last coefficient zero
+    (it would need one more order to be known)."""
+    order = x.shape[0] - 1
+    rdtype = real_dtype(x.dtype)
+    scale = jnp.arange(1, order + 1, dtype=rdtype).reshape(
+        (order,) + (1,) * (x.ndim - 1)
+    )
+    return jnp.concatenate([x[1:] * scale, jnp.zeros_like(x[:1])])
+
+
+def reversed_window(series: Array, j: Array) -> Array:
+    """Entry i of the result is `series[j - i]` for i <= j and zero for i > j.
+
+    This lines up the coefficients that meet in the j-th coefficient of a Cauchy
+    product with a fixed shape, whatever j is.
+    """
+    order = series.shape[0] - 1
+    i = jnp.arange(order + 1)
+    window = jnp.take(series, jnp.clip(j - i, 0, order), axis=0)
+    mask = (i <= j).reshape((order + 1,) + (1,) * (series.ndim - 1))
+    return jnp.where(mask, window, jnp.zeros_like(window))
+
+
+def matrix_cauchy_coefficient(
+    left: Inexact[Array, "K1 n m"], right: Inexact[Array, "K1 m p"], j: Array
+) -> Array:
+    """The j-th coefficient $\\sum_{m \\le j} a_m b_{j-m}$ of a product of matrix series,
+    as one matrix product whose inner dimension runs over (order, m)."""
+    window = reversed_window(right, j)
+    return jnp.einsum("kab,kbc->ac", left, window)
+
+
+def triangular_cauchy_product(
+    left: Inexact[Array, "K1 n m"], right: Inexact[Array, "K1 m *rest"]
+) -> Array:
+    """All coefficients of the product of two matrix series, truncated at order K.
+
+    Coefficient k needs k+1 products. Rows k and K-k together need K+2, so they are
+    computed as one batch of K+2 products: about K^2/2 products in all, half of what
+    a fixed-width product per row would cost, in O(K n^2) memory.
+    """
+    order = left.shape[0] - 1
+    idx = jnp.arange(order + 2)
+    out_shape = (order + 1, left.shape[1]) + right.shape[2:]
+    out = jnp.zeros(out_shape, jnp.result_type(left, right))
+    rest = right.ndim - 2
+    bmask_shape = (order + 2,) + (1,) * (1 + rest)
+
+    def body(p, out):
+        k1, k2 = p, order - p
+        first = idx <= k1
+        m = jnp.where(first, idx, idx - k1 - 1)
+        r = jnp.where(first, k1 - idx, k2 - (idx - k1 - 1))
+        m = jnp.clip(m, 0, order)
+        r = jnp.clip(r, 0, order)
+        spec = "iab,ib->ia" if rest == 0 else "iab,ibc->iac"
+        products = jnp.einsum(spec, left[m], right[r])
+        first = first.reshape(bmask_shape)
+        s1 = jnp.sum(jnp.where(first, products, 0), axis=0)
+        s2 = jnp.sum(jnp.where(first, 0, products), axis=0)
+        # When k1 == k2 both sums are the whole coefficient; writing twice is harmless.
+        return out.at[k2].set(s2).at[k1].set(s1)
+
+    return lax.fori_loop(0, order // 2 + 1, body, out)
+
+
+def dagger(x: Array) -> Array:
+    """Conjugate transpose of the last two axes."""
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+__all__ = [
+    "dagger",
+    "factorial_scale",
+    "matrix_cauchy_coefficient",
+    "power_series",
+    "real_dtype",
+    "reversed_window",
+    "scalar_cauchy_product",
+    "shift_series",
+    "triangular_cauchy_product",
+]

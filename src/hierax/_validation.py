@@ -1,0 +1,134 @@
+"""Input checks shared by the public entry points.
+
+Every check raises before any math runs, with a message that names the public call,
+the argument and what was expected. Values that are only known inside `jit` (a traced
+time) are checked with `eqx.error_if` instead.
+"""
+
+import numbers
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+
+MAX_ORDER = 10_000
+
+
+def check_order(order: Any, api: str) -> int:
+    """Return `order` as an int, or raise if it is not a non-negative int <= 10,000."""
+    if isinstance(order, (bool, np.bool_)) or not isinstance(
+        order, (numbers.Integral, np.integer)
+    ):
+        raise TypeError(
+            f"`{api}(order=...)` must be a non-negative int, got {order!r} of type "
+            f"{type(order).__name__}."
+        )
+    order = int(order)
+    if order < 0:
+        raise ValueError(f"`{api}(order=...)` must be a non-negative int, got {order}.")
+    if order > MAX_ORDER:
+        raise ValueError(
+            f"`{api}(order=...)` must be at most {MAX_ORDER:,}, got {order:,}; "
+            "orders that high overflow every floating-point type."
+        )
+    return order
+
+
+def _is_traced(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def as_numeric_array(x: Any, name: str, api: str) -> Array:
+    """Convert `x` to a JAX array of a supported numeric dtype.
+
+    Integers are promoted to the default float dtype; booleans, strings, objects and
+    half precision are refused.
+    """
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"`{api}`: `{name}` must be numeric, got the boolean {x!r}.")
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"`{api}`: `{name}` must be a numeric array, got {x!r}.")
+    if _is_traced(x):
+        array = x
+    else:
+        try:
+            dtype = np.result_type(x) if not hasattr(x, "dtype") else x.dtype
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"`{api}`: `{name}` must be a numeric array, got {type(x).__name__}."
+            ) from e
+        if not (
+            np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.bool_)
+        ) and str(dtype) not in ("bfloat16",):
+            raise TypeError(
+                f"`{api}`: `{name}` must be a numeric array, got dtype {dtype}."
+            )
+        try:
+            array = jnp.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"`{api}`: `{name}` must be a numeric array, got {type(x).__name__}."
+            ) from e
+    dtype = array.dtype
+    if dtype == jnp.bool_:
+        raise TypeError(
+            f"`{api}`: `{name}` must be numeric, got a boolean array; use 0/1 numbers "
+            "if that is what you mean."
+        )
+    if dtype in (jnp.float16, jnp.bfloat16):
+        raise TypeError(
+            f"`{api}`: `{name}` has dtype {dtype}, which hierax does not support; use "
+            "float32/complex64 or float64/complex128."
+        )
+    if jnp.issubdtype(dtype, jnp.integer):
+        array = array.astype(jnp.result_type(float))
+    elif not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(f"`{api}`: `{name}` must be numeric, got dtype {dtype}.")
+    return array
+
+
+def as_square_matrix(x: Any, name: str, api: str) -> Array:
+    """Convert `x` to a numeric (n, n) array, or raise naming `name`."""
+    array = as_numeric_array(x, name, api)
+    if array.ndim != 2 or array.shape[0] != array.shape[1]:
+        raise ValueError(
+            f"`{api}`: `{name}` must be a square matrix of shape (n, n), got shape "
+            f"{tuple(array.shape)}."
+        )
+    if array.shape[0] == 0:
+        raise ValueError(f"`{api}`: `{name}` must not be empty, got shape (0, 0).")
+    return array
+
+
+def as_time(t: Any, api: str) -> Array:
+    """Convert a time to a 0-d array; refuse non-scalars and, when concrete, non-finite
+    values. (Traced times are checked inside the computation by `check_time_finite`.)
+    """
+    array = as_numeric_array(t, "t", api)
+    if array.ndim != 0:
+        raise ValueError(
+            f"`{api}`: `t` must be a scalar, got shape {tuple(array.shape)}; use "
+            "`jax.vmap` to evaluate at many times."
+        )
+    if not _is_traced(array) and not bool(np.isfinite(np.asarray(array))):
+        raise ValueError(f"`{api}`: `t` must be finite, got {np.asarray(array)}.")
+    return array
+
+
+def check_time_finite(t: Array, api: str) -> Array:
+    """Inside jit: an error at run time if `t` is not finite."""
+    return eqx.error_if(t, ~jnp.isfinite(t), f"`{api}`: `t` must be finite.")
+
+
+def check_dtype_supported(x: Array, name: str, api: str) -> None:
+    if x.dtype in (jnp.float16, jnp.bfloat16) or not jnp.issubdtype(
+        x.dtype, jnp.inexact
+    ):
+        raise TypeError(
+            f"`{api}`: `{name}` has unsupported dtype {x.dtype}; expected float32, "
+            "float64, complex64 or complex128."
+        )
