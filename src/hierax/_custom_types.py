@@ -1,6 +1,7 @@
 """jaxtyping aliases shared by the modules of hierax."""
 
-from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped
+from beartype import beartype
+from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 
 
 # A scalar time, a real or complex number or 0-d array.
@@ -27,4 +28,13 @@ __all__ = [
     "Shaped",
     "StateStack",
     "TimeLike",
+    "typechecked",
 ]
+
+
+def typechecked(fn):
+    """Check a public function's jaxtyping annotations at run time with beartype.
+
+    Under `jit` the check runs once per trace and costs nothing afterwards.
+    """
+    return jaxtyped(typechecker=beartype)(fn)

@@ -5,6 +5,7 @@ the argument and what was expected. Values that are only known inside `jit` (a t
 time) are checked with `eqx.error_if` instead.
 """
 
+import math
 import numbers
 from typing import Any
 
@@ -104,10 +105,17 @@ def as_square_matrix(x: Any, name: str, api: str) -> Array:
     return array
 
 
-def as_time(t: Any, api: str) -> Array:
-    """Convert a time to a 0-d array; refuse non-scalars and, when concrete, non-finite
-    values. (Traced times are checked inside the computation by `check_time_finite`.)
+def as_time(t: Any, api: str) -> Any:
+    """Check a time: a real or complex scalar, finite when its value is known here.
+
+    Python numbers are returned as they are (they are traced, never baked in, by the
+    compiled calls); anything else becomes a 0-d array. Traced times are checked
+    inside the computation by `check_time_finite`.
     """
+    if type(t) in (float, int):
+        if not math.isfinite(t):
+            raise ValueError(f"`{api}`: `t` must be finite, got {t}.")
+        return float(t)
     array = as_numeric_array(t, "t", api)
     if array.ndim != 0:
         raise ValueError(

@@ -1,0 +1,32 @@
+"""hierax: exact operator hierarchies of time-dependent quantum systems, in JAX."""
+
+import importlib.metadata
+
+from ._coefficients import (
+    AbstractCoefficient as AbstractCoefficient,
+    CoefficientProduct as CoefficientProduct,
+    CoefficientSum as CoefficientSum,
+    Constant as Constant,
+    Cos as Cos,
+    Exp as Exp,
+    Gaussian as Gaussian,
+    Polynomial as Polynomial,
+    Sin as Sin,
+)
+from ._hierarchies import (
+    AbstractHierarchy as AbstractHierarchy,
+    HeisenbergHierarchy as HeisenbergHierarchy,
+    NestedCommutators as NestedCommutators,
+    PropagatorDerivatives as PropagatorDerivatives,
+)
+from ._operators import (
+    AbstractTimeOperator as AbstractTimeOperator,
+    as_operator as as_operator,
+    FunctionOperator as FunctionOperator,
+    OperatorSum as OperatorSum,
+    ScaledOperator as ScaledOperator,
+    TimeOperator as TimeOperator,
+)
+
+
+__version__ = importlib.metadata.version("hierax")

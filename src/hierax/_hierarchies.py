@@ -1,0 +1,284 @@
+"""The public hierarchies: Heisenberg derivatives, propagator derivatives and nested
+commutators."""
+
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Complex, Inexact
+
+from ._algorithms import heisenberg_series, nested_commutators, propagator_series
+from ._jit import module_jit
+from ._custom_types import TimeLike, typechecked
+from ._operators import AbstractTimeOperator, as_operator, result_dtype
+from ._series import factorial_scale
+from ._validation import (
+    as_numeric_array,
+    as_square_matrix,
+    as_time,
+    check_order,
+    check_time_finite,
+)
+
+
+def _complex_dtype(*parts: Any) -> jnp.dtype:
+    return jnp.result_type(result_dtype(*parts), jnp.complex64)
+
+
+class AbstractHierarchy(eqx.Module):
+    """Base class of the hierarchies: a stack of levels $0, \\ldots, K$ of some
+    operator recursion, evaluated in one compiled call whose size does not depend on
+    the order $K$."""
+
+    order: eqx.AbstractVar[int]
+
+
+class HeisenbergHierarchy(AbstractHierarchy):
+    """The Heisenberg hierarchy of an observable under a time-dependent Hamiltonian
+    ($\\hbar = 1$):
+
+    $$X_0(t) = X(t), \\qquad X_k(t) = i\\,[H(t), X_{k-1}(t)] + \\frac{d}{dt} X_{k-1}(t).$$
+
+    $X_k$ is the $k$-th time derivative of the Heisenberg-picture observable,
+    $X_k(t) = U(t)\\,\\tfrac{d^k}{d t^k}\\big[U^\\dagger X_H U\\big]\\ldots$, computed
+    exactly (no finite differences, no nested autodiff) for all $k \\le K$ at once.
+
+    The Hamiltonian is expected to be Hermitian, as physics requires; the algorithm
+    does not rely on it and the result is exact for any square $H$. The observable
+    may depend on time and need not be Hermitian.
+
+    Algorithm, chosen from the structure given: if both $H$ and $X$ are constant,
+    $X_k = (i\\,\\mathrm{ad}_H)^k X$ ($K$ commutators). Otherwise propagator
+    conjugation: the Taylor series of $V(\\tau) = U(t+\\tau)U(t)^{-1}$ from
+    $V' = -iH(t+\\tau)V$, then $Y(\\tau) = V^{-1} X(t+\\tau) V$, whose normalised
+    coefficients are $X_k / k!$. With $H = \\sum_a f_a(t) H_a$ this costs $A$ matrix
+    products per order plus about $K^2/2$ for the last product.
+
+    !!! example
+
+        ```python
+        import jax.numpy as jnp
+        import hierax
+
+        sx = jnp.array([[0, 1], [1, 0]])
+        sy = jnp.array([[0, -1j], [1j, 0]])
+        hierarchy = hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, order=9)
+        levels = hierarchy(1.0)  # shape (10, 2, 2): X_0, ..., X_9 at t = 1
+        ```
+    """
+
+    hamiltonian: AbstractTimeOperator
+    observable: AbstractTimeOperator
+    order: int = eqx.field(static=True)
+
+    def __init__(self, hamiltonian: Any, observable: Any, order: int):
+        """**Arguments:**
+
+        - `hamiltonian`: $H(t)$: a [`hierax.TimeOperator`][] (e.g.
+            `hierax.Cos(w) * sy + sz`), any [`hierax.AbstractTimeOperator`][], a
+            constant `(n, n)` matrix, or a JAX callable `t -> (n, n)`.
+        - `observable`: $X_0(t)$, accepted in the same forms, of the same size.
+        - `order`: the highest level $K$, a non-negative Python int.
+        """
+        api = "hierax.HeisenbergHierarchy"
+        self.order = check_order(order, api)
+        self.hamiltonian = as_operator(hamiltonian, "hamiltonian", api)
+        self.observable = as_operator(observable, "observable", api)
+        if self.hamiltonian.size != self.observable.size:
+            raise ValueError(
+                f"`{api}`: `hamiltonian` is {self.hamiltonian.size}x"
+                f"{self.hamiltonian.size} but `observable` is {self.observable.size}x"
+                f"{self.observable.size}; they must act on the same space."
+            )
+
+    @property
+    def algorithm(self) -> str:
+        """`"nested commutators"` or `"propagator conjugation"`: what a call runs."""
+        if self.hamiltonian.is_constant and self.observable.is_constant:
+            return "nested commutators"
+        return "propagator conjugation"
+
+    @typechecked
+    def __call__(self, t: TimeLike) -> Complex[Array, "order_plus_1 n n"]:
+        """All levels at time `t`.
+
+        **Arguments:**
+
+        - `t`: the time, a real (or complex) scalar.
+
+        **Returns:**
+
+        An array of shape `(order + 1, n, n)`: $X_0(t), X_1(t), \\ldots, X_K(t)$.
+        """
+        t = as_time(t, "hierax.HeisenbergHierarchy(...)(t)")
+        return _heisenberg(self, t, normalised=False)
+
+    @typechecked
+    def normalised(self, t: TimeLike) -> Complex[Array, "order_plus_1 n n"]:
+        """All levels divided by $k!$, for high orders where $X_k$ itself overflows.
+
+        **Arguments:**
+
+        - `t`: the time, a real (or complex) scalar.
+
+        **Returns:**
+
+        An array of shape `(order + 1, n, n)`: $X_k(t) / k!$ for $k = 0..K$, the
+        Taylor coefficients of the Heisenberg-picture observable around `t`.
+        """
+        t = as_time(t, "hierax.HeisenbergHierarchy(...).normalised(t)")
+        return _heisenberg(self, t, normalised=True)
+
+
+def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool):
+    t = check_time_finite(t, "hierax.HeisenbergHierarchy(...)(t)")
+    order = hierarchy.order
+    if hierarchy.algorithm == "nested commutators":
+        h = hierarchy.hamiltonian.taylor_terms(t, 0)
+        x = hierarchy.observable.taylor_terms(t, 0)
+        dtype = _complex_dtype(h, x, t)
+        h = h.full()[0].astype(dtype)
+        levels = nested_commutators(1j * h, x.full()[0].astype(dtype), order)
+        return factorial_scale(levels, power=-1) if normalised else levels
+    h = hierarchy.hamiltonian.taylor_terms(t, order)
+    x = hierarchy.observable.taylor_terms(t, order)
+    dtype = _complex_dtype(h, x, t)
+    series = heisenberg_series(h, x, dtype, hierarchy.observable.is_constant)
+    return series if normalised else factorial_scale(series)
+
+
+_heisenberg = module_jit(_heisenberg_impl)
+
+
+class PropagatorDerivatives(AbstractHierarchy):
+    """All time derivatives of a propagator or state, $U^{(k)}(t)$, $k = 0..K$, for
+    the Schrödinger equation $U'(t) = -i H(t) U(t)$, given $U(t)$.
+
+    The normalised coefficients follow
+    $u_{j+1} = -\\frac{i}{j+1} \\sum_{m \\le j} h_m u_{j-m}$ with $u_0 = U(t)$, and
+    $U^{(k)}(t) = k!\\, u_k$. With a [`hierax.TimeOperator`][] Hamiltonian each order
+    costs one matrix product per term.
+    """
+
+    hamiltonian: AbstractTimeOperator
+    order: int = eqx.field(static=True)
+
+    def __init__(self, hamiltonian: Any, order: int):
+        """**Arguments:**
+
+        - `hamiltonian`: $H(t)$, in any form [`hierax.HeisenbergHierarchy`][]
+            accepts.
+        - `order`: the highest derivative $K$, a non-negative Python int.
+        """
+        api = "hierax.PropagatorDerivatives"
+        self.order = check_order(order, api)
+        self.hamiltonian = as_operator(hamiltonian, "hamiltonian", api)
+
+    @typechecked
+    def __call__(
+        self, t: TimeLike, state: ArrayLike
+    ) -> Complex[Array, "order_plus_1 n *rest"]:
+        """All derivatives at `t`.
+
+        **Arguments:**
+
+        - `t`: the time, a scalar.
+        - `state`: $U(t)$: a propagator of shape `(n, n)`, a state vector of shape
+            `(n,)`, or several states as columns, `(n, m)`.
+
+        **Returns:**
+
+        An array of shape `(order + 1, *state.shape)`: $U(t), U'(t), \\ldots,
+        U^{(K)}(t)$.
+        """
+        api = "hierax.PropagatorDerivatives(...)(t, state)"
+        t = as_time(t, api)
+        return _propagate(self, t, self._check_state(state, api), normalised=False)
+
+    @typechecked
+    def normalised(
+        self, t: TimeLike, state: ArrayLike
+    ) -> Complex[Array, "order_plus_1 n *rest"]:
+        """The derivatives divided by $k!$ (the Taylor coefficients of $U$ around
+        `t`), for high orders.
+
+        **Arguments:**
+
+        - `t`: the time, a scalar.
+        - `state`: $U(t)$, shape `(n,)`, `(n, n)` or `(n, m)`.
+
+        **Returns:**
+
+        An array of shape `(order + 1, *state.shape)`: $U^{(k)}(t) / k!$.
+        """
+        api = "hierax.PropagatorDerivatives(...).normalised(t, state)"
+        t = as_time(t, api)
+        return _propagate(self, t, self._check_state(state, api), normalised=True)
+
+    def _check_state(self, state: Any, api: str) -> Array:
+        state = as_numeric_array(state, "state", api)
+        n = self.hamiltonian.size
+        if state.ndim not in (1, 2) or state.shape[0] != n:
+            raise ValueError(
+                f"`{api}`: `state` must have shape ({n},) or ({n}, m) to match the "
+                f"{n}x{n} `hamiltonian`, got shape {tuple(state.shape)}."
+            )
+        return state
+
+
+@module_jit
+def _propagate(
+    derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
+) -> Array:
+    t = check_time_finite(t, "hierax.PropagatorDerivatives(...)(t, state)")
+    h = derivatives.hamiltonian.taylor_terms(t, derivatives.order)
+    dtype = _complex_dtype(h, state, t)
+    series = propagator_series(h, state.astype(dtype), derivatives.order)
+    return series if normalised else factorial_scale(series)
+
+
+class NestedCommutators(AbstractHierarchy):
+    """Nested commutators $(\\mathrm{ad}_G)^k X = [G, [G, \\ldots [G, X]]]$ for
+    $k = 0..K$ with a constant generator $G$: the Heisenberg hierarchy of a
+    time-independent Hamiltonian is the special case $G = iH$.
+    """
+
+    generator: Inexact[Array, "n n"]
+    operator: Inexact[Array, "n n"]
+    order: int = eqx.field(static=True)
+
+    def __init__(self, generator: ArrayLike, operator: ArrayLike, order: int):
+        """**Arguments:**
+
+        - `generator`: $G$, an `(n, n)` matrix.
+        - `operator`: $X$, an `(n, n)` matrix.
+        - `order`: the highest nesting depth $K$, a non-negative Python int.
+        """
+        api = "hierax.NestedCommutators"
+        self.order = check_order(order, api)
+        self.generator = as_square_matrix(generator, "generator", api)
+        self.operator = as_square_matrix(operator, "operator", api)
+        if self.generator.shape != self.operator.shape:
+            raise ValueError(
+                f"`{api}`: `generator` has shape {tuple(self.generator.shape)} but "
+                f"`operator` has shape {tuple(self.operator.shape)}; they must match."
+            )
+
+    @typechecked
+    def __call__(self) -> Inexact[Array, "order_plus_1 n n"]:
+        """**Returns:**
+
+        An array of shape `(order + 1, n, n)`: $(\\mathrm{ad}_G)^k X$ for
+        $k = 0..K$.
+        """
+        return _nested(self)
+
+
+@module_jit
+def _nested(commutators: NestedCommutators) -> Array:
+    dtype = jnp.result_type(commutators.generator, commutators.operator)
+    return nested_commutators(
+        commutators.generator.astype(dtype),
+        commutators.operator.astype(dtype),
+        commutators.order,
+    )
