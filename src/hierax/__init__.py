@@ -9,6 +9,7 @@ from ._coefficients import (
     Constant as Constant,
     Cos as Cos,
     Exp as Exp,
+    FunctionCoefficient as FunctionCoefficient,
     Gaussian as Gaussian,
     Polynomial as Polynomial,
     Sin as Sin,

@@ -1,14 +1,17 @@
 """Scalar time functions with closed-form Taylor series."""
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Inexact
 
 from ._custom_types import ScalarSeries, TimeLike, typechecked
+from ._function_series import function_series
 from ._series import power_series, real_dtype, scalar_cauchy_product
 from ._validation import as_numeric_array, check_order
 
@@ -412,3 +415,48 @@ class CoefficientProduct(AbstractCoefficient):
             return a * b[0]
         dtype = jnp.result_type(a, b)
         return scalar_cauchy_product(a.astype(dtype), b.astype(dtype))
+
+
+class FunctionCoefficient(AbstractCoefficient):
+    """Any JAX-traceable scalar function of time, $t \\mapsto f(t)$: a hand-written
+    envelope, or an Equinox module such as a small neural network, whose parameters
+    are then trained with the rest of a model. Its series is exact, computed by
+    Taylor-mode propagation through the function.
+    """
+
+    fn: Callable[[Array], Array]
+
+    def __init__(self, fn: Callable[[Array], Array]):
+        """**Arguments:**
+
+        - `fn`: a callable taking a scalar time array and returning a scalar (a 0-d
+            array, or a 1-element array).
+        """
+        api = "hierax.FunctionCoefficient"
+        if not callable(fn):
+            raise TypeError(f"`{api}`: `fn` must be callable, got {type(fn).__name__}.")
+        try:
+            out = jax.eval_shape(fn, jax.ShapeDtypeStruct((), jnp.result_type(float)))
+        except Exception as e:
+            raise TypeError(
+                f"`{api}`: calling `fn` on a scalar time failed with "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        if not isinstance(out, jax.ShapeDtypeStruct) or out.shape not in ((), (1,)):
+            raise ValueError(
+                f"`{api}`: `fn` must return a scalar, got "
+                f"{getattr(out, 'shape', type(out).__name__)}."
+            )
+        if not jnp.issubdtype(out.dtype, jnp.inexact):
+            raise TypeError(f"`{api}`: `fn` must return a float or complex, got {out.dtype}.")
+        self.fn = fn
+
+    @property
+    def is_constant(self) -> bool:
+        return False
+
+    @typechecked
+    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+        order = check_order(order, "hierax.FunctionCoefficient.taylor")
+        series = function_series(self.fn, _time(t), order)
+        return series.reshape(order + 1)
