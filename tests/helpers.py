@@ -1,0 +1,209 @@
+"""Shared oracles for the tests: SymPy + mpmath reference hierarchies, the naive
+nested-`jacfwd` recursion, an ODE propagator, and the test systems."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+import scipy.integrate
+import sympy as sp
+
+import hierax
+
+
+t_sym = sp.Symbol("t", real=True)
+
+
+def relative_errors(computed, reference) -> np.ndarray:
+    """Frobenius relative error per level (leading axis)."""
+    computed = np.asarray(computed)
+    reference = np.asarray(reference)
+    axes = tuple(range(1, reference.ndim))
+    num = np.linalg.norm((computed - reference).reshape(len(reference), -1), axis=1)
+    den = np.linalg.norm(reference.reshape(len(reference), -1), axis=1)
+    del axes
+    return num / np.maximum(den, np.finfo(float).tiny)
+
+
+# ----------------------------------------------------------------------------------
+# SymPy oracle: SymPy differentiates each scalar time function symbolically (to
+# `order`), the values are taken at t0 with 30 digits, and the hierarchy is run as the
+# direct Taylor recursion on truncated series in mpmath - independent of hierax's
+# closed forms and of its propagator-conjugation algorithm.
+# ----------------------------------------------------------------------------------
+
+
+def _mp_matrix(m: sp.Matrix, dps: int) -> mp.matrix:
+    out = mp.matrix(m.rows, m.cols)
+    for i in range(m.rows):
+        for j in range(m.cols):
+            v = sp.N(m[i, j], dps)
+            out[i, j] = mp.mpc(str(sp.re(v)), str(sp.im(v)))
+    return out
+
+
+def _mp_series(terms, t0, order, dps):
+    n = terms[0][1].rows
+    coeffs = [mp.matrix(n, n) for _ in range(order + 1)]
+    for f, m in terms:
+        mm = _mp_matrix(m, dps)
+        d = sp.sympify(f)
+        for j in range(order + 1):
+            v = sp.N(d.subs(t_sym, t0), dps)
+            c = mp.mpc(str(sp.re(v)), str(sp.im(v))) / math.factorial(j)
+            coeffs[j] = coeffs[j] + c * mm
+            d = sp.diff(d, t_sym)
+    return coeffs
+
+
+def sympy_levels(h_terms, x_terms, t0, order, dps=30) -> list:
+    """X_0(t0), ..., X_order(t0) as mpmath matrices.
+
+    `h_terms`, `x_terms`: lists of (sympy expression in `t_sym`, sympy Matrix).
+    """
+    mp.mp.dps = dps
+    h = _mp_series(h_terms, sp.Rational(t0), order, dps)
+    x = _mp_series(x_terms, sp.Rational(t0), order, dps)
+    levels = [x[0]]
+    for k in range(1, order + 1):
+        width = order - k  # coefficients 0..width of level k are exact
+        new = []
+        for j in range(width + 1):
+            acc = (j + 1) * x[j + 1]
+            for m in range(j + 1):
+                acc = acc + 1j * (h[m] * x[j - m] - x[j - m] * h[m])
+            new.append(acc)
+        x = new
+        levels.append(x[0])
+    return levels
+
+
+def mp_to_numpy(levels) -> np.ndarray:
+    return np.array(
+        [[[complex(v) for v in row] for row in m.tolist()] for m in levels]
+    )
+
+
+def mp_relative_errors(computed, levels) -> np.ndarray:
+    """Relative errors against the mpmath reference, in high precision."""
+    out = []
+    for c, ref in zip(np.asarray(computed), levels):
+        diff = mp.mnorm(ref - mp.matrix(c.tolist()), "f")
+        out.append(float(diff / max(mp.mnorm(ref, "f"), mp.mpf("1e-300"))))
+    return np.array(out)
+
+
+# ----------------------------------------------------------------------------------
+# Test systems: each gives the SymPy description and the hierax objects.
+# ----------------------------------------------------------------------------------
+
+R = sp.Rational
+
+
+def _np(m: sp.Matrix) -> np.ndarray:
+    return np.array(m.evalf(20).tolist(), dtype=complex)
+
+
+def seed_system():
+    sx = sp.Matrix([[0, 1], [1, 0]])
+    sy = sp.Matrix([[0, -sp.I], [sp.I, 0]])
+    h_terms = [(sp.cos(t_sym), sy)]
+    x_terms = [(sp.Integer(1), sx)]
+    hamiltonian = hierax.Cos() * jnp.asarray(_np(sy))
+    observable = jnp.asarray([[0, 1], [1, 0]])  # an integer matrix: promoted
+    return dict(
+        name="seed", t0=R(1), h_terms=h_terms, x_terms=x_terms,
+        hamiltonian=hamiltonian, observable=observable,
+    )
+
+
+def qutrit_system():
+    h1 = sp.Matrix([[1, R(1, 2), 0], [R(1, 2), -1, R(1, 3) * sp.I], [0, -R(1, 3) * sp.I, R(1, 4)]])
+    h2 = sp.Matrix([[0, 1, R(1, 5)], [1, R(1, 2), 0], [R(1, 5), 0, -R(1, 2)]])
+    a = sp.Matrix([[1, 0, 0], [0, 0, 0], [0, 0, -1]])
+    b = sp.Matrix([[0, 1, 0], [1, 0, 1], [0, 1, 0]])
+    poly = R(3, 10) + R(1, 2) * t_sym - R(1, 5) * t_sym**2
+    cos = sp.cos(R(13, 10) * t_sym + R(1, 4))
+    h_terms = [(poly, h1), (cos, h2)]
+    x_terms = [(sp.sin(R(7, 10) * t_sym), a), (sp.Integer(1), b)]
+    hamiltonian = (
+        hierax.Polynomial(jnp.array([0.3, 0.5, -0.2])) * jnp.asarray(_np(h1))
+        + hierax.Cos(1.3, 0.25) * jnp.asarray(_np(h2))
+    )
+    observable = hierax.Sin(0.7) * jnp.asarray(_np(a)) + jnp.asarray(_np(b))
+    return dict(
+        name="qutrit", t0=R(3, 5), h_terms=h_terms, x_terms=x_terms,
+        hamiltonian=hamiltonian, observable=observable,
+    )
+
+
+def oscillator_system(n: int = 4):
+    a = sp.zeros(n)
+    for i in range(1, n):
+        a[i - 1, i] = sp.sqrt(i)
+    number = a.T * a
+    gauss = R(1, 2) * sp.exp(-((t_sym - R(1, 2)) ** 2) / (2 * R(3, 5) ** 2))
+    h_terms = [(sp.Integer(1), number), (gauss, a + a.T)]
+    x_terms = [(sp.Integer(1), a)]  # not Hermitian
+    hamiltonian = jnp.asarray(_np(number)) + hierax.Gaussian(0.5, 0.6, 0.5) * jnp.asarray(
+        _np(a + a.T)
+    )
+    observable = jnp.asarray(_np(a))
+    return dict(
+        name="oscillator", t0=R(3, 10), h_terms=h_terms, x_terms=x_terms,
+        hamiltonian=hamiltonian, observable=observable,
+    )
+
+
+SYSTEMS = [seed_system, qutrit_system, oscillator_system]
+
+
+# ----------------------------------------------------------------------------------
+# The naive recursion of the seed, generalised: nested jacfwd (exponential cost).
+# ----------------------------------------------------------------------------------
+
+
+def naive_levels(h_fn, x_fn, t, order):
+    """X_0..X_order by the definition, with `jax.jacfwd` for d/dt (k <= 5)."""
+
+    def level(k):
+        if k == 0:
+            return lambda s: x_fn(s).astype(complex)
+        below = level(k - 1)
+
+        def f(s):
+            h = h_fn(s)
+            x = below(s)
+            d = jax.jacfwd(lambda u: below(u).real)(s) + 1j * jax.jacfwd(
+                lambda u: below(u).imag
+            )(s)
+            return 1j * (h @ x - x @ h) + d
+
+        return f
+
+    return np.stack([np.asarray(level(k)(jnp.asarray(t))) for k in range(order + 1)])
+
+
+# ----------------------------------------------------------------------------------
+# ODE propagation: U(t + tau) from U(t), and the Heisenberg observable.
+# ----------------------------------------------------------------------------------
+
+
+def propagate(h_fn, t0, tau, u0, rtol=1e-13):
+    """Solve U' = -i H U from t0 to t0 + tau (DOP853, tight tolerances)."""
+    u0 = np.asarray(u0, complex)
+    shape = u0.shape
+
+    def rhs(s, y):
+        u = y[: y.size // 2] + 1j * y[y.size // 2 :]
+        du = -1j * (np.asarray(h_fn(s)) @ u.reshape(shape)).ravel()
+        return np.concatenate([du.real, du.imag])
+
+    y0 = np.concatenate([u0.ravel().real, u0.ravel().imag])
+    sol = scipy.integrate.solve_ivp(
+        rhs, (t0, t0 + tau), y0, method="DOP853", rtol=rtol, atol=1e-14
+    )
+    y = sol.y[:, -1]
+    return (y[: y.size // 2] + 1j * y[y.size // 2 :]).reshape(shape)

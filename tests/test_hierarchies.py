@@ -1,0 +1,253 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.test_util
+import numpy as np
+import pytest
+import scipy.linalg
+
+import hierax
+
+from .helpers import (
+    SYSTEMS,
+    mp_relative_errors,
+    mp_to_numpy,
+    naive_levels,
+    propagate,
+    relative_errors,
+    sympy_levels,
+)
+
+
+ORDER = 12
+
+
+@pytest.fixture(scope="module", params=SYSTEMS, ids=lambda s: s.__name__)
+def system(request):
+    s = request.param()
+    s["reference"] = sympy_levels(s["h_terms"], s["x_terms"], s["t0"], ORDER)
+    return s
+
+
+def test_against_sympy_x64(system):
+    h = hierax.HeisenbergHierarchy(system["hamiltonian"], system["observable"], ORDER)
+    levels = h(float(system["t0"]))
+    assert levels.shape == (ORDER + 1,) + levels.shape[1:]
+    assert levels.dtype == jnp.complex128
+    errors = mp_relative_errors(levels, system["reference"])
+    assert np.all(errors <= 1e-11), errors
+    # The normalised output is the same numbers divided by k!.
+    normalised = h.normalised(float(system["t0"]))
+    factorials = np.array([float(np.prod(np.arange(1, k + 1))) for k in range(ORDER + 1)])
+    scaled = np.asarray(normalised) * factorials[:, None, None]
+    assert np.all(relative_errors(scaled, mp_to_numpy(system["reference"])) <= 1e-11)
+
+
+def test_against_sympy_complex64(system):
+    """JAX's default precision: complex64 in, complex64 out, with honest tolerances.
+
+    The relative error per level grows with k (each level adds rounding from
+    commutators of growing terms), from ~1e-7 at k = 0 to ~1e-5 at k = 8 here.
+    """
+    f32 = lambda x: jax.tree_util.tree_map(
+        lambda a: a.astype(jnp.complex64 if jnp.iscomplexobj(a) else jnp.float32)
+        if eqx.is_array(a)
+        else a,
+        x,
+    )
+    order = 8
+    h = hierax.HeisenbergHierarchy(f32(system["hamiltonian"]), f32(system["observable"]), order)
+    levels = h(jnp.float32(float(system["t0"])))
+    assert levels.dtype == jnp.complex64
+    errors = mp_relative_errors(levels, system["reference"][: order + 1])
+    tolerance = 2e-6 * 3.0 ** np.arange(order + 1)  # grows with the level
+    assert np.all(errors <= np.maximum(tolerance, 1e-5)), errors
+
+
+@pytest.mark.parametrize("make", SYSTEMS[:2], ids=["seed", "qutrit"])
+def test_against_naive_recursion(make):
+    s = make()
+    h = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], 5)
+    t0 = float(s["t0"])
+    reference = naive_levels(h.hamiltonian, h.observable, t0, 5)
+    errors = relative_errors(h(t0), reference)
+    assert np.all(errors <= 1e-12), errors
+
+
+def _random_hermitian(key, n):
+    a = jax.random.normal(key, (n, n)) + 1j * jax.random.normal(jax.random.fold_in(key, 1), (n, n))
+    return (a + a.conj().T) / 2
+
+
+def test_constant_hamiltonian_identity():
+    """X_k = (i ad_H)^k X_0, by nested commutators and by propagator conjugation."""
+    n, order = 5, 10
+    hmat = _random_hermitian(jax.random.PRNGKey(0), n)
+    x0 = _random_hermitian(jax.random.PRNGKey(1), n)
+    expected = [np.asarray(x0)]
+    for _ in range(order):
+        x = expected[-1]
+        expected.append(1j * (np.asarray(hmat) @ x - x @ np.asarray(hmat)))
+    expected = np.stack(expected)
+    by_commutators = hierax.HeisenbergHierarchy(hmat, x0, order)
+    assert by_commutators.algorithm == "nested commutators"
+    # A callable is not structurally constant: this runs propagator conjugation.
+    by_conjugation = hierax.HeisenbergHierarchy(lambda t: hmat, x0, order)
+    assert by_conjugation.algorithm == "propagator conjugation"
+    for h in (by_commutators, by_conjugation):
+        assert np.all(relative_errors(h(0.4), expected) <= 1e-12)
+    commutators = hierax.NestedCommutators(1j * hmat, x0, order)()
+    assert np.all(relative_errors(commutators, expected) <= 1e-13)
+
+
+def test_heisenberg_taylor_sum_matches_ode():
+    """sum_k X_k tau^k / k! = V^dagger X_0(t + tau) V, with V from an ODE solve."""
+    s = SYSTEMS[1]()
+    h = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], 30)
+    t0, tau = 0.6, 0.15
+    series = np.asarray(h.normalised(t0))
+    taylor_sum = sum(series[k] * tau**k for k in range(31))
+    v = propagate(h.hamiltonian, t0, tau, np.eye(3))
+    exact = v.conj().T @ np.asarray(h.observable(t0 + tau)) @ v
+    assert np.linalg.norm(taylor_sum - exact) / np.linalg.norm(exact) < 1e-11
+
+
+@pytest.mark.parametrize("shape", ["matrix", "vector"])
+def test_propagator_derivatives_against_ode(shape):
+    s = SYSTEMS[2]()
+    hamiltonian = s["hamiltonian"]
+    t0 = 0.3
+    u0 = scipy.linalg.expm(-0.7j * np.asarray(hamiltonian(0.0)))  # some unitary
+    if shape == "vector":
+        u0 = u0[:, 1]
+    d = hierax.PropagatorDerivatives(hamiltonian, 25)
+    derivatives = np.asarray(d(t0, u0))
+    assert derivatives.shape == (26,) + u0.shape
+    # All derivatives at once: the Taylor sum reproduces the ODE solution...
+    tau = 0.1
+    normalised = np.asarray(d.normalised(t0, u0))
+    taylor_sum = sum(normalised[k] * tau**k for k in range(26))
+    exact = propagate(hamiltonian, t0, tau, u0)
+    assert np.linalg.norm(taylor_sum - exact) / np.linalg.norm(exact) < 1e-11
+    # ...and the first derivatives match central finite differences of the ODE.
+    step = 1e-3
+    plus = propagate(hamiltonian, t0, step, u0)
+    minus = propagate(hamiltonian, t0, -step, u0)
+    first = (plus - minus) / (2 * step)
+    second = (plus - 2 * u0 + minus) / step**2
+    assert np.linalg.norm(derivatives[1] - first) / np.linalg.norm(first) < 1e-5
+    assert np.linalg.norm(derivatives[2] - second) / np.linalg.norm(second) < 1e-4
+    # U' = -i H U exactly at order 1.
+    np.testing.assert_allclose(
+        derivatives[1], -1j * np.asarray(hamiltonian(t0)) @ u0, rtol=1e-13, atol=1e-13
+    )
+
+
+def test_hermiticity_and_linearity():
+    s = SYSTEMS[1]()
+    h = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], 9)
+    levels = np.asarray(h(0.6))
+    np.testing.assert_allclose(levels, np.conj(np.swapaxes(levels, -1, -2)), atol=1e-9)
+    # Linear in the observable.
+    other = jnp.asarray(np.diag([1.0, 2.0, -0.5]))
+    combined = hierax.HeisenbergHierarchy(s["hamiltonian"], 2.0 * h.observable + other, 9)
+    single = hierax.HeisenbergHierarchy(s["hamiltonian"], other, 9)
+    np.testing.assert_allclose(
+        np.asarray(combined(0.6)), 2 * levels + np.asarray(single(0.6)), rtol=1e-11, atol=1e-9
+    )
+
+
+def test_gradients_match_finite_differences():
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sz = jnp.array([[1.0, 0], [0, -1.0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+
+    def level_sum(params, t):
+        freq, amp = params
+        hamiltonian = hierax.Cos(freq, 0.2, amp) * sy + hierax.Gaussian(0.1, 0.8) * sz
+        levels = hierax.HeisenbergHierarchy(hamiltonian, sx, 6)(t)
+        return jnp.real(levels[3, 0, 1]) + jnp.imag(levels[5, 1, 0])
+
+    params = (jnp.asarray(1.3), jnp.asarray(0.7))
+    jax.test_util.check_grads(
+        level_sum, (params, jnp.asarray(0.4)), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6
+    )
+
+
+def test_vmap_over_times_and_parameters():
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+    h = hierax.HeisenbergHierarchy(hierax.Cos(1.1) * sy, sx, 7)
+    ts = jnp.linspace(-1.0, 2.0, 5)
+    batched = jax.vmap(h)(ts)
+    looped = jnp.stack([h(t) for t in ts])
+    np.testing.assert_allclose(batched, looped, rtol=1e-13, atol=1e-12)
+
+    def at(freq, t):
+        return hierax.HeisenbergHierarchy(hierax.Cos(freq) * sy, sx, 7)(t)
+
+    freqs = jnp.array([0.5, 1.0, 2.0])
+    batched = jax.vmap(at)(freqs, ts[:3])
+    looped = jnp.stack([at(f, t) for f, t in zip(freqs, ts[:3])])
+    np.testing.assert_allclose(batched, looped, rtol=1e-13, atol=1e-12)
+
+
+class _CountingCos(hierax.AbstractCoefficient):
+    """cos(w t), counting how often its series is traced."""
+
+    frequency: jax.Array
+    traces: list = eqx.field(static=True)
+
+    @property
+    def is_constant(self):
+        return False
+
+    def taylor(self, t, order):
+        self.traces.append(order)
+        return hierax.Cos(self.frequency).taylor(t, order)
+
+
+@pytest.mark.parametrize("kind", ["heisenberg", "propagator"])
+def test_no_retrace_when_time_or_parameters_change(kind):
+    traces = []
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+
+    def build(freq):
+        hamiltonian = _CountingCos(jnp.asarray(freq), traces) * sy
+        if kind == "heisenberg":
+            return lambda t: hierax.HeisenbergHierarchy(hamiltonian, sx, 9)(t)
+        return lambda t: hierax.PropagatorDerivatives(hamiltonian, 9)(t, sx)
+
+    for freq, t in [(1.0, 0.5), (1.0, 0.7), (2.0, jnp.asarray(0.1)), (3.0, -4.0)]:
+        build(freq)(t).block_until_ready()
+    assert len(traces) == 1
+
+
+def test_assert_max_traces_guard():
+    """The same guarantee with `eqx.debug.assert_max_traces` around a user's jit."""
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def levels(freq, t):
+        return hierax.HeisenbergHierarchy(hierax.Cos(freq) * sy, sx, 9)(t)
+
+    for freq, t in [(1.0, 0.5), (1.5, 0.7), (2.0, 0.1)]:
+        levels(jnp.asarray(freq), jnp.asarray(t))
+
+
+def test_high_order_normalised_is_finite():
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+    h = hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, 200)
+    normalised = np.asarray(h.normalised(1.0))
+    assert np.all(np.isfinite(normalised))
+    levels = np.asarray(h(1.0))
+    # X_k itself is finite while it is representable; it agrees with k! * normalised.
+    k = 60
+    np.testing.assert_allclose(
+        levels[k], normalised[k] * float(np.prod(np.arange(1, k + 1, dtype=float))), rtol=1e-12
+    )
+    assert np.all(np.isfinite(levels[:150]))
