@@ -1,0 +1,106 @@
+"""Run every script in `examples/` in its fast mode and check what it prints."""
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(name: str, *args: str, env: dict | None = None) -> str:
+    """Run `examples/<name> --fast`, assert it exits 0 and ends with OK; the output."""
+    full_env = {**os.environ, **(env or {})}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "--fast", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{name} failed:\n{output}"
+    assert result.stdout.strip().splitlines()[-1] == "OK", output
+    return result.stdout
+
+
+def number(pattern: str, text: str) -> float:
+    match = re.search(pattern, text)
+    assert match is not None, f"{pattern!r} not in output:\n{text}"
+    return float(match.group(1))
+
+
+def test_every_example_is_tested():
+    tested = {
+        "seed_problem.py",
+        "mlp_pulse_control.py",
+        "short_time_evolution.py",
+        "batch_and_shard.py",
+    }
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_seed_problem():
+    out = run_example("seed_problem.py")
+    assert number(r"max \|difference\| = (\S+)", out) < 1e-9
+    assert "scan answer is wrong from k = 2 on" in out
+    # The documented values at t = 1 (SEED.md), to all printed digits.
+    assert re.search(
+        r"^\s+2\s+-1\.68294196961579\s+-1\.16770632690572\s+0\s+-1\.16771",
+        out,
+        re.MULTILINE,
+    )
+    assert re.search(
+        r"^\s+9\s+-15540\.9994337414\s+9987\.57812560548\s+2\.0091\s+0$",
+        out,
+        re.MULTILINE,
+    )
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("optax") is None,
+    reason="optax is not installed (pip install -e '.[examples]')",
+)
+def test_mlp_pulse_control():
+    out = run_example("mlp_pulse_control.py")
+    for k in (1, 2):
+        initial = number(rf"initial: \|X_{k}\(T\)\| = (\S+)", out)
+        final = number(rf"final: \|X_{k}\(T\)\| = (\S+)", out)
+        assert initial / final >= 100, out
+    assert number(r"smallest reduction factor: (\S+)x", out) >= 100
+    assert abs(number(r"final: pulse area (\S+)", out) - 1.5708) < 1e-2
+
+
+def test_short_time_evolution(tmp_path):
+    out = run_example("short_time_evolution.py", "--out", str(tmp_path))
+    rows = re.findall(r"^\s*([0-9.e-]+)((?:\s+[0-9.]+e[-+]\d+){4})$", out, re.MULTILINE)
+    assert len(rows) >= 5, out
+    taus = [float(tau) for tau, _ in rows]
+    errors = [[float(e) for e in rest.split()] for _, rest in rows]
+    assert taus == sorted(taus, reverse=True)
+    # Order K = 2 converges like tau^3 over the whole table.
+    for previous, current in zip(errors, errors[1:], strict=False):
+        assert 6 < previous[0] / current[0] < 10
+    assert number(r"smallest error \(K = 12, tau = \S+\): (\S+)", out) < 1e-11
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "short_time_error.png").stat().st_size > 10_000
+
+
+def test_batch_and_shard():
+    env = {
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+    }
+    out = run_example("batch_and_shard.py", env=env)
+    assert "1000 (t, omega, delta) entries" in out
+    assert "4 device(s)" in out
+    assert number(r"max \|loop - vmap\| / max \|loop\| = (\S+)", out) < 1e-12
+    assert "4 shard(s) of shape (250, 10, 2, 2) on devices [0, 1, 2, 3]" in out
+    assert number(r"max \|sharded - vmap\| / \(1 \+ \|vmap\|\) = (\S+)", out) < 1e-12
