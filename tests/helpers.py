@@ -81,9 +81,7 @@ def sympy_levels(h_terms, x_terms, t0, order, dps=30) -> list:
 
 
 def mp_to_numpy(levels) -> np.ndarray:
-    return np.array(
-        [[[complex(v) for v in row] for row in m.tolist()] for m in levels]
-    )
+    return np.array([[[complex(v) for v in row] for row in m.tolist()] for m in levels])
 
 
 def mp_relative_errors(computed, levels) -> np.ndarray:
@@ -114,13 +112,19 @@ def seed_system():
     hamiltonian = hierax.Cos() * jnp.asarray(_np(sy))
     observable = jnp.asarray([[0, 1], [1, 0]])  # an integer matrix: promoted
     return dict(
-        name="seed", t0=R(1), h_terms=h_terms, x_terms=x_terms,
-        hamiltonian=hamiltonian, observable=observable,
+        name="seed",
+        t0=R(1),
+        h_terms=h_terms,
+        x_terms=x_terms,
+        hamiltonian=hamiltonian,
+        observable=observable,
     )
 
 
 def qutrit_system():
-    h1 = sp.Matrix([[1, R(1, 2), 0], [R(1, 2), -1, R(1, 3) * sp.I], [0, -R(1, 3) * sp.I, R(1, 4)]])
+    h1 = sp.Matrix(
+        [[1, R(1, 2), 0], [R(1, 2), -1, R(1, 3) * sp.I], [0, -R(1, 3) * sp.I, R(1, 4)]]
+    )
     h2 = sp.Matrix([[0, 1, R(1, 5)], [1, R(1, 2), 0], [R(1, 5), 0, -R(1, 2)]])
     a = sp.Matrix([[1, 0, 0], [0, 0, 0], [0, 0, -1]])
     b = sp.Matrix([[0, 1, 0], [1, 0, 1], [0, 1, 0]])
@@ -128,14 +132,17 @@ def qutrit_system():
     cos = sp.cos(R(13, 10) * t_sym + R(1, 4))
     h_terms = [(poly, h1), (cos, h2)]
     x_terms = [(sp.sin(R(7, 10) * t_sym), a), (sp.Integer(1), b)]
-    hamiltonian = (
-        hierax.Polynomial(jnp.array([0.3, 0.5, -0.2])) * jnp.asarray(_np(h1))
-        + hierax.Cos(1.3, 0.25) * jnp.asarray(_np(h2))
-    )
+    hamiltonian = hierax.Polynomial(jnp.array([0.3, 0.5, -0.2])) * jnp.asarray(
+        _np(h1)
+    ) + hierax.Cos(1.3, 0.25) * jnp.asarray(_np(h2))
     observable = hierax.Sin(0.7) * jnp.asarray(_np(a)) + jnp.asarray(_np(b))
     return dict(
-        name="qutrit", t0=R(3, 5), h_terms=h_terms, x_terms=x_terms,
-        hamiltonian=hamiltonian, observable=observable,
+        name="qutrit",
+        t0=R(3, 5),
+        h_terms=h_terms,
+        x_terms=x_terms,
+        hamiltonian=hamiltonian,
+        observable=observable,
     )
 
 
@@ -147,13 +154,17 @@ def oscillator_system(n: int = 4):
     gauss = R(1, 2) * sp.exp(-((t_sym - R(1, 2)) ** 2) / (2 * R(3, 5) ** 2))
     h_terms = [(sp.Integer(1), number), (gauss, a + a.T)]
     x_terms = [(sp.Integer(1), a)]  # not Hermitian
-    hamiltonian = jnp.asarray(_np(number)) + hierax.Gaussian(0.5, 0.6, 0.5) * jnp.asarray(
-        _np(a + a.T)
-    )
+    hamiltonian = jnp.asarray(_np(number)) + hierax.Gaussian(
+        0.5, 0.6, 0.5
+    ) * jnp.asarray(_np(a + a.T))
     observable = jnp.asarray(_np(a))
     return dict(
-        name="oscillator", t0=R(3, 10), h_terms=h_terms, x_terms=x_terms,
-        hamiltonian=hamiltonian, observable=observable,
+        name="oscillator",
+        t0=R(3, 10),
+        h_terms=h_terms,
+        x_terms=x_terms,
+        hamiltonian=hamiltonian,
+        observable=observable,
     )
 
 

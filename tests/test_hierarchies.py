@@ -38,7 +38,9 @@ def test_against_sympy_x64(system):
     assert np.all(errors <= 1e-11), errors
     # The normalised output is the same numbers divided by k!.
     normalised = h.normalised(float(system["t0"]))
-    factorials = np.array([float(np.prod(np.arange(1, k + 1))) for k in range(ORDER + 1)])
+    factorials = np.array(
+        [float(np.prod(np.arange(1, k + 1))) for k in range(ORDER + 1)]
+    )
     scaled = np.asarray(normalised) * factorials[:, None, None]
     assert np.all(relative_errors(scaled, mp_to_numpy(system["reference"])) <= 1e-11)
 
@@ -50,13 +52,17 @@ def test_against_sympy_complex64(system):
     commutators of growing terms), from ~1e-7 at k = 0 to ~1e-5 at k = 8 here.
     """
     f32 = lambda x: jax.tree_util.tree_map(
-        lambda a: a.astype(jnp.complex64 if jnp.iscomplexobj(a) else jnp.float32)
-        if eqx.is_array(a)
-        else a,
+        lambda a: (
+            a.astype(jnp.complex64 if jnp.iscomplexobj(a) else jnp.float32)
+            if eqx.is_array(a)
+            else a
+        ),
         x,
     )
     order = 8
-    h = hierax.HeisenbergHierarchy(f32(system["hamiltonian"]), f32(system["observable"]), order)
+    h = hierax.HeisenbergHierarchy(
+        f32(system["hamiltonian"]), f32(system["observable"]), order
+    )
     levels = h(jnp.float32(float(system["t0"])))
     assert levels.dtype == jnp.complex64
     errors = mp_relative_errors(levels, system["reference"][: order + 1])
@@ -75,7 +81,9 @@ def test_against_naive_recursion(make):
 
 
 def _random_hermitian(key, n):
-    a = jax.random.normal(key, (n, n)) + 1j * jax.random.normal(jax.random.fold_in(key, 1), (n, n))
+    a = jax.random.normal(key, (n, n)) + 1j * jax.random.normal(
+        jax.random.fold_in(key, 1), (n, n)
+    )
     return (a + a.conj().T) / 2
 
 
@@ -150,10 +158,15 @@ def test_hermiticity_and_linearity():
     np.testing.assert_allclose(levels, np.conj(np.swapaxes(levels, -1, -2)), atol=1e-9)
     # Linear in the observable.
     other = jnp.asarray(np.diag([1.0, 2.0, -0.5]))
-    combined = hierax.HeisenbergHierarchy(s["hamiltonian"], 2.0 * h.observable + other, 9)
+    combined = hierax.HeisenbergHierarchy(
+        s["hamiltonian"], 2.0 * h.observable + other, 9
+    )
     single = hierax.HeisenbergHierarchy(s["hamiltonian"], other, 9)
     np.testing.assert_allclose(
-        np.asarray(combined(0.6)), 2 * levels + np.asarray(single(0.6)), rtol=1e-11, atol=1e-9
+        np.asarray(combined(0.6)),
+        2 * levels + np.asarray(single(0.6)),
+        rtol=1e-11,
+        atol=1e-9,
     )
 
 
@@ -170,7 +183,12 @@ def test_gradients_match_finite_differences():
 
     params = (jnp.asarray(1.3), jnp.asarray(0.7))
     jax.test_util.check_grads(
-        level_sum, (params, jnp.asarray(0.4)), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6
+        level_sum,
+        (params, jnp.asarray(0.4)),
+        order=1,
+        modes=("fwd", "rev"),
+        atol=1e-6,
+        rtol=1e-6,
     )
 
 
@@ -248,6 +266,8 @@ def test_high_order_normalised_is_finite():
     # X_k itself is finite while it is representable; it agrees with k! * normalised.
     k = 60
     np.testing.assert_allclose(
-        levels[k], normalised[k] * float(np.prod(np.arange(1, k + 1, dtype=float))), rtol=1e-12
+        levels[k],
+        normalised[k] * float(np.prod(np.arange(1, k + 1, dtype=float))),
+        rtol=1e-12,
     )
     assert np.all(np.isfinite(levels[:150]))

@@ -22,11 +22,11 @@ from ._hierarchies import (
 )
 from ._operators import (
     AbstractTimeOperator as AbstractTimeOperator,
-    as_operator as as_operator,
     FunctionOperator as FunctionOperator,
     OperatorSum as OperatorSum,
     ScaledOperator as ScaledOperator,
     TimeOperator as TimeOperator,
+    as_operator as as_operator,
 )
 
 

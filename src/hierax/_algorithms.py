@@ -76,7 +76,7 @@ def propagator_series(
 
 
 def product_series(terms: TermSeries, series: Array) -> Array:
-    """All coefficients of the product $X(t+\\tau)\\, S(\\tau)$, truncated at order K."""
+    """All coefficients of the product $X(t+\\tau)\\, S(\\tau)$, truncated at K."""
     dtype = series.dtype
     terms = _cast(terms, dtype)
     order = series.shape[0] - 1

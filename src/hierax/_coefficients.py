@@ -10,7 +10,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._custom_types import ScalarSeries, TimeLike, typechecked
+from ._custom_types import OrderLike, ScalarSeries, TimeLike, typechecked
 from ._function_series import function_series
 from ._series import power_series, real_dtype, scalar_cauchy_product
 from ._validation import as_numeric_array, check_order
@@ -44,7 +44,7 @@ class AbstractCoefficient(eqx.Module):
     __array_ufunc__ = None
 
     @abc.abstractmethod
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         """Normalised Taylor coefficients of $f$ at $t$.
 
         **Arguments:**
@@ -126,7 +126,7 @@ def _as_coefficient_or_none(x) -> "AbstractCoefficient | None":
     return None
 
 
-def _zeros_above(value: Array, order: int) -> Array:
+def _zeros_above(value: Array, order: OrderLike) -> Array:
     return jnp.concatenate([value[None], jnp.zeros((order,), value.dtype)])
 
 
@@ -147,7 +147,7 @@ class Constant(AbstractCoefficient):
         return True
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.Constant.taylor")
         dtype = jnp.result_type(self.value, _time(t))
         return _zeros_above(jnp.asarray(self.value, dtype), order)
@@ -178,7 +178,7 @@ class Polynomial(AbstractCoefficient):
         return self.coefficients.shape[0] == 1
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.Polynomial.taylor")
         t = _time(t)
         a = self.coefficients
@@ -191,7 +191,9 @@ class Polynomial(AbstractCoefficient):
         ok = diff >= 0
         safe = jnp.where(ok, diff, 0)
         lg = lambda x: lax.lgamma(x.astype(rdtype) + 1)
-        binom = jnp.where(ok, jnp.round(jnp.exp(lg(i[None, :]) - lg(i[:, None]) - lg(safe))), 0)
+        binom = jnp.where(
+            ok, jnp.round(jnp.exp(lg(i[None, :]) - lg(i[:, None]) - lg(safe))), 0
+        )
         t_powers = jnp.concatenate(
             [jnp.ones((1,), dtype), jnp.cumprod(jnp.full((degree,), t, dtype))]
         )
@@ -219,7 +221,10 @@ class Cos(AbstractCoefficient):
     amplitude: Inexact[Array, ""]
 
     def __init__(
-        self, frequency: ArrayLike = 1.0, phase: ArrayLike = 0.0, amplitude: ArrayLike = 1.0
+        self,
+        frequency: ArrayLike = 1.0,
+        phase: ArrayLike = 0.0,
+        amplitude: ArrayLike = 1.0,
     ):
         """**Arguments:**
 
@@ -237,7 +242,7 @@ class Cos(AbstractCoefficient):
         return False
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.Cos.taylor")
         return _sinusoid(self.amplitude, self.frequency, self.phase, _time(t), order, 0)
 
@@ -250,7 +255,10 @@ class Sin(AbstractCoefficient):
     amplitude: Inexact[Array, ""]
 
     def __init__(
-        self, frequency: ArrayLike = 1.0, phase: ArrayLike = 0.0, amplitude: ArrayLike = 1.0
+        self,
+        frequency: ArrayLike = 1.0,
+        phase: ArrayLike = 0.0,
+        amplitude: ArrayLike = 1.0,
     ):
         """**Arguments:**
 
@@ -268,10 +276,12 @@ class Sin(AbstractCoefficient):
         return False
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.Sin.taylor")
         # sin(x) = cos(x - pi/2).
-        return _sinusoid(self.amplitude, self.frequency, self.phase, _time(t), order, -1)
+        return _sinusoid(
+            self.amplitude, self.frequency, self.phase, _time(t), order, -1
+        )
 
 
 class Exp(AbstractCoefficient):
@@ -295,7 +305,7 @@ class Exp(AbstractCoefficient):
         return False
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.Exp.taylor")
         t = _time(t)
         return self.amplitude * jnp.exp(self.rate * t) * power_series(self.rate, order)
@@ -314,7 +324,9 @@ class Gaussian(AbstractCoefficient):
     width: Inexact[Array, ""]
     amplitude: Inexact[Array, ""]
 
-    def __init__(self, mean: ArrayLike = 0.0, width: ArrayLike = 1.0, amplitude: ArrayLike = 1.0):
+    def __init__(
+        self, mean: ArrayLike = 0.0, width: ArrayLike = 1.0, amplitude: ArrayLike = 1.0
+    ):
         """**Arguments:**
 
         - `mean`: the centre $\\mu$ (real).
@@ -331,13 +343,15 @@ class Gaussian(AbstractCoefficient):
         return False
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.Gaussian.taylor")
         t = _time(t)
         dtype = jnp.result_type(self.mean, self.width, t)
         x = (t - self.mean) / self.width
         inv_s = 1 / self.width
-        # g_j = (-1)^j He_j(x) / (s^j j!):  g_{j+1} = -(x g_j / s + g_{j-1} / s^2) / (j+1).
+
+        # g_j = (-1)^j He_j(x) / (s^j j!) obeys
+        # g_{j+1} = -(x g_j / s + g_{j-1} / s^2) / (j + 1).
         def step(carry, j):
             g_prev, g = carry
             g_next = -(x * g * inv_s + g_prev * inv_s**2) / (j + 1)
@@ -378,7 +392,7 @@ class CoefficientSum(AbstractCoefficient):
         return all(term.is_constant for term in self.terms)
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.CoefficientSum.taylor")
         series = [term.taylor(t, order) for term in self.terms]
         dtype = jnp.result_type(*series)
@@ -405,7 +419,7 @@ class CoefficientProduct(AbstractCoefficient):
         return self.left.is_constant and self.right.is_constant
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.CoefficientProduct.taylor")
         a = self.left.taylor(t, order)
         b = self.right.taylor(t, order)
@@ -448,7 +462,9 @@ class FunctionCoefficient(AbstractCoefficient):
                 f"{getattr(out, 'shape', type(out).__name__)}."
             )
         if not jnp.issubdtype(out.dtype, jnp.inexact):
-            raise TypeError(f"`{api}`: `fn` must return a float or complex, got {out.dtype}.")
+            raise TypeError(
+                f"`{api}`: `fn` must return a float or complex, got {out.dtype}."
+            )
         self.fn = fn
 
     @property
@@ -456,7 +472,7 @@ class FunctionCoefficient(AbstractCoefficient):
         return False
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> ScalarSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         order = check_order(order, "hierax.FunctionCoefficient.taylor")
         series = function_series(self.fn, _time(t), order)
         return series.reshape(order + 1)

@@ -1,11 +1,15 @@
 """jaxtyping aliases shared by the modules of hierax."""
 
+import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 
 
-# A scalar time, a real or complex number or 0-d array.
-TimeLike = ScalarLike
+# A scalar time, a real or complex number or 0-d array. (Annotated as broadly as any
+# array so that the precise checks in `_validation.as_time` give the error message.)
+TimeLike = ArrayLike
+# A Taylor order: a non-negative Python or NumPy int (checked by `check_order`).
+OrderLike = int | np.integer
 # A square operator as the user gives it: anything numeric shaped (n, n).
 MatrixLike = ArrayLike
 # Normalised Taylor coefficients of a scalar time function, orders 0..K.
@@ -22,6 +26,7 @@ __all__ = [
     "ArrayLike",
     "MatrixLike",
     "OperatorSeries",
+    "OrderLike",
     "OperatorStack",
     "ScalarLike",
     "ScalarSeries",

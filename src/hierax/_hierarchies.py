@@ -8,8 +8,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, Inexact
 
 from ._algorithms import heisenberg_series, nested_commutators, propagator_series
+from ._custom_types import OrderLike, TimeLike, typechecked
 from ._jit import module_jit
-from ._custom_types import TimeLike, typechecked
 from ._operators import AbstractTimeOperator, as_operator, result_dtype
 from ._series import factorial_scale
 from ._validation import (
@@ -37,7 +37,8 @@ class HeisenbergHierarchy(AbstractHierarchy):
     """The Heisenberg hierarchy of an observable under a time-dependent Hamiltonian
     ($\\hbar = 1$):
 
-    $$X_0(t) = X(t), \\qquad X_k(t) = i\\,[H(t), X_{k-1}(t)] + \\frac{d}{dt} X_{k-1}(t).$$
+    $$X_0(t) = X(t), \\qquad
+      X_k(t) = i\\,[H(t), X_{k-1}(t)] + \\frac{d}{dt} X_{k-1}(t).$$
 
     $X_k$ is the $k$-th time derivative of the Heisenberg-picture observable,
     $X_k(t) = U(t)\\,\\tfrac{d^k}{d t^k}\\big[U^\\dagger X_H U\\big]\\ldots$, computed
@@ -71,7 +72,7 @@ class HeisenbergHierarchy(AbstractHierarchy):
     observable: AbstractTimeOperator
     order: int = eqx.field(static=True)
 
-    def __init__(self, hamiltonian: Any, observable: Any, order: int):
+    def __init__(self, hamiltonian: Any, observable: Any, order: OrderLike):
         """**Arguments:**
 
         - `hamiltonian`: $H(t)$: a [`hierax.TimeOperator`][] (e.g.
@@ -163,7 +164,7 @@ class PropagatorDerivatives(AbstractHierarchy):
     hamiltonian: AbstractTimeOperator
     order: int = eqx.field(static=True)
 
-    def __init__(self, hamiltonian: Any, order: int):
+    def __init__(self, hamiltonian: Any, order: OrderLike):
         """**Arguments:**
 
         - `hamiltonian`: $H(t)$, in any form [`hierax.HeisenbergHierarchy`][]
@@ -247,7 +248,7 @@ class NestedCommutators(AbstractHierarchy):
     operator: Inexact[Array, "n n"]
     order: int = eqx.field(static=True)
 
-    def __init__(self, generator: ArrayLike, operator: ArrayLike, order: int):
+    def __init__(self, generator: ArrayLike, operator: ArrayLike, order: OrderLike):
         """**Arguments:**
 
         - `generator`: $G$, an `(n, n)` matrix.

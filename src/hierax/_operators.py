@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Inexact
 
 from ._coefficients import AbstractCoefficient, Constant, _as_coefficient_or_none
-from ._custom_types import OperatorSeries, TimeLike, typechecked
+from ._custom_types import OperatorSeries, OrderLike, TimeLike, typechecked
 from ._function_series import function_series
 from ._validation import as_square_matrix, check_order
 
@@ -31,8 +31,9 @@ class TermSeries(NamedTuple):
     def full(self) -> Array:
         """The series of the whole operator, `(K+1, n, n)`."""
         dtype = result_dtype(self)
-        out = jnp.einsum("ak,anm->knm", self.coefficients.astype(dtype),
-                         self.matrices.astype(dtype))
+        out = jnp.einsum(
+            "ak,anm->knm", self.coefficients.astype(dtype), self.matrices.astype(dtype)
+        )
         if self.dense is not None:
             out = out + self.dense.astype(dtype)
         return out
@@ -65,7 +66,7 @@ class AbstractTimeOperator(eqx.Module):
         """Whether the operator is constant in time (from its structure)."""
 
     @abc.abstractmethod
-    def taylor_terms(self, t: Array, order: int) -> TermSeries:
+    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
         """The series of the operator at `t` to order `order`, in parts."""
 
     @typechecked
@@ -74,7 +75,7 @@ class AbstractTimeOperator(eqx.Module):
         return self.taylor_terms(jnp.asarray(t), 0).full()[0]
 
     @typechecked
-    def taylor(self, t: TimeLike, order: int) -> OperatorSeries:
+    def taylor(self, t: TimeLike, order: OrderLike) -> OperatorSeries:
         """Normalised Taylor coefficients of the operator at `t`.
 
         **Arguments:**
@@ -113,10 +114,14 @@ class AbstractTimeOperator(eqx.Module):
         return self * -1.0
 
     def __sub__(self, other):
-        return self + (-as_operator(other, "other", "hierax.AbstractTimeOperator.__sub__"))
+        return self + (
+            -as_operator(other, "other", "hierax.AbstractTimeOperator.__sub__")
+        )
 
     def __rsub__(self, other):
-        return as_operator(other, "other", "hierax.AbstractTimeOperator.__rsub__") + (-self)
+        return as_operator(other, "other", "hierax.AbstractTimeOperator.__rsub__") + (
+            -self
+        )
 
     def __mul__(self, other):
         coefficient = _as_coefficient_or_none(other)
@@ -167,9 +172,11 @@ class TimeOperator(AbstractTimeOperator):
             _as_coefficient(c, f"coefficients[{i}]", api)
             for i, c in enumerate(coefficients)
         )
-        if hasattr(matrices, "ndim") and getattr(matrices, "ndim") == 3:
+        if hasattr(matrices, "ndim") and matrices.ndim == 3:
             matrices = list(matrices)
-        mats = [as_square_matrix(m, f"matrices[{i}]", api) for i, m in enumerate(matrices)]
+        mats = [
+            as_square_matrix(m, f"matrices[{i}]", api) for i, m in enumerate(matrices)
+        ]
         if len(mats) != len(coefficients):
             raise ValueError(
                 f"`{api}`: got {len(coefficients)} coefficients but {len(mats)} "
@@ -195,7 +202,7 @@ class TimeOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return all(c.is_constant for c in self.coefficients)
 
-    def taylor_terms(self, t: Array, order: int) -> TermSeries:
+    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
         series = [c.taylor(t, order) for c in self.coefficients]
         dtype = jnp.result_type(*series)
         return TermSeries(
@@ -234,11 +241,13 @@ class FunctionOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return False
 
-    def taylor_terms(self, t: Array, order: int) -> TermSeries:
+    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
         dense = function_series(self.fn, t, order)
         dtype = dense.dtype
         return TermSeries(
-            jnp.zeros((0, order + 1), dtype), jnp.zeros((0, self.n, self.n), dtype), dense
+            jnp.zeros((0, order + 1), dtype),
+            jnp.zeros((0, self.n, self.n), dtype),
+            dense,
         )
 
 
@@ -256,10 +265,10 @@ def _check_callable_operator(fn: Callable, name: str, api: str) -> int:
             f"`{api}`: `{name}` must return one array of shape (n, n), got "
             f"{type(out).__name__}."
         )
-    if out.dtype == jnp.bool_ or not (
-        jnp.issubdtype(out.dtype, jnp.number)
-    ):
-        raise TypeError(f"`{api}`: `{name}` must return a numeric array, got {out.dtype}.")
+    if out.dtype == jnp.bool_ or not (jnp.issubdtype(out.dtype, jnp.number)):
+        raise TypeError(
+            f"`{api}`: `{name}` must return a numeric array, got {out.dtype}."
+        )
     if len(out.shape) != 2 or out.shape[0] != out.shape[1] or out.shape[0] == 0:
         raise ValueError(
             f"`{api}`: `{name}` must return a square matrix of shape (n, n), got "
@@ -293,7 +302,7 @@ class ScaledOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return self.coefficient.is_constant and self.operator.is_constant
 
-    def taylor_terms(self, t: Array, order: int) -> TermSeries:
+    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
         c = self.coefficient.taylor(t, order)
         inner = self.operator.taylor_terms(t, order)
         dtype = result_dtype(c, inner)
@@ -301,9 +310,13 @@ class ScaledOperator(AbstractTimeOperator):
         # (f g_a) for each term: a Cauchy product of scalar series per term.
         from ._series import scalar_cauchy_product
 
-        coefficients = jax.vmap(lambda g: scalar_cauchy_product(c, g))(
-            inner.coefficients.astype(dtype)
-        ) if inner.coefficients.shape[0] else inner.coefficients.astype(dtype)
+        coefficients = (
+            jax.vmap(lambda g: scalar_cauchy_product(c, g))(
+                inner.coefficients.astype(dtype)
+            )
+            if inner.coefficients.shape[0]
+            else inner.coefficients.astype(dtype)
+        )
         dense = None
         if inner.dense is not None:
             dense = jnp.einsum(
@@ -355,7 +368,7 @@ class OperatorSum(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return all(op.is_constant for op in self.operators)
 
-    def taylor_terms(self, t: Array, order: int) -> TermSeries:
+    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
         parts = [op.taylor_terms(t, order) for op in self.operators]
         dtype = result_dtype(parts)
         coefficients = jnp.concatenate([p.coefficients.astype(dtype) for p in parts])

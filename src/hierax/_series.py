@@ -57,8 +57,10 @@ def factorial_scale(coefficients: Array, power: int = 1) -> Array:
     if power == -1:
         exact, half = 1 / exact, 1 / half
     shape = (order + 1,) + (1,) * (coefficients.ndim - 1)
-    return (coefficients * exact.reshape(shape)) * half.reshape(shape) * half.reshape(
-        shape
+    return (
+        (coefficients * exact.reshape(shape))
+        * half.reshape(shape)
+        * half.reshape(shape)
     )
 
 
@@ -89,8 +91,8 @@ def reversed_window(series: Array, j: Array) -> Array:
 def matrix_cauchy_coefficient(
     left: Inexact[Array, "K1 n m"], right: Inexact[Array, "K1 m p"], j: Array
 ) -> Array:
-    """The j-th coefficient $\\sum_{m \\le j} a_m b_{j-m}$ of a product of matrix series,
-    as one matrix product whose inner dimension runs over (order, m)."""
+    """The j-th coefficient $\\sum_{m \\le j} a_m b_{j-m}$ of a product of matrix
+    series, as one matrix product whose inner dimension runs over (order, m)."""
     window = reversed_window(right, j)
     return jnp.einsum("kab,kbc->ac", left, window)
 

@@ -57,7 +57,9 @@ def as_numeric_array(x: Any, name: str, api: str) -> Array:
         array = x
     else:
         try:
-            dtype = np.result_type(x) if not hasattr(x, "dtype") else x.dtype
+            if not hasattr(x, "dtype"):
+                x = np.asarray(x)
+            dtype = x.dtype
         except (TypeError, ValueError) as e:
             raise TypeError(
                 f"`{api}`: `{name}` must be a numeric array, got {type(x).__name__}."

@@ -1,0 +1,106 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import sympy as sp
+
+import hierax
+
+
+t = sp.Symbol("t", real=True)
+ORDER = 14
+T0 = sp.Rational(7, 10)
+
+
+def _sympy_series(expr, order=ORDER, t0=T0):
+    out = []
+    d = expr
+    for j in range(order + 1):
+        out.append(complex(sp.N(d.subs(t, t0), 30)) / float(sp.factorial(j)))
+        d = sp.diff(d, t)
+    return np.array(out)
+
+
+CASES = [
+    ("constant", lambda: hierax.Constant(2.5 - 1j), 2.5 - sp.I),
+    (
+        "polynomial",
+        lambda: hierax.Polynomial(jnp.array([1.0, -2.0, 0.5, 3.0])),
+        1 - 2 * t + t**2 / 2 + 3 * t**3,
+    ),
+    (
+        "cos",
+        lambda: hierax.Cos(1.7, 0.3, 0.5),
+        sp.Rational(1, 2) * sp.cos(sp.Rational(17, 10) * t + sp.Rational(3, 10)),
+    ),
+    (
+        "sin",
+        lambda: hierax.Sin(-2.0, 1.0, 1.5j),
+        sp.Rational(3, 2) * sp.I * sp.sin(-2 * t + 1),
+    ),
+    (
+        "exp-complex",
+        lambda: hierax.Exp(-0.5 + 2j, 0.75),
+        sp.Rational(3, 4) * sp.exp((-sp.Rational(1, 2) + 2 * sp.I) * t),
+    ),
+    (
+        "gaussian",
+        lambda: hierax.Gaussian(0.2, 0.4, 2.0),
+        2 * sp.exp(-((t - sp.Rational(1, 5)) ** 2) / (2 * sp.Rational(2, 5) ** 2)),
+    ),
+    (
+        "sum",
+        lambda: hierax.Cos(1.7) + 3.0 * hierax.Exp(0.5) - 1.0,
+        sp.cos(sp.Rational(17, 10) * t) + 3 * sp.exp(t / 2) - 1,
+    ),
+    (
+        "product",
+        lambda: hierax.Gaussian(0.0, 1.0) * hierax.Sin(3.0) * 2,
+        2 * sp.exp(-(t**2) / 2) * sp.sin(3 * t),
+    ),
+    (
+        "function",
+        lambda: hierax.FunctionCoefficient(lambda s: jnp.tanh(s) * jnp.exp(-s)),
+        sp.tanh(t) * sp.exp(-t),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,make,expr", CASES, ids=[c[0] for c in CASES])
+def test_series_against_sympy(name, make, expr):
+    f = make()
+    order = 8 if name == "function" else ORDER
+    series = np.asarray(f.taylor(float(T0), order))
+    expected = _sympy_series(expr, order)
+    assert series.shape == (order + 1,)
+    scale = np.maximum(np.abs(expected), 1e-300)
+    assert np.all(
+        np.abs(series - expected)
+        <= 1e-12 * np.maximum(scale, np.max(np.abs(expected)) * 1e-3)
+    ), (
+        series,
+        expected,
+    )
+    np.testing.assert_allclose(f(float(T0)), expected[0], rtol=1e-13)
+
+
+def test_gaussian_high_order_no_overflow():
+    series = np.asarray(hierax.Gaussian(0.0, 0.05).taylor(0.01, 300))
+    assert np.all(np.isfinite(series))
+    cos = np.asarray(hierax.Cos(3.0).taylor(0.0, 400))
+    assert np.all(np.isfinite(cos)) and cos[0] == 1.0
+
+
+def test_parameters_are_differentiable():
+    def value(freq):
+        return hierax.Cos(freq, 0.1).taylor(0.3, 5)[3]
+
+    grad = jax.grad(value)(1.2)
+    eps = 1e-6
+    fd = (value(1.2 + eps) - value(1.2 - eps)) / (2 * eps)
+    np.testing.assert_allclose(grad, fd, rtol=1e-7)
+
+
+def test_float32_stays_float32():
+    series = hierax.Cos(jnp.float32(2.0)).taylor(jnp.float32(0.5), 6)
+    assert series.dtype == jnp.float32

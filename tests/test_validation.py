@@ -1,0 +1,163 @@
+"""Bad input gets a clear error naming the argument, before any math runs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hierax
+
+
+sx = jnp.array([[0.0, 1.0], [1.0, 0.0]])
+sy = jnp.array([[0, -1j], [1j, 0]])
+H = hierax.Cos() * sy
+
+
+@pytest.mark.parametrize(
+    "order,error,match",
+    [
+        (-1, ValueError, "non-negative"),
+        # (Under the test suite's jaxtyping import hook, beartype may answer first;
+        # its message also names `order`.)
+        (2.0, TypeError, "order"),
+        ("3", TypeError, "order"),
+        (True, TypeError, "order"),
+        (10_001, ValueError, "at most 10,000"),
+    ],
+)
+@pytest.mark.parametrize("make", ["heisenberg", "propagator", "commutators"])
+def test_bad_order(order, error, match, make):
+    with pytest.raises(error, match=match) as info:
+        if make == "heisenberg":
+            hierax.HeisenbergHierarchy(H, sx, order)
+        elif make == "propagator":
+            hierax.PropagatorDerivatives(H, order)
+        else:
+            hierax.NestedCommutators(sx, sx, order)
+    assert "order" in str(info.value)
+
+
+def test_order_message_names_the_call():
+    from hierax._validation import check_order
+
+    with pytest.raises(
+        TypeError, match=r"`hierax.X\(order=...\)` must be a non-negative int, got 2.0"
+    ):
+        check_order(2.0, "hierax.X")
+    with pytest.raises(TypeError, match="got True"):
+        check_order(True, "hierax.X")
+
+
+def test_numpy_integer_order_is_accepted():
+    assert hierax.HeisenbergHierarchy(H, sx, np.int64(3)).order == 3
+
+
+@pytest.mark.parametrize(
+    "observable,error,match",
+    [
+        (
+            jnp.ones((2, 3)),
+            ValueError,
+            r"`observable` must be a square matrix.*\(2, 3\)",
+        ),
+        (jnp.ones((3, 3)), ValueError, r"`hamiltonian` is 2x2 but `observable` is 3x3"),
+        (jnp.ones((2,)), ValueError, "square matrix"),
+        (
+            jnp.array([[True, False], [False, True]]),
+            TypeError,
+            "`observable` must be numeric",
+        ),
+        (
+            np.array([["a", "b"], ["c", "d"]]),
+            TypeError,
+            "`observable` must be a numeric",
+        ),
+        (jnp.ones((2, 2), jnp.float16), TypeError, "float16"),
+        (hierax.Cos(), TypeError, "scalar time function"),
+    ],
+)
+def test_bad_observable(observable, error, match):
+    with pytest.raises(error, match=match):
+        hierax.HeisenbergHierarchy(H, observable, 3)
+
+
+def test_integer_and_real_matrices_are_promoted():
+    levels = hierax.HeisenbergHierarchy(hierax.Cos() * sy, [[0, 1], [1, 0]], 2)(1.0)
+    assert jnp.issubdtype(levels.dtype, jnp.complexfloating)
+    np.testing.assert_allclose(levels[2, 0, 0], -1.682941969615793, rtol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "t,error,match",
+    [
+        (float("nan"), ValueError, "`t` must be finite"),
+        (float("inf"), ValueError, "`t` must be finite"),
+        (jnp.asarray(jnp.inf), ValueError, "`t` must be finite"),
+        (jnp.ones(3), ValueError, "`t` must be a scalar"),
+        (True, TypeError, "`t` must be numeric"),
+        ("1.0", TypeError, "(`t` must be a numeric|parameter 't')"),
+    ],
+)
+def test_bad_time(t, error, match):
+    h = hierax.HeisenbergHierarchy(H, sx, 3)
+    with pytest.raises(error, match=match):
+        h(t)
+    with pytest.raises(error, match=match):
+        hierax.PropagatorDerivatives(H, 3)(t, sx)
+
+
+def test_non_finite_time_inside_jit_raises():
+    h = hierax.HeisenbergHierarchy(H, sx, 3)
+    with pytest.raises(Exception, match="`t` must be finite"):
+        jax.jit(lambda t: h(t))(jnp.nan).block_until_ready()
+
+
+def test_bad_state():
+    d = hierax.PropagatorDerivatives(H, 3)
+    with pytest.raises(ValueError, match=r"`state` must have shape \(2,\) or \(2, m\)"):
+        d(0.0, jnp.ones(3))
+    with pytest.raises(ValueError, match="`state`"):
+        d(0.0, jnp.ones((2, 2, 2)))
+    with pytest.raises(TypeError, match="`state` must be numeric"):
+        d(0.0, jnp.array([True, False]))
+
+
+def test_bad_callables():
+    with pytest.raises(ValueError, match=r"`fn` must return a square matrix.*\(2, 3\)"):
+        hierax.FunctionOperator(lambda t: jnp.ones((2, 3)) * t)
+    with pytest.raises(TypeError, match="`fn` must return one array"):
+        hierax.FunctionOperator(lambda t: (sx, sx))
+    with pytest.raises(TypeError, match="`fn` must return a numeric array"):
+        hierax.FunctionOperator(lambda t: sx > t)
+    with pytest.raises(TypeError, match="calling `fn` on a scalar time failed"):
+        hierax.FunctionOperator(lambda t: "not an array")
+    with pytest.raises(TypeError, match="(`fn` must be callable|parameter 'fn')"):
+        hierax.FunctionOperator(3.0)
+    # Through HeisenbergHierarchy, a callable of the wrong size is named too.
+    with pytest.raises(ValueError, match="observable"):
+        hierax.HeisenbergHierarchy(H, lambda t: jnp.eye(3) * t, 2)
+    with pytest.raises(ValueError, match="`fn` must return a scalar"):
+        hierax.FunctionCoefficient(lambda t: jnp.ones(3) * t)
+
+
+def test_bad_operator_construction():
+    with pytest.raises(ValueError, match="same shape"):
+        hierax.TimeOperator([hierax.Cos(), hierax.Sin()], [sx, jnp.eye(3)])
+    with pytest.raises(ValueError, match="2 coefficients but 1 matrices"):
+        hierax.TimeOperator([hierax.Cos(), hierax.Sin()], [sx])
+    with pytest.raises(ValueError, match="sizes 2 and 3"):
+        H + jnp.eye(3)
+    with pytest.raises(TypeError, match="`frequency` must be real"):
+        hierax.Cos(1j)
+    with pytest.raises(ValueError, match="`frequency` must be a scalar"):
+        hierax.Cos(jnp.ones(2))
+    with pytest.raises(TypeError, match="`rate` must be numeric"):
+        hierax.Exp(True)
+    with pytest.raises(ValueError, match="non-empty 1-d"):
+        hierax.Polynomial(jnp.ones((2, 2)))
+
+
+def test_jaxtyping_checks_shapes_at_run_time():
+    """beartype + jaxtyping guard the public signatures for users, not only in tests."""
+    with pytest.raises(Exception, match="order"):
+        hierax.Cos().taylor(0.0, "3")
