@@ -128,17 +128,15 @@ def main(argv=None):
         ]
     )
 
-    print(
-        f"Heisenberg-picture observable around t = {T0}: series of order K vs "
-        f"Magnus-4 reference ({steps} steps)"
-    )
+    print(f"Heisenberg-picture observable around t = {T0}: the series to order K")
+    print(f"against a Magnus-4 reference ({steps} steps); error norms:")
     print(f"{'tau':>10}" + "".join(f"{f'K = {k}':>12}" for k in ORDERS))
     for tau, row in zip(taus, errors, strict=True):
         print(f"{float(tau):>10.4g}" + "".join(f"{float(e):>12.2e}" for e in row))
     # Observed convergence order from the two largest taus (before the error floor).
     slopes = jnp.log2(errors[0] / errors[1])
     print(
-        "observed slope (log2 of error ratio, first two rows): "
+        "slope log2(err(0.25) / err(0.125)): "
         + ", ".join(
             f"K = {k}: {float(s):.2f}" for k, s in zip(ORDERS, slopes, strict=True)
         )
