@@ -172,3 +172,50 @@ def test_benchmarks_page_without_results(tmp_path, monkeypatch):
     assert section.startswith("## Benchmarks")
     assert "![compile](benchmarks/figures/compile_time.png)" in section
     assert "the script (`run.py`)" in section
+
+
+# Pages whose ```python blocks, run in order, form one self-contained script.
+RUNNABLE_PAGES = [
+    "index.md",
+    "pytorch.md",
+    "how-to/time-dependent.md",
+    "how-to/gradients.md",
+    "how-to/batching.md",
+    "how-to/precision.md",
+    "api/time-functions.md",
+]
+
+
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def test_runnable_pages_are_listed():
+    """Every page with top-level Python code is run below, except the one that
+    quotes the original question's fragment. (Sources embedded with snippets sit
+    indented inside admonitions and are run by `tests/test_examples.py`.)"""
+    with_code = {
+        path.relative_to(ROOT / "docs").as_posix()
+        for path in (ROOT / "docs").rglob("*.md")
+        if PYTHON_BLOCK.search(path.read_text(encoding="utf-8"))
+    }
+    assert with_code - {"seed-problem.md"} == set(RUNNABLE_PAGES)
+
+
+@pytest.mark.parametrize("page", RUNNABLE_PAGES)
+def test_code_on_page_runs(page, tmp_path):
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    blocks = PYTHON_BLOCK.findall(text)
+    assert blocks, page
+    script = tmp_path / "page.py"
+    script.write_text("\n".join(blocks))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, f"code on {page} failed:\n{result.stderr}"
