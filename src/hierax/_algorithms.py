@@ -13,30 +13,30 @@ from ._operators import TermSeries
 from ._series import reversed_window, triangular_cauchy_product
 
 
-def _term_product_coefficient(
-    terms: TermSeries, series: Array, j: Array, side: str = "left"
-) -> Array:
-    """Coefficient j of the product $H \\cdot S$ (`side="left"`) or $S \\cdot H$
-    (`side="right"`) of an operator series H and a series S.
+def _term_product_coefficient(terms: TermSeries, series: Array, j: Array) -> Array:
+    """Coefficient j of the product $H \\cdot S$ of an operator series H and a series S.
 
     With term structure $h_m = \\sum_a c_{a,m} H_a$:
     $\\sum_m h_m s_{j-m} = \\sum_a H_a (\\sum_m c_{a,m} s_{j-m})$, so the inner sums are
     scalar-weighted sums of matrices and only A matrix products are needed. A dense
     part costs one product with inner dimension (K+1) n.
     """
-    window = reversed_window(series, j)  # window[i] = s_{j-i}, zero for i > j
     out = jnp.zeros(series.shape[1:], series.dtype)
     # Contract (term or order axis, matrix inner axis) in one product.
-    if side == "left":
-        product = lambda ops, xs: jnp.tensordot(ops, xs, axes=((0, 2), (0, 1)))
-    else:
-        product = lambda ops, xs: jnp.tensordot(xs, ops, axes=((0, 2), (0, 1)))
     if terms.coefficients.shape[0] > 0:
-        inner = jnp.tensordot(terms.coefficients, window, axes=(1, 0))
-        out = out + product(terms.matrices, inner)
+        inner = jnp.tensordot(_shifted(terms.coefficients, j), series, axes=(1, 0))
+        out = out + jnp.tensordot(terms.matrices, inner, axes=((0, 2), (0, 1)))
     if terms.dense is not None:
-        out = out + product(terms.dense, window)
+        window = reversed_window(terms.dense, j)  # window[i] = h_{j-i}, 0 for i > j
+        out = out + jnp.tensordot(window, series, axes=((0, 2), (0, 1)))
     return out
+
+
+def _shifted(coefficients: Array, j: Array) -> Array:
+    """`out[a, i] = coefficients[a, j - i]` for i <= j, else 0: the scalar weights of
+    $\\sum_i c_{a,j-i} s_i$. Shifting the (A, K+1) scalars, rather than the (K+1, n, n)
+    matrix series, keeps each step's memory traffic to one read of the series."""
+    return reversed_window(coefficients.T, j).T
 
 
 def _cast(terms: TermSeries, dtype) -> TermSeries:
@@ -47,32 +47,57 @@ def _cast(terms: TermSeries, dtype) -> TermSeries:
     )
 
 
-def propagator_series(
-    terms: TermSeries, initial: Array, order: int, with_inverse: bool = False
-) -> Array | tuple[Array, Array]:
+def propagator_series(terms: TermSeries, initial: Array, order: int) -> Array:
     """Normalised series of the propagator $U(t+\\tau)$, $U' = -i H U$, $U(t)$ =
     `initial`: $u_{j+1} = -\\frac{i}{j+1} \\sum_{m \\le j} h_m u_{j-m}$.
 
-    With `with_inverse=True` (and `initial` the identity), also the series of
-    $W = U^{-1}$, in the same loop, from its own equation $W' = i W H$:
-    $w_{j+1} = \\frac{i}{j+1} \\sum_{m \\le j} w_{j-m} h_m$.
-
-    **Returns:** shape `(order + 1, *initial.shape)`, or a pair of them.
+    **Returns:** shape `(order + 1, *initial.shape)`.
     """
     dtype = initial.dtype
     terms = _cast(terms, dtype)
     u = jnp.zeros((order + 1,) + initial.shape, dtype).at[0].set(initial)
 
-    def body(j, carry):
-        u, w = carry
-        scale = (1j / (j + 1)).astype(dtype)
-        u = u.at[j + 1].set(-scale * _term_product_coefficient(terms, u, j, "left"))
-        if w is not None:
-            w = w.at[j + 1].set(scale * _term_product_coefficient(terms, w, j, "right"))
-        return u, w
+    def body(j, u):
+        scale = (-1j / (j + 1)).astype(dtype)
+        return u.at[j + 1].set(scale * _term_product_coefficient(terms, u, j))
 
-    u, w = lax.fori_loop(0, order, body, (u, u if with_inverse else None))
-    return (u, w) if with_inverse else u
+    return lax.fori_loop(0, order, body, u)
+
+
+def propagator_and_inverse_series(terms: TermSeries, order: int, dtype) -> tuple:
+    """Series of $V(\\tau) = U(t+\\tau)U(t)^{-1}$ and of its inverse $W = V^{-1}$, in
+    one loop.
+
+    $W$ obeys $W' = i W H$, $W(0) = 1$; its transpose obeys
+    $(W^T)' = i H^T W^T$, a left multiplication like $V' = -iHV$. So both are one
+    propagation of a stacked pair of systems $(H, -i)$ and $(H^T, +i)$, whose
+    products run as one batched matrix product per order.
+
+    **Returns:** `(v, w)`, each of shape `(order + 1, n, n)`.
+    """
+    terms = _cast(terms, dtype)
+    n = terms.matrices.shape[-1]
+    transpose = lambda x: jnp.swapaxes(x, -1, -2)
+    matrices = jnp.stack([terms.matrices, transpose(terms.matrices)])  # (2, A, n, n)
+    dense = None
+    if terms.dense is not None:
+        dense = jnp.stack([terms.dense, transpose(terms.dense)])  # (2, K+1, n, n)
+    signs = jnp.array([-1j, 1j], dtype).reshape(2, 1, 1)
+    identity = jnp.broadcast_to(jnp.eye(n, dtype=dtype), (2, n, n))
+    u = jnp.zeros((order + 1, 2, n, n), dtype).at[0].set(identity)
+
+    def body(j, u):
+        out = jnp.zeros((2, n, n), dtype)
+        if terms.coefficients.shape[0] > 0:
+            inner = jnp.tensordot(_shifted(terms.coefficients, j), u, axes=(1, 0))
+            out = out + jnp.einsum("sanm,asmk->snk", matrices, inner)
+        if dense is not None:
+            window = reversed_window(jnp.swapaxes(dense, 0, 1), j)  # (K+1, 2, n, n)
+            out = out + jnp.einsum("isnm,ismk->snk", window, u)
+        return u.at[j + 1].set(signs * out / (j + 1))
+
+    u = lax.fori_loop(0, order, body, u)
+    return u[:, 0], transpose(u[:, 1])
 
 
 def product_series(terms: TermSeries, series: Array) -> Array:
@@ -107,9 +132,7 @@ def heisenberg_series(
     $X_0 V$, and about $K^2/2$ for the final Cauchy product.
     """
     order = hamiltonian.coefficients.shape[1] - 1
-    n = hamiltonian.matrices.shape[-1]
-    identity = jnp.eye(n, dtype=dtype)
-    v, v_inverse = propagator_series(hamiltonian, identity, order, with_inverse=True)
+    v, v_inverse = propagator_and_inverse_series(hamiltonian, order, dtype)
     if observable_is_constant:
         # X_0 V for all orders at once: one batched product, no loop.
         w = observable.full()[0].astype(dtype) @ v

@@ -88,15 +88,6 @@ def reversed_window(series: Array, j: Array) -> Array:
     return jnp.where(mask, window, jnp.zeros_like(window))
 
 
-def matrix_cauchy_coefficient(
-    left: Inexact[Array, "K1 n m"], right: Inexact[Array, "K1 m p"], j: Array
-) -> Array:
-    """The j-th coefficient $\\sum_{m \\le j} a_m b_{j-m}$ of a product of matrix
-    series, as one matrix product whose inner dimension runs over (order, m)."""
-    window = reversed_window(right, j)
-    return jnp.einsum("kab,kbc->ac", left, window)
-
-
 def triangular_cauchy_product(
     left: Inexact[Array, "K1 n m"], right: Inexact[Array, "K1 m *rest"]
 ) -> Array:
@@ -110,23 +101,19 @@ def triangular_cauchy_product(
     idx = jnp.arange(order + 2)
     out_shape = (order + 1, left.shape[1]) + right.shape[2:]
     out = jnp.zeros(out_shape, jnp.result_type(left, right))
-    rest = right.ndim - 2
-    bmask_shape = (order + 2,) + (1,) * (1 + rest)
 
     def body(p, out):
         k1, k2 = p, order - p
         first = idx <= k1
-        m = jnp.where(first, idx, idx - k1 - 1)
-        r = jnp.where(first, k1 - idx, k2 - (idx - k1 - 1))
-        m = jnp.clip(m, 0, order)
-        r = jnp.clip(r, 0, order)
-        spec = "iab,ib->ia" if rest == 0 else "iab,ibc->iac"
+        m = jnp.clip(jnp.where(first, idx, idx - k1 - 1), 0, order)
+        r = jnp.clip(jnp.where(first, k1 - idx, k2 - (idx - k1 - 1)), 0, order)
+        spec = "iab,ib->ia" if right.ndim == 2 else "iab,ibc->iac"
         products = jnp.einsum(spec, left[m], right[r])
-        first = first.reshape(bmask_shape)
-        s1 = jnp.sum(jnp.where(first, products, 0), axis=0)
-        s2 = jnp.sum(jnp.where(first, 0, products), axis=0)
+        # The two segment sums as one small contraction with a 0/1 mask.
+        segments = jnp.stack([first, ~first]).astype(products.dtype)
+        sums = jnp.tensordot(segments, products, axes=(1, 0))
         # When k1 == k2 both sums are the whole coefficient; writing twice is harmless.
-        return out.at[k2].set(s2).at[k1].set(s1)
+        return out.at[k2].set(sums[1]).at[k1].set(sums[0])
 
     return lax.fori_loop(0, order // 2 + 1, body, out)
 
@@ -139,7 +126,6 @@ def dagger(x: Array) -> Array:
 __all__ = [
     "dagger",
     "factorial_scale",
-    "matrix_cauchy_coefficient",
     "power_series",
     "real_dtype",
     "reversed_window",

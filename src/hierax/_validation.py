@@ -57,9 +57,9 @@ def as_numeric_array(x: Any, name: str, api: str) -> Array:
         array = x
     else:
         try:
-            if not hasattr(x, "dtype"):
-                x = np.asarray(x)
-            dtype = x.dtype
+            # (Python scalars stay as they are below, so JAX keeps them weakly typed
+            # and they never widen float32 inputs.)
+            dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
         except (TypeError, ValueError) as e:
             raise TypeError(
                 f"`{api}`: `{name}` must be a numeric array, got {type(x).__name__}."
