@@ -65,15 +65,15 @@ def propagator_series(terms: TermSeries, initial: Array, order: int) -> Array:
 
 
 def propagator_and_inverse_series(terms: TermSeries, order: int, dtype) -> tuple:
-    """Series of $V(\\tau) = U(t+\\tau)U(t)^{-1}$ and of its inverse $W = V^{-1}$, in
-    one loop.
+    """Series of $V(\\tau) = U(t+\\tau)U(t)^{-1}$ and of the transpose of its inverse,
+    $W^T$ with $W = V^{-1}$, in one loop.
 
-    $W$ obeys $W' = i W H$, $W(0) = 1$; its transpose obeys
-    $(W^T)' = i H^T W^T$, a left multiplication like $V' = -iHV$. So both are one
+    $W$ obeys $W' = i W H$, $W(0) = 1$, so its transpose obeys
+    $(W^T)' = i H^T W^T$, a left multiplication like $V' = -iHV$: the two are one
     propagation of a stacked pair of systems $(H, -i)$ and $(H^T, +i)$, whose
     products run as one batched matrix product per order.
 
-    **Returns:** `(v, w)`, each of shape `(order + 1, n, n)`.
+    **Returns:** `(v, w_transposed)`, each of shape `(order + 1, n, n)`.
     """
     terms = _cast(terms, dtype)
     n = terms.matrices.shape[-1]
@@ -81,36 +81,53 @@ def propagator_and_inverse_series(terms: TermSeries, order: int, dtype) -> tuple
     matrices = jnp.stack([terms.matrices, transpose(terms.matrices)])  # (2, A, n, n)
     dense = None
     if terms.dense is not None:
-        dense = jnp.stack([terms.dense, transpose(terms.dense)])  # (2, K+1, n, n)
+        dense = jnp.stack([terms.dense, transpose(terms.dense)], 1)  # (K+1, 2, n, n)
     signs = jnp.array([-1j, 1j], dtype).reshape(2, 1, 1)
-    identity = jnp.broadcast_to(jnp.eye(n, dtype=dtype), (2, n, n))
-    u = jnp.zeros((order + 1, 2, n, n), dtype).at[0].set(identity)
+    start = jnp.zeros((order + 1, n, n), dtype).at[0].set(jnp.eye(n, dtype=dtype))
 
-    def body(j, u):
+    # v and w^T are separate carries (no (K+1, 2, n, n) array to split afterwards).
+    def body(j, carry):
+        v, wt = carry
         out = jnp.zeros((2, n, n), dtype)
         if terms.coefficients.shape[0] > 0:
-            inner = jnp.tensordot(_shifted(terms.coefficients, j), u, axes=(1, 0))
-            out = out + jnp.einsum("sanm,asmk->snk", matrices, inner)
+            shifted = _shifted(terms.coefficients, j)
+            inner = jnp.stack(
+                [
+                    jnp.tensordot(shifted, v, axes=(1, 0)),
+                    jnp.tensordot(shifted, wt, axes=(1, 0)),
+                ]
+            )  # (2, A, n, n)
+            out = out + jnp.einsum("sanm,samk->snk", matrices, inner)
         if dense is not None:
-            window = reversed_window(jnp.swapaxes(dense, 0, 1), j)  # (K+1, 2, n, n)
-            out = out + jnp.einsum("isnm,ismk->snk", window, u)
-        return u.at[j + 1].set(signs * out / (j + 1))
+            window = reversed_window(dense, j)  # (K+1, 2, n, n)
+            out = out + jnp.stack(
+                [
+                    jnp.tensordot(window[:, 0], v, axes=((0, 2), (0, 1))),
+                    jnp.tensordot(window[:, 1], wt, axes=((0, 2), (0, 1))),
+                ]
+            )
+        new = (signs / (j + 1)).astype(dtype) * out
+        return v.at[j + 1].set(new[0]), wt.at[j + 1].set(new[1])
 
-    u = lax.fori_loop(0, order, body, u)
-    return u[:, 0], transpose(u[:, 1])
+    return lax.fori_loop(0, order, body, (start, start))
 
 
-def product_series(terms: TermSeries, series: Array) -> Array:
-    """All coefficients of the product $X(t+\\tau)\\, S(\\tau)$, truncated at K."""
+def product_series_in_place(terms: TermSeries, series: Array) -> Array:
+    """All coefficients of the product $X(t+\\tau)\\, S(\\tau)$, truncated at K,
+    written over `series` (callers pass a series they no longer need).
+
+    Coefficient j needs $s_0..s_j$ only, so going from j = K down to 0 each slot is
+    overwritten after its last use: no second (K+1, n, n) array.
+    """
     dtype = series.dtype
     terms = _cast(terms, dtype)
     order = series.shape[0] - 1
-    out = jnp.zeros_like(series)
 
-    def body(j, out):
-        return out.at[j].set(_term_product_coefficient(terms, series, j))
+    def body(i, series):
+        j = order - i
+        return series.at[j].set(_term_product_coefficient(terms, series, j))
 
-    return lax.fori_loop(0, order + 1, body, out)
+    return lax.fori_loop(0, order + 1, body, series)
 
 
 def heisenberg_series(
@@ -118,9 +135,10 @@ def heisenberg_series(
     observable: TermSeries,
     dtype,
     observable_is_constant: bool = False,
+    factorial: bool = False,
 ) -> Array:
-    """Normalised series $y_k = X_k / k!$ of the Heisenberg hierarchy by propagator
-    conjugation.
+    """Series $y_k = X_k / k!$ of the Heisenberg hierarchy by propagator conjugation
+    (or $X_k$ itself with `factorial=True`).
 
     With $V(\\tau) = U(t+\\tau) U(t)^{-1}$ ($V' = -iHV$, $V(0) = 1$), the conjugated
     observable $Y(\\tau) = V(\\tau)^{-1} X_0(t+\\tau) V(\\tau)$ satisfies
@@ -129,16 +147,20 @@ def heisenberg_series(
     own equation $W' = i W H$ instead, so the result is exact for any H.
 
     Cost: 2A products per order for the two propagators, B per order for
-    $X_0 V$, and about $K^2/2$ for the final Cauchy product.
+    $X_0 V$, and about $K^2/2$ for the final Cauchy product. Memory: three
+    (K+1, n, n) arrays at any time, the output included.
     """
     order = hamiltonian.coefficients.shape[1] - 1
-    v, v_inverse = propagator_and_inverse_series(hamiltonian, order, dtype)
+    v, v_inverse_t = propagator_and_inverse_series(hamiltonian, order, dtype)
     if observable_is_constant:
-        # X_0 V for all orders at once: one batched product, no loop.
-        w = observable.full()[0].astype(dtype) @ v
+        # X_0 V, one order at a time into V's own buffer.
+        x0 = observable.full()[0].astype(dtype)
+        w = lax.fori_loop(0, order + 1, lambda j, v: v.at[j].set(x0 @ v[j]), v)
     else:
-        w = product_series(observable, v)
-    return triangular_cauchy_product(v_inverse, w)
+        w = product_series_in_place(observable, v)
+    return triangular_cauchy_product(
+        v_inverse_t, w, left_transposed=True, factorial=factorial
+    )
 
 
 def nested_commutators(generator: Array, operator: Array, order: int) -> Array:

@@ -144,8 +144,8 @@ def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool)
     h = hierarchy.hamiltonian.taylor_terms(t, order)
     x = hierarchy.observable.taylor_terms(t, order)
     dtype = _complex_dtype(h, x, t)
-    series = heisenberg_series(h, x, dtype, hierarchy.observable.is_constant)
-    return series if normalised else factorial_scale(series)
+    constant = hierarchy.observable.is_constant
+    return heisenberg_series(h, x, dtype, constant, factorial=not normalised)
 
 
 _heisenberg = module_jit(_heisenberg_impl)

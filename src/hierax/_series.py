@@ -36,32 +36,34 @@ def scalar_cauchy_product(a: Array, b: Array) -> Array:
     return toeplitz @ a
 
 
-def factorial_scale(coefficients: Array, power: int = 1) -> Array:
-    """Multiply coefficient j by $(j!)^{power}$ (`power` is 1 or -1) along the leading
-    axis.
+def factorial_factors(order: int, dtype, power: int = 1) -> tuple[Array, Array]:
+    """Factors `(exact, half)` with $(j!)^{power}$ = `exact[j] * half[j] * half[j]`.
 
     While $j!$ is finite it is formed exactly as a running product of integers (so
-    $X_0$ and $X_1$ are untouched and small orders are exact to rounding); past that
-    (j > 170 in float64, j > 34 in float32) it is applied as two half-steps
-    $\\exp(\\tfrac12 \\log\\Gamma(j+1))$, so nothing overflows before the true value
-    does.
+    small orders are exact to rounding) and `half` is 1; past that (j > 170 in
+    float64, j > 34 in float32) `exact` is 1 and `half` is
+    $\\exp(\\tfrac12 \\log\\Gamma(j+1))$, applied twice so that nothing overflows before
+    the true value does.
     """
-    order = coefficients.shape[0] - 1
-    rdtype = real_dtype(coefficients.dtype)
+    rdtype = real_dtype(dtype)
     j = jnp.arange(1, order + 2, dtype=rdtype)  # j + 1
     exact = jnp.cumprod(jnp.concatenate([jnp.ones((1,), rdtype), j[:-1]]))
     finite = jnp.isfinite(exact)
-    half = jnp.exp(0.5 * lax.lgamma(j))
+    half = jnp.where(finite, 1, jnp.exp(0.5 * lax.lgamma(j)))
     exact = jnp.where(finite, exact, 1)
-    half = jnp.where(finite, 1, half)
     if power == -1:
         exact, half = 1 / exact, 1 / half
+    return exact, half
+
+
+def factorial_scale(coefficients: Array, power: int = 1) -> Array:
+    """Multiply coefficient j by $(j!)^{power}$ (`power` is 1 or -1) along the leading
+    axis, without overflow before the true value (see `factorial_factors`)."""
+    order = coefficients.shape[0] - 1
+    exact, half = factorial_factors(order, coefficients.dtype, power)
     shape = (order + 1,) + (1,) * (coefficients.ndim - 1)
-    return (
-        (coefficients * exact.reshape(shape))
-        * half.reshape(shape)
-        * half.reshape(shape)
-    )
+    exact, half = exact.reshape(shape), half.reshape(shape)
+    return ((coefficients * exact) * half) * half
 
 
 def shift_series(x: Array) -> Array:
@@ -88,33 +90,82 @@ def reversed_window(series: Array, j: Array) -> Array:
     return jnp.where(mask, window, jnp.zeros_like(window))
 
 
-def triangular_cauchy_product(
-    left: Inexact[Array, "K1 n m"], right: Inexact[Array, "K1 m *rest"]
-) -> Array:
-    """All coefficients of the product of two matrix series, truncated at order K.
+# Above this many elements in one batch of K+2 products, the products are accumulated
+# one at a time instead, so that temporaries stay O(n^2) rather than O(K n^2).
+_BATCH_ELEMENTS = 2**16
 
-    Coefficient k needs k+1 products. Rows k and K-k together need K+2, so they are
-    computed as one batch of K+2 products: about K^2/2 products in all, half of what
-    a fixed-width product per row would cost, in O(K n^2) memory.
+
+def triangular_cauchy_product(
+    left: Inexact[Array, "K1 n n"],
+    right: Inexact[Array, "K1 n *rest"],
+    left_transposed: bool = False,
+    factorial: bool = False,
+) -> Array:
+    """All coefficients of the product of two matrix series, truncated at order K:
+    $c_k = \\sum_{m \\le k} a_m b_{k-m}$.
+
+    Coefficient k needs k+1 products. Rows k and K-k together need K+2, so each
+    iteration computes those two rows from K+2 products: about K^2/2 products in
+    all, half of what a fixed-width product per row would cost. Small matrices run
+    the K+2 products as one batch; large ones accumulate them one at a time, so the
+    only O(K n^2) arrays are the inputs and the output.
+
+    With `left_transposed`, `left` holds $a_m^T$ (saves a transpose of the series).
+    With `factorial`, row k is multiplied by $k!$ as it is written (derivatives
+    instead of normalised coefficients, without a second output-sized array).
     """
     order = left.shape[0] - 1
     idx = jnp.arange(order + 2)
     out_shape = (order + 1, left.shape[1]) + right.shape[2:]
-    out = jnp.zeros(out_shape, jnp.result_type(left, right))
+    dtype = jnp.result_type(left, right)
+    out = jnp.zeros(out_shape, dtype)
+    a_spec = "ba" if left_transposed else "ab"
+    b_spec = "b" if right.ndim == 2 else "bc"
+    c_spec = "a" if right.ndim == 2 else "ac"
+    large = (order + 2) * left[0].size > _BATCH_ELEMENTS
+    if factorial:
+        exact, half = factorial_factors(order, dtype)
+    else:
+        exact = half = jnp.ones((order + 1,), real_dtype(dtype))
 
-    def body(p, out):
+    def write(out, k, row):
+        return out.at[k].set(((row * exact[k]) * half[k]) * half[k])
+
+    def indices(p):
         k1, k2 = p, order - p
         first = idx <= k1
         m = jnp.clip(jnp.where(first, idx, idx - k1 - 1), 0, order)
         r = jnp.clip(jnp.where(first, k1 - idx, k2 - (idx - k1 - 1)), 0, order)
-        spec = "iab,ib->ia" if right.ndim == 2 else "iab,ibc->iac"
+        return k1, k2, first, m, r
+
+    def batched_body(p, out):
+        k1, k2, first, m, r = indices(p)
+        spec = f"i{a_spec},i{b_spec}->i{c_spec}"
         products = jnp.einsum(spec, left[m], right[r])
         # The two segment sums as one small contraction with a 0/1 mask.
-        segments = jnp.stack([first, ~first]).astype(products.dtype)
+        segments = jnp.stack([first, ~first]).astype(dtype)
         sums = jnp.tensordot(segments, products, axes=(1, 0))
         # When k1 == k2 both sums are the whole coefficient; writing twice is harmless.
-        return out.at[k2].set(sums[1]).at[k1].set(sums[0])
+        return write(write(out, k2, sums[1]), k1, sums[0])
 
+    def sequential_body(p, out):
+        k1, k2, first, m, r = indices(p)
+
+        def add(i, sums):
+            product = jnp.einsum(
+                f"{a_spec},{b_spec}->{c_spec}", left[m[i]], right[r[i]]
+            )
+            is_first = first[i]
+            return (
+                sums[0] + jnp.where(is_first, product, 0),
+                sums[1] + jnp.where(is_first, 0, product),
+            )
+
+        zero = jnp.zeros(out_shape[1:], dtype)
+        s1, s2 = lax.fori_loop(0, order + 2, add, (zero, zero))
+        return write(write(out, k2, s2), k1, s1)
+
+    body = sequential_body if large else batched_body
     return lax.fori_loop(0, order // 2 + 1, body, out)
 
 
@@ -125,6 +176,7 @@ def dagger(x: Array) -> Array:
 
 __all__ = [
     "dagger",
+    "factorial_factors",
     "factorial_scale",
     "power_series",
     "real_dtype",
