@@ -92,17 +92,23 @@ class AbstractCoefficient(eqx.Module):
         coefficient = _as_coefficient_or_none(other)
         if coefficient is not None:
             return CoefficientProduct(self, coefficient)
-        from ._operators import TimeOperator
-
-        return TimeOperator((self,), [other])
+        return _times_operator(self, other)
 
     def __rmul__(self, other):
         coefficient = _as_coefficient_or_none(other)
         if coefficient is not None:
             return CoefficientProduct(coefficient, self)
-        from ._operators import TimeOperator
+        return _times_operator(self, other)
 
-        return TimeOperator((self,), [other])
+
+def _times_operator(coefficient, other):
+    """`f * M` for a matrix M is a one-term `TimeOperator`; `f * H` for an operator H
+    is a `ScaledOperator`."""
+    from ._operators import AbstractTimeOperator, ScaledOperator, TimeOperator
+
+    if isinstance(other, AbstractTimeOperator):
+        return ScaledOperator(coefficient, other)
+    return TimeOperator((coefficient,), [other])
 
 
 def _operator_fallback(coefficient, name, other):

@@ -1,0 +1,114 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hierax
+
+
+sx = jnp.array([[0.0, 1.0], [1.0, 0.0]])
+sy = jnp.array([[0, -1j], [1j, 0]])
+sz = jnp.array([[1.0, 0.0], [0.0, -1.0]])
+
+
+def _by_jacfwd(fn, t, order):
+    """Normalised coefficients by repeated jacfwd (independent of hierax)."""
+    out, f = [], fn
+    for j in range(order + 1):
+        out.append(np.asarray(f(jnp.asarray(t))) / float(np.prod(np.arange(1, j + 1))))
+        f = (
+            lambda g: (
+                lambda s: (
+                    jax.jacfwd(lambda u: g(u).real)(s)
+                    + 1j * jax.jacfwd(lambda u: g(u).imag)(s)
+                )
+            )
+        )(f)
+    return np.stack(out)
+
+
+def _plain(t):
+    return (
+        jnp.cos(1.3 * t) * sy
+        + (0.5 - t + 0.25 * t**2) * sz
+        + jnp.exp(-0.4 * t) * jnp.sin(2 * t) * sx
+        + 0.3 * sx
+    )
+
+
+OPERATORS = {
+    "time-operator": lambda: (
+        hierax.Cos(1.3) * sy
+        + hierax.Polynomial(jnp.array([0.5, -1.0, 0.25])) * sz
+        + (hierax.Exp(-0.4) * hierax.Sin(2.0)) * sx
+        + 0.3 * sx
+    ),
+    "function-operator": lambda: hierax.FunctionOperator(_plain),
+    "mixed-sum": lambda: (
+        hierax.FunctionOperator(lambda t: jnp.cos(1.3 * t) * sy)
+        + hierax.Polynomial(jnp.array([0.5, -1.0, 0.25])) * sz
+        + hierax.Exp(-0.4) * hierax.FunctionOperator(lambda t: jnp.sin(2 * t) * sx)
+        + 0.3 * sx
+    ),
+    "plain-callable": lambda: hierax.as_operator(_plain),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATORS))
+def test_operator_series(name):
+    op = OPERATORS[name]()
+    t, order = 0.35, 5
+    expected = _by_jacfwd(_plain, t, order)
+    np.testing.assert_allclose(op.taylor(t, order), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(op(t), _plain(t), rtol=1e-13, atol=1e-14)
+    assert op.size == 2
+
+
+@pytest.mark.parametrize("name", ["function-operator", "mixed-sum"])
+def test_hierarchy_structure_does_not_change_the_answer(name):
+    """Term structure, dense series and mixtures give the same hierarchy."""
+    reference = hierax.HeisenbergHierarchy(OPERATORS["time-operator"](), sx, 8)(0.35)
+    other = hierax.HeisenbergHierarchy(OPERATORS[name](), sx, 8)(0.35)
+    np.testing.assert_allclose(other, reference, rtol=1e-11, atol=1e-9)
+    d_ref = hierax.PropagatorDerivatives(OPERATORS["time-operator"](), 8)(0.35, sz)
+    d_other = hierax.PropagatorDerivatives(OPERATORS[name](), 8)(0.35, sz)
+    np.testing.assert_allclose(d_other, d_ref, rtol=1e-11, atol=1e-9)
+
+
+def test_arithmetic_builds_the_expected_structure():
+    op = hierax.Cos() * sx + hierax.Sin() * sy
+    assert isinstance(op, hierax.TimeOperator) and op.matrices.shape == (2, 2, 2)
+    op2 = sx * hierax.Cos()  # matrix times function, from either side
+    assert isinstance(op2, hierax.TimeOperator)
+    np_op = np.asarray(sx) * hierax.Cos()  # numpy arrays defer to us too
+    assert isinstance(np_op, hierax.TimeOperator)
+    np.testing.assert_allclose((op - op)(0.7), np.zeros((2, 2)), atol=1e-15)
+    np.testing.assert_allclose((2.0 * op)(0.7), 2 * np.asarray(op(0.7)))
+    scaled = hierax.Gaussian() * op
+    np.testing.assert_allclose(
+        scaled(0.7), np.exp(-(0.7**2) / 2) * np.asarray(op(0.7)), rtol=1e-13
+    )
+    assert sum([op, op])(0.3).shape == (2, 2)
+    assert not op.is_constant and hierax.as_operator(sx).is_constant
+
+
+def test_function_operator_with_equinox_module_is_trainable():
+    import equinox as eqx
+
+    class Pulse(eqx.Module):
+        amplitude: jax.Array
+
+        def __call__(self, t):
+            return self.amplitude * jnp.tanh(t) * sx + sz
+
+    def loss(pulse):
+        levels = hierax.HeisenbergHierarchy(hierax.FunctionOperator(pulse), sy, 4)(0.2)
+        return jnp.sum(jnp.abs(levels[2]) ** 2)
+
+    pulse = Pulse(jnp.asarray(0.8))
+    grad = jax.grad(loss)(pulse).amplitude
+    eps = 1e-6
+    fd = (loss(Pulse(jnp.asarray(0.8 + eps))) - loss(Pulse(jnp.asarray(0.8 - eps)))) / (
+        2 * eps
+    )
+    np.testing.assert_allclose(grad, fd, rtol=1e-6)
