@@ -271,3 +271,24 @@ def test_high_order_normalised_is_finite():
         rtol=1e-12,
     )
     assert np.all(np.isfinite(levels[:150]))
+
+
+def test_float32_high_order_is_honest():
+    """In complex64, X_k overflows past k ~ 42 for the seed: it must read inf (with
+    the right sign), never nan or 0, while the normalised levels stay accurate."""
+    sy = jnp.array([[0, -1j], [1j, 0]], jnp.complex64)
+    sx = jnp.array([[0, 1], [1, 0]], jnp.float32)
+    h32 = hierax.HeisenbergHierarchy(hierax.Cos(jnp.float32(1)) * sy, sx, 80)
+    h64 = hierax.HeisenbergHierarchy(
+        hierax.Cos() * sy.astype(complex), sx.astype(float), 80
+    )
+    levels32, levels64 = np.asarray(h32(jnp.float32(1))), np.asarray(h64(1.0))
+    assert levels32.dtype == np.complex64
+    assert not np.any(np.isnan(levels32))
+    big = np.abs(levels64.real) > 3.4e38
+    assert np.all(np.isinf(levels32.real[big]))
+    assert np.all(np.sign(levels32.real[big]) == np.sign(levels64.real[big]))
+    fits = np.abs(levels64).max(axis=(1, 2)) < 1e37
+    assert np.all(relative_errors(levels32[fits], levels64[fits]) < 1e-4)
+    normalised = relative_errors(h32.normalised(jnp.float32(1)), h64.normalised(1.0))
+    assert np.all(normalised < 1e-4), normalised

@@ -5,6 +5,9 @@ $f_j = f^{(j)}(t) / j!$, $j = 0, \\ldots, K$. Everything here has a fixed shape 
 given K and traces to a program whose size does not depend on K.
 """
 
+import math
+from typing import NamedTuple
+
 import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Inexact
@@ -36,34 +39,65 @@ def scalar_cauchy_product(a: Array, b: Array) -> Array:
     return toeplitz @ a
 
 
-def factorial_factors(order: int, dtype, power: int = 1) -> tuple[Array, Array]:
-    """Factors `(exact, half)` with $(j!)^{power}$ = `exact[j] * half[j] * half[j]`.
+class FactorialFactors(NamedTuple):
+    """$(j!)^{power}$ = `exact[j] * part[j] ** repeats`, applied by `apply`.
 
     While $j!$ is finite it is formed exactly as a running product of integers (so
-    small orders are exact to rounding) and `half` is 1; past that (j > 170 in
-    float64, j > 34 in float32) `exact` is 1 and `half` is
-    $\\exp(\\tfrac12 \\log\\Gamma(j+1))$, applied twice so that nothing overflows before
-    the true value does.
+    small orders are exact to rounding) and `part` is 1. Past that (j > 170 in
+    float64, j > 34 in float32) `exact` is 1 and `part` is
+    $\\exp(\\log\\Gamma(j+1) / \\text{repeats})$, with `repeats` (static, from K and
+    the dtype) large enough that each step fits: multiplying step by step,
+    nothing overflows or underflows before the true value does, and exact zeros stay
+    zero.
     """
+
+    exact: Array
+    part: Array
+    repeats: int
+
+    def apply(self, x: Array, j: Array | None = None) -> Array:
+        """`x` times $(j!)^{power}$: row j of `x` if `j` is None, else all of `x`."""
+        if j is None:
+            shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+            exact, part = self.exact.reshape(shape), self.part.reshape(shape)
+        else:
+            exact, part = self.exact[j], self.part[j]
+        x = _real_scale(x, exact)
+        if self.repeats <= 4:
+            for _ in range(self.repeats):
+                x = _real_scale(x, part)
+            return x
+        return lax.fori_loop(0, self.repeats, lambda _, y: _real_scale(y, part), x)
+
+
+def _real_scale(x: Array, factor: Array) -> Array:
+    """`x * factor` for a real factor, part by part for complex `x`: a complex product
+    would form `inf * 0 = nan` in the other part once one part overflows."""
+    if jnp.iscomplexobj(x):
+        return lax.complex(x.real * factor, x.imag * factor)
+    return x * factor
+
+
+def factorial_factors(order: int, dtype, power: int = 1) -> FactorialFactors:
+    """The factors of $(j!)^{power}$, $j = 0..K$, for `power` 1 or -1."""
     rdtype = real_dtype(dtype)
     j = jnp.arange(1, order + 2, dtype=rdtype)  # j + 1
     exact = jnp.cumprod(jnp.concatenate([jnp.ones((1,), rdtype), j[:-1]]))
     finite = jnp.isfinite(exact)
-    half = jnp.where(finite, 1, jnp.exp(0.5 * lax.lgamma(j)))
+    log_max = math.log(float(jnp.finfo(rdtype).max))
+    repeats = max(2, math.ceil(math.lgamma(order + 1) / (0.9 * log_max)))
+    part = jnp.where(finite, 1, jnp.exp(lax.lgamma(j) / repeats))
     exact = jnp.where(finite, exact, 1)
     if power == -1:
-        exact, half = 1 / exact, 1 / half
-    return exact, half
+        exact, part = 1 / exact, 1 / part
+    return FactorialFactors(exact, part, repeats)
 
 
 def factorial_scale(coefficients: Array, power: int = 1) -> Array:
     """Multiply coefficient j by $(j!)^{power}$ (`power` is 1 or -1) along the leading
-    axis, without overflow before the true value (see `factorial_factors`)."""
+    axis, without overflow before the true value (see `FactorialFactors`)."""
     order = coefficients.shape[0] - 1
-    exact, half = factorial_factors(order, coefficients.dtype, power)
-    shape = (order + 1,) + (1,) * (coefficients.ndim - 1)
-    exact, half = exact.reshape(shape), half.reshape(shape)
-    return ((coefficients * exact) * half) * half
+    return factorial_factors(order, coefficients.dtype, power).apply(coefficients)
 
 
 def shift_series(x: Array) -> Array:
@@ -123,13 +157,10 @@ def triangular_cauchy_product(
     b_spec = "b" if right.ndim == 2 else "bc"
     c_spec = "a" if right.ndim == 2 else "ac"
     large = (order + 2) * left[0].size > _BATCH_ELEMENTS
-    if factorial:
-        exact, half = factorial_factors(order, dtype)
-    else:
-        exact = half = jnp.ones((order + 1,), real_dtype(dtype))
+    factors = factorial_factors(order, dtype) if factorial else None
 
     def write(out, k, row):
-        return out.at[k].set(((row * exact[k]) * half[k]) * half[k])
+        return out.at[k].set(row if factors is None else factors.apply(row, k))
 
     def indices(p):
         k1, k2 = p, order - p
@@ -176,6 +207,7 @@ def dagger(x: Array) -> Array:
 
 __all__ = [
     "dagger",
+    "FactorialFactors",
     "factorial_factors",
     "factorial_scale",
     "power_series",
