@@ -1,0 +1,683 @@
+"""`hierax bench`: compile time, run time and memory, measured side by side.
+
+Everything is measured in one process and one run, so that ratios between methods
+are meaningful even on a busy machine where absolute times are not. Three parts:
+
+- **Compile time against the order** $K$ for the seed hierarchy
+  ($H = \\cos(t)\\,\\sigma_y$, $X_0 = \\sigma_x$): the question's naive recursion
+  (level $K$ after levels $0..K-1$, as the question ran it), a
+  `jax.experimental.jet` hierarchy in a `lax.fori_loop`, and
+  [`hierax.HeisenbergHierarchy`][] with a closed-form and with a callable
+  Hamiltonian. A method whose next measurement is predicted to exceed the time
+  budget is not run further (its growth would only make the benchmark slow).
+- **Steady-state run time against the matrix size** $n$ for a two-term Hamiltonian
+  $\\cos(1.3t)A + \\sin(0.7t)B$, also in matmul-equivalents: the time divided by
+  the time of one jitted $n \\times n$ complex product measured in the same run.
+- **Peak memory** at $n = 256$, $K = 32$ from XLA's memory analysis of the compiled
+  call, against the size of the output, and the resident-set growth of one call
+  in a fresh subprocess.
+
+Results go to `results.json`, `results.md` and PNG plots (if matplotlib is
+installed).
+"""
+
+import dataclasses
+import json
+import math
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import jet
+
+from . import _seed
+from ._coefficients import Cos, Sin
+from ._hierarchies import HeisenbergHierarchy
+from ._operators import FunctionOperator
+
+
+def median_call_time(
+    fn: Callable[[], Any],
+    *,
+    min_calls: int = 5,
+    max_calls: int = 2000,
+    budget: float = 0.5,
+) -> tuple[float, int]:
+    """Median wall time of `fn()` (blocked until ready) over repeated calls.
+
+    `fn` is called once untimed first (it may compile). Calls continue until both
+    `min_calls` calls and `budget` seconds are reached, or `max_calls`.
+
+    **Returns:**
+
+    `(median seconds per call, number of timed calls)`.
+    """
+    jax.block_until_ready(fn())
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < max_calls and (len(times) < min_calls or spent < budget):
+        tick = time.perf_counter()
+        jax.block_until_ready(fn())
+        elapsed = time.perf_counter() - tick
+        times.append(elapsed)
+        spent += elapsed
+    return statistics.median(times), len(times)
+
+
+def _first_call_time(fn: Callable[[], Any]) -> float:
+    tick = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - tick
+
+
+def warm_up() -> None:
+    """Start the backend and XLA's compiler on an unrelated program, so that the
+    first method measured does not pay the process's one-time costs."""
+    x = jnp.eye(2, dtype=_seed.complex_dtype())
+    jax.block_until_ready(jax.jit(lambda a: a @ a + jnp.cos(a))(x))
+
+
+def make_jet_hierarchy(order: int) -> Callable[[Any], Any]:
+    """The seed hierarchy with `jax.experimental.jet` inside a `lax.fori_loop`.
+
+    What this measures, precisely: `jet` gives the Taylor series of
+    $H(t+\\tau) = \\cos(t+\\tau)\\,\\sigma_y$ once; the loop then carries the
+    series of the level $X_{k-1}(t+\\tau)$ and, each iteration, pushes the series of
+    $H$ and $X_{k-1}$ through the commutator $i[H, X_{k-1}]$ with `jet` and adds the
+    derivative term by shifting the carried series. This is the most economical use
+    of `jet` for the hierarchy we found (an earlier variant that differentiated the
+    level function as a polynomial in $\\tau$ compiled 5x slower at $K = 9$). The
+    level loop is a `fori_loop` and does not grow with $K$, but `jet`'s rules for
+    `cos` and for products are unrolled double loops over the orders, so the traced
+    program grows like $K^2$.
+    """
+
+    @jax.jit
+    def levels(t: Any) -> Any:
+        dtype = _seed.complex_dtype()
+        real = jnp.zeros((), dtype).real.dtype
+        sx, sy = _seed.pauli_x(), _seed.pauli_y()
+        out = jnp.zeros((order + 1, 2, 2), dtype).at[0].set(sx)
+        if order == 0:
+            return out
+        # jet's series are derivatives, ours normalised coefficients: x^(j) = j! x_j.
+        factorials = jnp.exp(lax.lgamma(jnp.arange(1, order + 2, dtype=real)))
+        factorials = factorials[:, None, None]
+        direction = [jnp.ones((), real)] + [jnp.zeros((), real)] * (order - 1)
+        h0, h_series = jet.jet(
+            lambda s: jnp.cos(s) * sy, (jnp.asarray(t, real),), (direction,)
+        )
+        h_derivatives = jnp.stack(h_series)
+
+        def commutator(h: Any, x: Any) -> Any:
+            return 1j * (h @ x - x @ h)
+
+        def body(k: Any, carry: Any) -> Any:
+            x, out = carry
+            derivatives = x * factorials
+            c0, c_series = jet.jet(
+                commutator,
+                (h0, derivatives[0]),
+                (h_derivatives, derivatives[1:]),
+            )
+            series = jnp.stack([c0, *c_series]) / factorials
+            shifted = jnp.arange(1, order + 1, dtype=real)[:, None, None] * x[1:]
+            x = series + jnp.concatenate([shifted, jnp.zeros_like(x[:1])])
+            return x, out.at[k].set(x[0])
+
+        x0 = jnp.zeros((order + 1, 2, 2), dtype).at[0].set(sx)
+        _, out = lax.fori_loop(1, order + 1, body, (x0, out))
+        return out
+
+    return levels
+
+
+@dataclasses.dataclass
+class _Budget:
+    """Predicts the next measurement of a method from its last two and refuses it
+    when the prediction exceeds the budget, so that an exponential method is
+    stopped before, not after, an expensive run."""
+
+    seconds: float
+    history: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+
+    def predict(self, size: float) -> float:
+        if not self.history:
+            return 0.0
+        (s1, t1), *rest = self.history[-2:]
+        if not rest:
+            return t1
+        s2, t2 = rest[0]
+        if s2 == s1 or t1 <= 0:
+            return t2
+        exponent = max(0.0, math.log(t2 / t1) / math.log(s2 / s1))
+        return t2 * (size / s2) ** exponent
+
+    def allows(self, size: float) -> bool:
+        return self.predict(size) <= self.seconds
+
+    def record(self, size: float, seconds: float) -> None:
+        self.history.append((size, seconds))
+
+
+def _log(text: str) -> None:
+    print(text, flush=True)
+
+
+def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> dict:
+    """Part (a): first-call (compile + run) time against the order, per method."""
+    t = 1.0
+    t_complex = jnp.asarray(t, _seed.complex_dtype())
+    sx, sy = _seed.pauli_x(), _seed.pauli_y()
+    results: dict[str, Any] = {"orders": list(orders), "budget_seconds": budget}
+
+    _log(f"(a) compile time against the order; budget {budget:g} s per measurement")
+    # The naive recursion is run level by level, as in the question: level K is
+    # timed after levels 0..K-1 have been compiled (which does not help it).
+    naive = _seed.make_naive_recursion()
+    naive_rows = []
+    naive_budget_tracker = _Budget(naive_budget)
+    cumulative = 0.0
+    for k in range(max(orders) + 1):
+        # Level k costs ~3x level k-1: predict from the ratio of the last two.
+        # Sizes on an exponential scale make the predicted growth a ratio per level.
+        if not naive_budget_tracker.allows(math.exp(k)):
+            _log(
+                f"  naive recursion: stop before level {k} (predicted "
+                f"{naive_budget_tracker.predict(math.exp(k)):.1f} s > "
+                f"{naive_budget:g} s)"
+            )
+            break
+        elapsed = _first_call_time(lambda k=k: naive(t_complex, k))
+        cumulative += elapsed
+        naive_budget_tracker.record(math.exp(k), elapsed)
+        naive_rows.append(
+            {"order": k, "seconds": elapsed, "cumulative_seconds": cumulative}
+        )
+        if elapsed > 1.0:
+            _log(f"  naive recursion level {k}: {elapsed:.2f} s")
+    results["naive"] = naive_rows
+
+    def measure(name: str, make: Callable[[int], Callable[[], Any]]) -> list[dict]:
+        tracker = _Budget(budget)
+        rows = []
+        for order in orders:
+            if not tracker.allows(order):
+                _log(
+                    f"  {name}: stop before order {order} (predicted "
+                    f"{tracker.predict(order):.1f} s > {budget:g} s)"
+                )
+                break
+            fn = make(order)
+            first = _first_call_time(fn)
+            steady, _ = median_call_time(fn, budget=0.1, min_calls=3)
+            tracker.record(order, first)
+            rows.append(
+                {
+                    "order": order,
+                    "first_call_seconds": first,
+                    "steady_seconds": steady,
+                    "compile_seconds": max(first - steady, 0.0),
+                }
+            )
+            _log(f"  {name} order {order}: first call {first:.3f} s")
+        return rows
+
+    def jet_method(order: int) -> Callable[[], Any]:
+        levels = make_jet_hierarchy(order)
+        return lambda: levels(t)
+
+    def closed_form(order: int) -> Callable[[], Any]:
+        hierarchy = HeisenbergHierarchy(Cos() * sy, sx, order)
+        return lambda: hierarchy(t)
+
+    def callable_operator(order: int) -> Callable[[], Any]:
+        # A fresh lambda per order: a new static structure, so a fresh compile.
+        operator = FunctionOperator(lambda s: jnp.cos(s) * sy)
+        hierarchy = HeisenbergHierarchy(operator, sx, order)
+        return lambda: hierarchy(t)
+
+    results["jet"] = measure("jet in fori_loop", jet_method)
+    results["hierax_closed_form"] = measure("hierax closed form", closed_form)
+    results["hierax_callable"] = measure("hierax callable", callable_operator)
+    return results
+
+
+def _random_hermitian(rng: np.random.Generator, n: int) -> np.ndarray:
+    a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
+    return (a + a.conj().T) / 2
+
+
+def bench_sizes(sizes: Sequence[int], orders: Sequence[int], budget: float) -> dict:
+    """Part (b): steady-state time against n for a two-term Hamiltonian."""
+    _log(f"(b) steady-state run time against n at orders {list(orders)}")
+    rng = np.random.default_rng(0)
+    dtype = _seed.complex_dtype()
+    matmul = jax.jit(lambda a, b: a @ b)
+    rows = []
+    for n in sizes:
+        a, b, c = (jnp.asarray(_random_hermitian(rng, n), dtype) for _ in range(3))
+        matmul_seconds, _ = median_call_time(
+            lambda a=a, b=b: matmul(a, b), budget=budget
+        )
+        hamiltonian = Cos(1.3) * a + Sin(0.7) * b
+        for order in orders:
+            hierarchy = HeisenbergHierarchy(hamiltonian, c, order)
+            call = lambda hierarchy=hierarchy: hierarchy(1.0)
+            first = _first_call_time(call)
+            seconds, calls = median_call_time(call, budget=budget, min_calls=3)
+            rows.append(
+                {
+                    "n": n,
+                    "order": order,
+                    "first_call_seconds": first,
+                    "seconds": seconds,
+                    "calls": calls,
+                    "matmul_seconds": matmul_seconds,
+                    "matmul_equivalents": seconds / matmul_seconds,
+                }
+            )
+            _log(
+                f"  n = {n:>3}, order {order:>2}: {seconds * 1e3:9.3f} ms per call "
+                f"= {seconds / matmul_seconds:8.1f} matmuls (median of {calls})"
+            )
+    return {"sizes": list(sizes), "orders": list(orders), "rows": rows}
+
+
+_RSS_SCRIPT = textwrap.dedent(
+    """
+    import gc, json, sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp, numpy as np
+    import hierax
+
+    n, order = int(sys.argv[1]), int(sys.argv[2])
+    rng = np.random.default_rng(0)
+    def herm():
+        a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
+        return jnp.asarray((a + a.conj().T) / 2)
+    a, b, c = herm(), herm(), herm()
+    h = hierax.HeisenbergHierarchy(hierax.Cos(1.3) * a + hierax.Sin(0.7) * b, c, order)
+    t = jnp.asarray(1.0)
+    compiled = jax.jit(lambda h, t: h(t)).lower(h, t).compile()
+    gc.collect()
+
+    def status(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    # Writing 5 resets the peak (VmHWM) to the current resident set (Linux >= 4.0),
+    # so the peak below belongs to the call alone, not to compilation.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = status("VmRSS")
+    out = compiled(h, t).block_until_ready()
+    peak = status("VmHWM")
+    print(json.dumps({"rss_before": before, "peak": peak, "growth": peak - before}))
+    """
+)
+
+
+def bench_memory(n: int, order: int, rss: bool) -> dict:
+    """Part (c): XLA's memory analysis of one call at size n, order K, and the
+    resident-set growth of that call in a fresh process."""
+    _log(f"(c) memory at n = {n}, order {order}")
+    rng = np.random.default_rng(0)
+    dtype = _seed.complex_dtype()
+    a, b, c = (jnp.asarray(_random_hermitian(rng, n), dtype) for _ in range(3))
+    hierarchy = HeisenbergHierarchy(Cos(1.3) * a + Sin(0.7) * b, c, order)
+    t = jnp.asarray(1.0)
+    compiled = jax.jit(lambda h, s: h(s)).lower(hierarchy, t).compile()
+    analysis = compiled.memory_analysis()
+    output_bytes = (order + 1) * n * n * jnp.dtype(dtype).itemsize
+    result: dict[str, Any] = {
+        "n": n,
+        "order": order,
+        "output_array_bytes": output_bytes,
+    }
+    if analysis is None:
+        result["memory_analysis"] = None
+        _log("  XLA memory analysis: not available on this backend")
+    else:
+        fields = (
+            "temp_size_in_bytes",
+            "output_size_in_bytes",
+            "argument_size_in_bytes",
+            "alias_size_in_bytes",
+            "generated_code_size_in_bytes",
+        )
+        memory = {f: int(getattr(analysis, f, 0) or 0) for f in fields}
+        peak = memory["temp_size_in_bytes"] + memory["output_size_in_bytes"]
+        result["memory_analysis"] = memory
+        result["peak_bytes"] = peak
+        # The arguments (A, B, C and t) are the baseline the target allows on top.
+        result["baseline_bytes"] = memory["argument_size_in_bytes"]
+        result["peak_over_output"] = peak / output_bytes
+        result["peak_allowed_bytes"] = 3 * output_bytes + result["baseline_bytes"]
+        _log(
+            f"  XLA: temp {memory['temp_size_in_bytes'] / 2**20:.1f} MiB + output "
+            f"{memory['output_size_in_bytes'] / 2**20:.1f} MiB = "
+            f"{peak / output_bytes:.2f}x the output array "
+            f"({output_bytes / 2**20:.1f} MiB)"
+        )
+    if not rss:
+        result["rss"] = "not measured (--quick)"
+        return result
+    try:
+        process = subprocess.run(
+            [sys.executable, "-c", _RSS_SCRIPT, str(n), str(order)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        measured = json.loads(process.stdout.strip().splitlines()[-1])
+        measured["growth_over_output"] = measured["growth"] / output_bytes
+        result["rss"] = measured
+        _log(
+            f"  resident-set growth of one call (fresh process): "
+            f"{measured['growth'] / 2**20:.1f} MiB = "
+            f"{measured['growth_over_output']:.2f}x the output array"
+        )
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as error:
+        result["rss"] = f"not measured: {type(error).__name__}"
+        _log(f"  resident-set growth: not measured ({type(error).__name__})")
+    return result
+
+
+def _by_order(rows: list[dict], key: str) -> dict[int, float]:
+    return {row["order"]: row[key] for row in rows}
+
+
+def check_targets(results: dict) -> list[dict]:
+    """The issue's targets, each with the measured value and whether it is met
+    (`None` when this run did not measure it)."""
+    compile_part = results["compile"]
+    closed = _by_order(compile_part["hierax_closed_form"], "first_call_seconds")
+    targets = []
+
+    def add(name: str, value: str, met: bool | None) -> None:
+        targets.append({"target": name, "measured": value, "met": met})
+
+    if closed:
+        worst = max(closed.values())
+        add(
+            "seed compile <= 1 s at every order (closed form, first call)",
+            f"max {worst:.3f} s over orders {sorted(closed)}",
+            worst <= 1.0 if max(closed) >= 200 else None,
+        )
+    if 10 in closed and 200 in closed:
+        ratio = closed[200] / closed[10]
+        add("compile(200) / compile(10) <= 1.5", f"{ratio:.2f}", ratio <= 1.5)
+    else:
+        add("compile(200) / compile(10) <= 1.5", "orders 10, 200 not run", None)
+    if 9 in closed:
+        add(
+            "all ten seed levels, one call, compile + run <= 0.5 s",
+            f"{closed[9]:.3f} s",
+            closed[9] <= 0.5,
+        )
+    steady = _by_order(compile_part["hierax_closed_form"], "steady_seconds")
+    if 9 in steady:
+        add(
+            "steady state, n = 2, order 9 <= 100 us per call (seed H)",
+            f"{steady[9] * 1e6:.0f} us",
+            steady[9] <= 100e-6,
+        )
+    sizes = {(r["n"], r["order"]): r for r in results["sizes"]["rows"]}
+    if (128, 40) in sizes:
+        equivalents = sizes[(128, 40)]["matmul_equivalents"]
+        add(
+            "n = 128, order 40, two-term H <= 1500 matmul-equivalents",
+            f"{equivalents:.0f}",
+            equivalents <= 1500,
+        )
+    else:
+        add("n = 128, order 40, two-term H <= 1500 matmul-equivalents", "not run", None)
+    memory = results["memory"]
+    if "peak_over_output" in memory:
+        add(
+            f"n = {memory['n']}, order {memory['order']}: peak <= 3x output + baseline",
+            f"{memory['peak_over_output']:.2f}x output "
+            f"(+ {memory['baseline_bytes'] / 2**20:.1f} MiB arguments)",
+            memory["peak_bytes"] <= memory["peak_allowed_bytes"],
+        )
+    return targets
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def write_markdown(results: dict, path: pathlib.Path) -> None:
+    """`results.md`: the tables of a run."""
+    compile_part = results["compile"]
+    naive = {row["order"]: row for row in compile_part["naive"]}
+    jet_rows = _by_order(compile_part["jet"], "first_call_seconds")
+    closed = _by_order(compile_part["hierax_closed_form"], "first_call_seconds")
+    callable_rows = _by_order(compile_part["hierax_callable"], "first_call_seconds")
+    lines = [
+        "# hierax benchmark results",
+        "",
+        f"{results['platform']}. Medians where repeated; times in seconds unless "
+        "marked. Preliminary unless the machine was otherwise idle.",
+        "",
+        "## Compile time against the order (seed hierarchy, first call = compile + "
+        "run)",
+        "",
+        "Naive: level K after levels 0..K-1 (the question's sequence), and the total "
+        "for levels 0..K. `—`: not run (predicted over the "
+        f"{compile_part['budget_seconds']:g} s budget).",
+        "",
+        "| order K | naive level K | naive 0..K | jet in fori_loop | hierax closed "
+        "form | hierax callable | naive 0..K / hierax | jet / hierax |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for order in compile_part["orders"]:
+        row = naive.get(order)
+        hierax = closed.get(order)
+        naive_ratio = (
+            f"{row['cumulative_seconds'] / hierax:.1f}x" if row and hierax else "—"
+        )
+        jet_ratio = (
+            f"{jet_rows[order] / hierax:.1f}x" if order in jet_rows and hierax else "—"
+        )
+        lines.append(
+            f"| {order} | {_cell(row and row['seconds'])} | "
+            f"{_cell(row and row['cumulative_seconds'])} | "
+            f"{_cell(jet_rows.get(order))} | {_cell(hierax)} | "
+            f"{_cell(callable_rows.get(order))} | {naive_ratio} | {jet_ratio} |"
+        )
+    lines += [
+        "",
+        "## Steady-state run time against n (two-term H = cos(1.3t) A + sin(0.7t) B)",
+        "",
+        "| n | order | per call | matmul (n x n, same dtype) | matmul-equivalents |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in results["sizes"]["rows"]:
+        lines.append(
+            f"| {row['n']} | {row['order']} | {_seconds(row['seconds'])} | "
+            f"{_seconds(row['matmul_seconds'])} | {row['matmul_equivalents']:.1f} |"
+        )
+    memory = results["memory"]
+    lines += ["", f"## Memory at n = {memory['n']}, order {memory['order']}", ""]
+    if memory.get("memory_analysis"):
+        analysis = memory["memory_analysis"]
+        lines += [
+            "| quantity | MiB |",
+            "|---|---:|",
+            "| output array, (K+1) n^2 x 16 B | "
+            f"{memory['output_array_bytes'] / 2**20:.1f} |",
+            f"| XLA temp | {analysis['temp_size_in_bytes'] / 2**20:.1f} |",
+            f"| XLA output | {analysis['output_size_in_bytes'] / 2**20:.1f} |",
+            f"| XLA arguments (baseline) | "
+            f"{analysis['argument_size_in_bytes'] / 2**20:.1f} |",
+            f"| peak = temp + output | {memory['peak_bytes'] / 2**20:.1f} "
+            f"({memory['peak_over_output']:.2f}x output) |",
+        ]
+        rss = memory.get("rss")
+        if isinstance(rss, dict):
+            lines.append(
+                f"| resident-set growth of one call (fresh process) | "
+                f"{rss['growth'] / 2**20:.1f} ({rss['growth_over_output']:.2f}x "
+                "output) |"
+            )
+        else:
+            lines.append(f"| resident-set growth | {rss} |")
+    else:
+        lines.append("XLA memory analysis not available on this backend.")
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for target in results["targets"]:
+        met = {True: "yes", False: "**no**", None: "not measured"}[target["met"]]
+        lines.append(f"| {target['target']} | {target['measured']} | {met} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def write_plots(results: dict, out: pathlib.Path) -> list[str]:
+    """PNG plots of parts (a) and (b); returns the file names written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    compile_part = results["compile"]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    series = [
+        ("naive recursion (level K)", compile_part["naive"], "seconds", "o-"),
+        ("jet in fori_loop", compile_part["jet"], "first_call_seconds", "s-"),
+        (
+            "hierax closed form",
+            compile_part["hierax_closed_form"],
+            "first_call_seconds",
+            "^-",
+        ),
+        (
+            "hierax callable",
+            compile_part["hierax_callable"],
+            "first_call_seconds",
+            "v-",
+        ),
+    ]
+    for label, rows, key, style in series:
+        rows = [r for r in rows if r["order"] >= 1]
+        if rows:
+            ax.plot(
+                [r["order"] for r in rows], [r[key] for r in rows], style, label=label
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("order K")
+    ax.set_ylabel("first call (compile + run), s")
+    ax.set_title("Seed hierarchy: compile time against order")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "compile_vs_order.png")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    rows = results["sizes"]["rows"]
+    for order in results["sizes"]["orders"]:
+        selected = [r for r in rows if r["order"] == order]
+        ax.plot(
+            [r["n"] for r in selected],
+            [r["matmul_equivalents"] for r in selected],
+            "o-",
+            label=f"order {order}",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("matrix size n")
+    ax.set_ylabel("time per call / time of one n x n matmul")
+    ax.set_title("Two-term H: run time in matmul-equivalents")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "runtime_vs_size.png")
+    plt.close(fig)
+    return ["compile_vs_order.png", "runtime_vs_size.png"]
+
+
+def _git_commit() -> str | None:
+    try:
+        process = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=pathlib.Path(__file__).parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return process.stdout.strip() or None
+
+
+def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
+    """`hierax bench`: run all parts, write the results to `out`. Returns 0."""
+    start = time.perf_counter()
+    if quick:
+        orders = [1, 3, 5, 9, 10, 40, 200]
+        budget, naive_budget = 2.0, 1.5
+        sizes, size_orders, size_budget = [2, 8, 32], [9], 0.1
+        rss = False
+    else:
+        orders = [1, 2, 3, 5, 9, 10, 20, 40, 100, 200]
+        budget, naive_budget = 10.0, 10.0
+        sizes, size_orders, size_budget = [2, 4, 8, 16, 32, 64, 128, 256], [9, 40], 0.5
+        rss = True
+    out.mkdir(parents=True, exist_ok=True)
+    device = jax.devices()[0]
+    results: dict[str, Any] = {
+        "quick": quick,
+        "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "platform": (
+            f"jax {jax.__version__}, {device.platform} ({device.device_kind}), "
+            f"{platform.machine()}, Python {platform.python_version()}, x64"
+        ),
+        "git_commit": _git_commit(),
+    }
+    _log(f"hierax bench{' --quick' if quick else ''}: {results['platform']}")
+    warm_up()
+    results["compile"] = bench_compile(orders, budget, naive_budget)
+    results["sizes"] = bench_sizes(sizes, size_orders, size_budget)
+    results["memory"] = bench_memory(256, 32, rss)
+    results["targets"] = check_targets(results)
+    results["total_seconds"] = time.perf_counter() - start
+
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_markdown(results, out / "results.md")
+    written = ["results.json", "results.md"]
+    try:
+        written += write_plots(results, out)
+    except ImportError:
+        _log(
+            "matplotlib is not installed: plots skipped "
+            "(pip install 'hierax[bench]' to get them)"
+        )
+    _log(f"Wrote {', '.join(written)} to {out} in {results['total_seconds']:.0f} s")
+    for target in results["targets"]:
+        met = {True: "met", False: "NOT MET", None: "not measured"}[target["met"]]
+        _log(f"  {target['target']}: {target['measured']} ({met})")
+    return 0
