@@ -2,9 +2,11 @@
 
 - Serve the runnable scripts of `examples/` with the site, so that pages link to
   them (`examples/<name>.py`) and readers can download them.
-- Pull the benchmark results (`benchmarks/README.md` and `benchmarks/figures/*.png`)
-  into the Benchmarks page at build time, instead of keeping a copy in `docs/`. When
-  they have not been produced yet, the page says how to produce them.
+- Pull the benchmark results into the Benchmarks page at build time, instead of
+  keeping a copy in `docs/`: the committed `benchmarks/README.md` and
+  `benchmarks/figures/*.png` when they exist, else the output of a local
+  `make bench` (`benchmarks/out/results.md` and `benchmarks/out/*.png`). When there
+  are none, the page says how to produce them.
 """
 
 import pathlib
@@ -16,8 +18,19 @@ from mkdocs.structure.files import File, Files
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 BENCHMARKS = ROOT / "benchmarks"
-FIGURES = BENCHMARKS / "figures"
 MARKER = "<!-- hierax:benchmarks -->"
+
+
+def _results() -> tuple[pathlib.Path | None, list[pathlib.Path]]:
+    """The benchmark tables (a Markdown file) and figures to show, if any."""
+    for markdown, figures in (
+        (BENCHMARKS / "README.md", BENCHMARKS / "figures"),
+        (BENCHMARKS / "out" / "results.md", BENCHMARKS / "out"),
+    ):
+        pngs = sorted(figures.glob("*.png"))
+        if markdown.exists() or pngs:
+            return (markdown if markdown.exists() else None), pngs
+    return None, []
 
 
 def _add(files: Files, path: pathlib.Path, src_uri: str, config) -> None:
@@ -27,7 +40,7 @@ def _add(files: Files, path: pathlib.Path, src_uri: str, config) -> None:
 def on_files(files: Files, config) -> Files:
     for script in sorted(EXAMPLES.glob("*.py")):
         _add(files, script, f"examples/{script.name}", config)
-    for figure in sorted(FIGURES.glob("*.png")):
+    for figure in _results()[1]:
         _add(files, figure, f"benchmarks/figures/{figure.name}", config)
     return files
 
@@ -35,36 +48,40 @@ def on_files(files: Files, config) -> Files:
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def _rewrite_link(match: re.Match) -> str:
-    bang, text, target = match.groups()
-    if re.match(r"^[a-z]+:", target) or target.startswith("#"):
-        return match.group(0)
-    path = (BENCHMARKS / target).resolve()
-    if path.parent == FIGURES.resolve() and path.suffix == ".png" and path.exists():
-        return f"{bang}[{text}](benchmarks/figures/{path.name})"
-    # Anything else the README points at is not part of the site: keep the words.
-    return f"{text} (`{target}`)" if not bang else f"*{text}* (`{target}`)"
+def _rewrite_links(text: str, base: pathlib.Path, figures: list[pathlib.Path]) -> str:
+    """Point links at figures to their copies in the site; other relative links
+    lead outside the site, so keep only their words."""
+    served = {figure.resolve() for figure in figures}
+
+    def rewrite(match: re.Match) -> str:
+        bang, words, target = match.groups()
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            return match.group(0)
+        path = (base / target).resolve()
+        if path in served:
+            return f"{bang}[{words}](benchmarks/figures/{path.name})"
+        return f"*{words}* (`{target}`)" if bang else f"{words} (`{target}`)"
+
+    return _LINK.sub(rewrite, text)
 
 
 def _benchmark_section() -> str:
-    readme = BENCHMARKS / "README.md"
-    figures = sorted(FIGURES.glob("*.png"))
-    if not readme.exists() and not figures:
+    markdown, figures = _results()
+    if markdown is None and not figures:
         return (
             '!!! note "No benchmark results in this build"\n\n'
             "    This site was built before the benchmarks were run. Run `make bench` "
-            "(which writes\n    `benchmarks/README.md` and `benchmarks/figures/*.png`) "
-            "and rebuild with `make docs`.\n"
+            "(which writes\n    its tables and plots to `benchmarks/out/`) and rebuild "
+            "with `make docs`.\n"
         )
     parts = []
-    if readme.exists():
-        text = readme.read_text(encoding="utf-8")
-        # The page has its own title: the README's headings go one level down.
+    if markdown is not None:
+        text = markdown.read_text(encoding="utf-8")
+        # The page has its own title: the results' headings go one level down.
         text = re.sub(r"^(#{1,5}) ", r"#\1 ", text, flags=re.MULTILINE)
-        text = _LINK.sub(_rewrite_link, text)
-        parts.append(text)
+        parts.append(_rewrite_links(text, markdown.parent, figures))
     shown = set(re.findall(r"benchmarks/figures/([^)\s]+\.png)", "\n".join(parts)))
-    rest = [f for f in figures if f.name not in shown]
+    rest = [figure for figure in figures if figure.name not in shown]
     if rest:
         parts.append("## Figures\n")
         for figure in rest:

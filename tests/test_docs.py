@@ -154,14 +154,27 @@ def test_examples_are_served_and_embedded(site):
     assert "smallest reduction factor" in text
 
 
-def test_benchmarks_page_without_results(tmp_path, monkeypatch):
-    """The build hook explains how to produce missing benchmark results."""
+def _load_hooks():
     spec = importlib.util.spec_from_file_location("hooks", ROOT / "docs" / "hooks.py")
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
+    return hooks
+
+
+def test_benchmarks_page_pulls_in_results(tmp_path, monkeypatch):
+    """The build hook shows the committed results, else a local run's, else says
+    how to produce them."""
+    hooks = _load_hooks()
     monkeypatch.setattr(hooks, "BENCHMARKS", tmp_path)
-    monkeypatch.setattr(hooks, "FIGURES", tmp_path / "figures")
     assert "make bench" in hooks._benchmark_section()
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.md").write_text("# Run\n\n| K | s |\n|---|---|\n")
+    (tmp_path / "out" / "compile_vs_order.png").write_bytes(b"")
+    section = hooks._benchmark_section()
+    assert section.startswith("## Run")
+    assert "![compile vs order](benchmarks/figures/compile_vs_order.png)" in section
+
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "compile_time.png").write_bytes(b"")
     (tmp_path / "README.md").write_text(
@@ -172,6 +185,7 @@ def test_benchmarks_page_without_results(tmp_path, monkeypatch):
     assert section.startswith("## Benchmarks")
     assert "![compile](benchmarks/figures/compile_time.png)" in section
     assert "the script (`run.py`)" in section
+    assert "compile_vs_order" not in section  # the committed results win
 
 
 # Pages whose ```python blocks, run in order, form one self-contained script.
