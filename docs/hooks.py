@@ -22,15 +22,16 @@ MARKER = "<!-- hierax:benchmarks -->"
 
 
 def _results() -> tuple[pathlib.Path | None, list[pathlib.Path]]:
-    """The benchmark tables (a Markdown file) and figures to show, if any."""
-    for markdown, figures in (
-        (BENCHMARKS / "README.md", BENCHMARKS / "figures"),
-        (BENCHMARKS / "out" / "results.md", BENCHMARKS / "out"),
-    ):
-        pngs = sorted(figures.glob("*.png"))
-        if markdown.exists() or pngs:
-            return (markdown if markdown.exists() else None), pngs
-    return None, []
+    """The benchmark tables (a Markdown file) and figures to show, if any: the
+    committed ones first, then those of a local run."""
+    markdowns = [BENCHMARKS / "README.md", BENCHMARKS / "out" / "results.md"]
+    markdown = next((m for m in markdowns if m.exists()), None)
+    figures: list[pathlib.Path] = []
+    for folder in (BENCHMARKS / "figures", BENCHMARKS / "out"):
+        figures = sorted(folder.glob("*.png"))
+        if figures:
+            break
+    return markdown, figures
 
 
 def _add(files: Files, path: pathlib.Path, src_uri: str, config) -> None:
@@ -48,18 +49,20 @@ def on_files(files: Files, config) -> Files:
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def _rewrite_links(text: str, base: pathlib.Path, figures: list[pathlib.Path]) -> str:
+def _rewrite_links(text: str, figures: list[pathlib.Path]) -> str:
     """Point links at figures to their copies in the site; other relative links
     lead outside the site, so keep only their words."""
-    served = {figure.resolve() for figure in figures}
+    served = {figure.name for figure in figures}
 
     def rewrite(match: re.Match) -> str:
         bang, words, target = match.groups()
         if re.match(r"^[a-z]+:", target) or target.startswith("#"):
             return match.group(0)
-        path = (base / target).resolve()
-        if path in served:
-            return f"{bang}[{words}](benchmarks/figures/{path.name})"
+        name = pathlib.PurePosixPath(target).name
+        if target.endswith(".png") and name in served:
+            return f"{bang}[{words}](benchmarks/figures/{name})"
+        if words.strip("`") == target:
+            return words
         return f"*{words}* (`{target}`)" if bang else f"{words} (`{target}`)"
 
     return _LINK.sub(rewrite, text)
@@ -77,9 +80,11 @@ def _benchmark_section() -> str:
     parts = []
     if markdown is not None:
         text = markdown.read_text(encoding="utf-8")
-        # The page has its own title: the results' headings go one level down.
+        # The page has its own title: drop the results' title, and their other
+        # headings go one level down.
+        text = re.sub(r"\A\s*# [^\n]*\n", "", text)
         text = re.sub(r"^(#{1,5}) ", r"#\1 ", text, flags=re.MULTILINE)
-        parts.append(_rewrite_links(text, markdown.parent, figures))
+        parts.append(_rewrite_links(text, figures))
     shown = set(re.findall(r"benchmarks/figures/([^)\s]+\.png)", "\n".join(parts)))
     rest = [figure for figure in figures if figure.name not in shown]
     if rest:

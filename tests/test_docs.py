@@ -169,20 +169,22 @@ def test_benchmarks_page_pulls_in_results(tmp_path, monkeypatch):
     assert "make bench" in hooks._benchmark_section()
 
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "results.md").write_text("# Run\n\n| K | s |\n|---|---|\n")
+    (tmp_path / "out" / "results.md").write_text(
+        "# Run\n\n## Compile\n\n| K |\n|---|\n"
+    )
     (tmp_path / "out" / "compile_vs_order.png").write_bytes(b"")
     section = hooks._benchmark_section()
-    assert section.startswith("## Run")
+    assert section.lstrip().startswith("### Compile")  # under the page's title
     assert "![compile vs order](benchmarks/figures/compile_vs_order.png)" in section
 
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "compile_time.png").write_bytes(b"")
     (tmp_path / "README.md").write_text(
-        "# Benchmarks\n\n| K | s |\n|---|---|\n| 9 | 1 |\n\n"
+        "# Benchmarks\n\nIntro.\n\n| K | s |\n|---|---|\n| 9 | 1 |\n\n"
         "![compile](figures/compile_time.png) see [the script](run.py)\n"
     )
     section = hooks._benchmark_section()
-    assert section.startswith("## Benchmarks")
+    assert section.lstrip().startswith("Intro.")
     assert "![compile](benchmarks/figures/compile_time.png)" in section
     assert "the script (`run.py`)" in section
     assert "compile_vs_order" not in section  # the committed results win
