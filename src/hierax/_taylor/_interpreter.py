@@ -13,9 +13,13 @@ import jax.numpy as jnp
 from ._core import RULES, Context, Series, is_inexact, is_series, lift, primal
 
 
-def _bind(eqn: Any, invals: Sequence[Any]) -> Any:
-    subfuns, params = eqn.primitive.get_bind_params(eqn.params)
-    return eqn.primitive.bind(*subfuns, *invals, **params)
+def bind(eqn: Any, invals: Sequence[Any]) -> Any:
+    """Run `eqn`'s primitive on plain values, as `jax.core.eval_jaxpr` does."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    if isinstance(params, tuple):  # JAX < 0.7 returned (subfuns, params)
+        subfuns, params = params
+        return eqn.primitive.bind(*subfuns, *invals, **params)
+    return eqn.primitive.bind(*invals, **params)
 
 
 def _read_literal(v: Any) -> Any:
@@ -26,11 +30,11 @@ def apply_equation(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     """The outputs of one equation, as `Series` or plain values."""
     prim = eqn.primitive
     if not any(is_series(x) for x in invals):
-        outs = _bind(eqn, invals)
+        outs = bind(eqn, invals)
     elif not any(is_inexact(v.aval.dtype) for v in eqn.outvars):
         # Integer and boolean results (comparisons, indices, trip counts) are
         # piecewise constant: their Taylor coefficients above order 0 vanish.
-        outs = _bind(eqn, [primal(x) for x in invals])
+        outs = bind(eqn, [primal(x) for x in invals])
     else:
         rule = RULES.get(prim.name)
         if rule is None:

@@ -13,6 +13,7 @@ $v' = g(u)\\,u'$, whose coefficient $j - 1$ reads
 $$v_j = \\frac{1}{j} \\sum_{m=1}^{j} m\\, u_m\\, g_{j-m}.$$
 """
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -33,12 +34,49 @@ def order_weights(x, dtype=None):
     return _column(jnp.arange(x.shape[0], dtype=dtype), x.ndim)
 
 
-def reversed_window(x, j):
-    """`out[m] = x[j - m]` for $m \\le j$ and zero beyond, with the shape of `x`."""
-    order = x.shape[0] - 1
-    m = jnp.arange(order + 1)
-    window = jnp.take(x, jnp.clip(j - m, 0, order), axis=0)
-    return jnp.where(_column(m <= j, x.ndim), window, jnp.zeros_like(window))
+# Inside the loops a series is kept reversed and padded with zeros,
+# `r = (x_K, ..., x_1, x_0, 0, ..., 0)` of length 2(K+1). Then the window
+# `w_m = x_{j-m}` ($m \le j$, zero beyond) that meets a fixed series in coefficient $j$
+# of a Cauchy product is one contiguous slice, `r[K-j : 2K+1-j]`, and coefficient $j$
+# is written at `r[K-j]`: loop bodies stay a handful of operations.
+
+
+def reversed_padded(x):
+    return jnp.concatenate([x[::-1], jnp.zeros_like(x)], axis=0)
+
+
+def window(r, j):
+    """`w[m] = x[j - m]` for $m \\le j$, zero beyond, from `r = reversed_padded(x)`."""
+    n = r.shape[0] // 2
+    return lax.dynamic_slice_in_dim(r, n - 1 - j, n, axis=0)
+
+
+def _put(r, value, j):
+    n = r.shape[0] // 2
+    return lax.dynamic_update_index_in_dim(r, value.astype(r.dtype), n - 1 - j, 0)
+
+
+def _get(r, j):
+    n = r.shape[0] // 2
+    return lax.dynamic_index_in_dim(r, n - 1 - j, 0, keepdims=False)
+
+
+def _unreversed(r):
+    n = r.shape[0] // 2
+    return r[:n][::-1]
+
+
+def _start(value, like):
+    """A reversed, padded series holding only its coefficient 0."""
+    n = like.shape[0]
+    r = jnp.zeros((2 * n,) + like.shape[1:], like.dtype)
+    return r.at[n - 1].set(value)
+
+
+def _inverse(j, like):
+    """$1/j$ as a real scalar of `like`'s precision (a real factor keeps complex
+    arithmetic to multiplications)."""
+    return 1 / j.astype(real_dtype(like.dtype))
 
 
 def derivative(x):
@@ -54,36 +92,27 @@ def antiderivative(d, value):
     return jnp.concatenate([jnp.asarray(value, d.dtype)[None], d[:-1] / j], axis=0)
 
 
-def cauchy(a, b, product: Callable = jnp.multiply):
+def _sum_product(a, w):
+    return jnp.sum(a * w, axis=0)
+
+
+def cauchy(a, b, combine: Callable = _sum_product):
     """All coefficients $c_k = \\sum_{m \\le k} a_m \\cdot b_{k-m}$, $k \\le K$, of a
-    bilinear `product` (elementwise by default) of two series.
+    bilinear product of two series.
 
-    `product` is applied to a batch: `product(a[idx], b[idx'])` maps two stacks of
-    coefficients to the stack of their products. Coefficients $p$ and $K - p$ need
-    $K + 2$ products together, so each step of the loop computes them as one batch:
-    about $K^2/2$ products in all, with $O(K \\cdot \\text{size})$ memory.
+    `combine(a, w)` must return $\\sum_m a_m \\cdot w_m$ for a window `w` of `b`
+    (by default the elementwise product summed over the order axis; for a matrix
+    product, one `dot_general` that also contracts the order axis).
     """
-    order = a.shape[0] - 1
-    out_struct = jax.eval_shape(product, a[:1], b[:1])
-    out = jnp.zeros((order + 1,) + out_struct.shape[1:], out_struct.dtype)
-    idx = jnp.arange(order + 2)
-    mask_shape = (order + 2,) + (1,) * (out.ndim - 1)
+    n = a.shape[0]
+    rb = reversed_padded(b)
+    out_struct = jax.eval_shape(combine, a, b)
+    out = jnp.zeros((n,) + out_struct.shape, out_struct.dtype)
 
-    def body(p, out):
-        k1, k2 = p, order - p
-        first = idx <= k1
-        m = jnp.clip(jnp.where(first, idx, idx - k1 - 1), 0, order)
-        r = jnp.clip(jnp.where(first, k1 - idx, k2 + k1 + 1 - idx), 0, order)
-        products = product(a[m], b[r])
-        first = first.reshape(mask_shape)
-        zero = jnp.zeros_like(products)
-        low = jnp.sum(jnp.where(first, products, zero), axis=0)
-        high = jnp.sum(jnp.where(first, zero, products), axis=0)
-        # When k1 == k2 both sums are the whole coefficient, and writing it twice is
-        # harmless.
-        return out.at[k2].set(high).at[k1].set(low)
+    def body(k, out):
+        return lax.dynamic_update_index_in_dim(out, combine(a, window(rb, k)), k, 0)
 
-    return lax.fori_loop(0, order // 2 + 1, body, out)
+    return lax.fori_loop(0, n, body, out)
 
 
 def compose(u, g):
@@ -96,48 +125,67 @@ def compose(u, g):
 def exp(u, value):
     """$e = \\exp(u)$, with $e_0 = $ `value`: $e' = e\\,u'$."""
     mu = order_weights(u) * u
-    e = jnp.zeros_like(mu).at[0].set(value)
 
     def body(j, e):
-        return e.at[j].set(jnp.sum(mu * reversed_window(e, j), axis=0) / j)
+        return _put(e, jnp.sum(mu * window(e, j), axis=0) * _inverse(j, u), j)
 
-    return lax.fori_loop(1, u.shape[0], body, e)
+    return _unreversed(lax.fori_loop(1, u.shape[0], body, _start(value, mu)))
 
 
 def log(u, value):
     """$l = \\log(u)$, with $l_0 = $ `value`: from $u' = u\\,l'$,
-    $l_j = (u_j - \\frac{1}{j}\\sum_{m=1}^{j-1} m\\,l_m u_{j-m}) / u_0$."""
+    $l_j = (u_j - \\frac{1}{j}\\sum_{m=1}^{j-1} m\\,l_m u_{j-m}) / u_0$.
+
+    Here the sum runs over a window of the known series $u$ against the partial
+    series $m\\,l_m$, kept in natural order (its entries from $j$ on are still 0).
+    """
     w = order_weights(u)
-    l = jnp.zeros_like(u).at[0].set(value)
+    ru = reversed_padded(u)
+    ml = jnp.zeros_like(u)
+    inverse_u0 = 1 / u[0]
 
-    def body(j, l):
-        s = jnp.sum(w * l * reversed_window(u, j), axis=0) / j
-        return l.at[j].set((u[j] - s) / u[0])
+    def body(j, ml):
+        s = jnp.sum(ml * window(ru, j), axis=0) * _inverse(j, u)
+        lj = (u[j] - s) * inverse_u0
+        return lax.dynamic_update_index_in_dim(ml, (j * lj).astype(ml.dtype), j, 0)
 
-    return lax.fori_loop(1, u.shape[0], body, l)
+    ml = lax.fori_loop(1, u.shape[0], body, ml)
+    safe = jnp.where(w > 0, w, jnp.ones_like(w))
+    return (ml / safe).at[0].set(value)
 
 
 def divide(u, v):
     """$c = u / v$: from $u = c\\,v$, $c_j = (u_j - \\sum_{m<j} c_m v_{j-m}) / v_0$."""
-    c = jnp.zeros(jnp.broadcast_shapes(u.shape, v.shape), jnp.result_type(u, v))
-    c = c.at[0].set(u[0] / v[0])
+    shape = jnp.broadcast_shapes(u.shape, v.shape)
+    dtype = jnp.result_type(u, v)
+    u, v = jnp.broadcast_to(u, shape).astype(dtype), jnp.broadcast_to(v, shape)
+    rv = reversed_padded(v.astype(dtype))
+    inverse_v0 = 1 / v[0]
+    c = jnp.zeros(shape, dtype).at[0].set(u[0] * inverse_v0)
 
     def body(j, c):
-        return c.at[j].set((u[j] - jnp.sum(c * reversed_window(v, j), axis=0)) / v[0])
+        s = jnp.sum(c * window(rv, j), axis=0)
+        return lax.dynamic_update_index_in_dim(c, (u[j] - s) * inverse_v0, j, 0)
 
-    return lax.fori_loop(1, c.shape[0], body, c)
+    return lax.fori_loop(1, shape[0], body, c)
 
 
 def sqrt(u, value):
     """$r = \\sqrt{u}$, with $r_0 = $ `value`: from $r^2 = u$,
     $r_j = (u_j - \\sum_{m=1}^{j-1} r_m r_{j-m}) / (2 r_0)$."""
+    # r is kept twice: reversed for the window, natural for the other factor.
+    n = u.shape[0]
     r = jnp.zeros_like(u).at[0].set(value)
+    inverse_two_r0 = 1 / (2 * value)
 
-    def body(j, r):
-        s = jnp.sum(r * reversed_window(r, j), axis=0)
-        return r.at[j].set((u[j] - s) / (2 * r[0]))
+    def body(j, rr):
+        r, rev = rr
+        s = jnp.sum(r * window(rev, j), axis=0)
+        rj = (u[j] - s) * inverse_two_r0
+        return lax.dynamic_update_index_in_dim(r, rj, j, 0), _put(rev, rj, j)
 
-    return lax.fori_loop(1, u.shape[0], body, r)
+    r, _ = lax.fori_loop(1, n, body, (r, _start(value, u)))
+    return r
 
 
 def power(u, p, value):
@@ -145,15 +193,15 @@ def power(u, p, value):
     $u\\,y' = p\\,y\\,u'$, $y_j = \\frac{1}{j u_0}\\sum_{m=1}^{j} ((p+1)m - j)\\,u_m
     y_{j-m}$. Needs $u_0 \\neq 0$."""
     w = order_weights(u)
-    p = jnp.asarray(p, u.dtype)
-    y = jnp.zeros_like(u).at[0].set(value)
+    p = jnp.asarray(p, u.dtype)[None]
+    pu = (p + 1) * w * u
+    inverse_u0 = 1 / u[0]
 
     def body(j, y):
-        coefficient = (p + 1) * w - j
-        s = jnp.sum(coefficient * u * reversed_window(y, j), axis=0)
-        return y.at[j].set(s / (j * u[0]))
+        s = jnp.sum((pu - j * u) * window(y, j), axis=0)
+        return _put(y, s * (_inverse(j, u) * inverse_u0), j)
 
-    return lax.fori_loop(1, u.shape[0], body, y)
+    return _unreversed(lax.fori_loop(1, u.shape[0], body, _start(value, u)))
 
 
 def sin_cos(u, sin_value, cos_value, hyperbolic: bool = False):
@@ -161,16 +209,18 @@ def sin_cos(u, sin_value, cos_value, hyperbolic: bool = False):
     $s' = c\\,u'$, $c' = \\mp s\\,u'$."""
     mu = order_weights(u) * u
     sign = 1 if hyperbolic else -1
-    s = jnp.zeros_like(mu).at[0].set(sin_value)
-    c = jnp.zeros_like(mu).at[0].set(cos_value)
 
     def body(j, sc):
         s, c = sc
-        sj = jnp.sum(mu * reversed_window(c, j), axis=0) / j
-        cj = sign * jnp.sum(mu * reversed_window(s, j), axis=0) / j
-        return s.at[j].set(sj), c.at[j].set(cj)
+        inverse_j = _inverse(j, u)
+        sj = jnp.sum(mu * window(c, j), axis=0) * inverse_j
+        cj = jnp.sum(mu * window(s, j), axis=0) * (sign * inverse_j)
+        return _put(s, sj, j), _put(c, cj, j)
 
-    return lax.fori_loop(1, u.shape[0], body, (s, c))
+    s, c = lax.fori_loop(
+        1, u.shape[0], body, (_start(sin_value, mu), _start(cos_value, mu))
+    )
+    return _unreversed(s), _unreversed(c)
 
 
 def tan(u, value, hyperbolic: bool = False):
@@ -178,31 +228,58 @@ def tan(u, value, hyperbolic: bool = False):
     $w = 1 \\pm y^2$, both built one coefficient at a time."""
     mu = order_weights(u) * u
     sign = -1 if hyperbolic else 1
-    y = jnp.zeros_like(mu).at[0].set(value)
-    w = jnp.zeros_like(mu).at[0].set(1 + sign * value * value)
 
     def body(j, yw):
-        y, w = yw
-        y = y.at[j].set(jnp.sum(mu * reversed_window(w, j), axis=0) / j)
-        w = w.at[j].set(sign * jnp.sum(y * reversed_window(y, j), axis=0))
-        return y, w
+        y, w, rev = yw
+        yj = jnp.sum(mu * window(w, j), axis=0) * _inverse(j, u)
+        y = lax.dynamic_update_index_in_dim(y, yj, j, 0)
+        rev = _put(rev, yj, j)
+        w = _put(w, sign * jnp.sum(y * window(rev, j), axis=0), j)
+        return y, w, rev
 
-    return lax.fori_loop(1, u.shape[0], body, (y, w))[0]
+    y = jnp.zeros_like(mu).at[0].set(value)
+    w = _start(1 + sign * value * value, mu)
+    return lax.fori_loop(1, u.shape[0], body, (y, w, _start(value, mu)))[0]
 
 
 def logistic(u, value):
     """$y = 1 / (1 + e^{-u})$: $y' = w\\,u'$ with $w = y - y^2$."""
     mu = order_weights(u) * u
-    y = jnp.zeros_like(mu).at[0].set(value)
-    w = jnp.zeros_like(mu).at[0].set(value - value * value)
 
     def body(j, yw):
-        y, w = yw
-        y = y.at[j].set(jnp.sum(mu * reversed_window(w, j), axis=0) / j)
-        w = w.at[j].set(y[j] - jnp.sum(y * reversed_window(y, j), axis=0))
-        return y, w
+        y, w, rev = yw
+        yj = jnp.sum(mu * window(w, j), axis=0) * _inverse(j, u)
+        y = lax.dynamic_update_index_in_dim(y, yj, j, 0)
+        rev = _put(rev, yj, j)
+        w = _put(w, yj - jnp.sum(y * window(rev, j), axis=0), j)
+        return y, w, rev
 
-    return lax.fori_loop(1, u.shape[0], body, (y, w))[0]
+    y = jnp.zeros_like(mu).at[0].set(value)
+    w = _start(value - value * value, mu)
+    return lax.fori_loop(1, u.shape[0], body, (y, w, _start(value, mu)))[0]
+
+
+def erf_inv(u, value):
+    """$y = \\operatorname{erf}^{-1}(u)$: $y' = g\\,u'$ with
+    $g = \\frac{\\sqrt{\\pi}}{2} e^{q}$, $q = y^2$, all three built together."""
+    mu = order_weights(u) * u
+    w = order_weights(u)
+
+    def body(j, state):
+        y, rev, q, g = state
+        yj = jnp.sum(mu * window(g, j), axis=0) * _inverse(j, u)
+        y = lax.dynamic_update_index_in_dim(y, yj, j, 0)
+        rev = _put(rev, yj, j)
+        q = lax.dynamic_update_index_in_dim(
+            q, jnp.sum(y * window(rev, j), axis=0), j, 0
+        )
+        g = _put(g, jnp.sum(w * q * window(g, j), axis=0) * _inverse(j, u), j)
+        return y, rev, q, g
+
+    y = jnp.zeros_like(mu).at[0].set(value)
+    q = jnp.zeros_like(mu).at[0].set(value * value)
+    g = _start(0.5 * math.sqrt(math.pi) * jnp.exp(value * value), mu)
+    return lax.fori_loop(1, u.shape[0], body, (y, _start(value, mu), q, g))[0]
 
 
 def integer_power(u, n: int):

@@ -1,0 +1,94 @@
+"""The public entry point [`hierax.taylor`][]."""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from beartype import beartype
+from jaxtyping import Array, PyTree, Shaped, jaxtyped
+
+from .._custom_types import TimeLike
+from .._validation import as_time, check_order, check_time_finite
+from ._interpreter import function_name, propagate
+
+
+_API = "hierax.taylor"
+
+
+def _as_time_array(t: Any) -> Array:
+    # A strongly typed array: Python numbers and arrays of one dtype share a trace.
+    t = as_time(t, _API)
+    return jnp.asarray(t, dtype=jnp.result_type(t))
+
+
+def time_series(t: Array, order: int) -> Array:
+    """The series of the identity $s \\mapsto t + s$: $(t, 1, 0, \\ldots, 0)$."""
+    series = jnp.zeros((order + 1,), t.dtype).at[0].set(t)
+    return series.at[1].set(1) if order >= 1 else series
+
+
+@eqx.filter_jit
+def _taylor(fn: Callable, t: Array, order: int) -> PyTree[Array]:
+    t = check_time_finite(t, _API)
+    return propagate(fn, time_series(t, order), api=_API, fn_name=function_name(fn))
+
+
+@jaxtyped(typechecker=beartype)
+def taylor(
+    fn: Callable, t: TimeLike, order: int
+) -> PyTree[Shaped[Array, "order_plus_1 ..."]]:
+    """Normalised Taylor coefficients of an arbitrary JAX function of time.
+
+    Returns $f_j = f^{(j)}(t) / j!$ for $j = 0, \\ldots, K$: the coefficients of
+    $s \\mapsto f(t + s)$ at $s = 0$. `fn` is traced once to a jaxpr, which is then
+    evaluated on truncated Taylor series, each primitive by its own rule: linear
+    primitives act on every coefficient, products are Cauchy products, and
+    $\\exp$, $\\log$, $\\sin$, $\\cos$, $\\tan$, $\\tanh$, $\\sqrt{\\cdot}$, powers,
+    quotients and the like follow the classical Taylor recurrences (Griewank &
+    Walther, ch. 13). Every rule is one fixed-shape loop over the coefficient index,
+    so compile time does not grow with $K$ and memory grows like $K$ times the
+    size of the largest intermediate.
+
+    `fn` may close over arrays and Equinox modules, return any pytree of arrays, and
+    use `jax.jit`, `jax.custom_jvp`/`jax.custom_vjp` (the primal computation is
+    expanded), `lax.scan`, `lax.fori_loop`, `lax.while_loop` and `lax.cond` whose
+    trip counts and branch indices do not depend on $t$. A primitive without a
+    Taylor rule raises `NotImplementedError` naming it; nothing is silently wrong.
+
+    Non-analytic points are the user's responsibility: `abs`, `sign`, `max`,
+    `min`, `clamp`, `floor`, `round`, comparisons and `jnp.where` use the branch
+    selected at $t$ itself, so the coefficients are those of the active branch and
+    are meaningless exactly at a kink (for instance $|x|$ at $x = 0$); $\\sqrt{x}$
+    and non-integer powers $x^p$ are singular at $x = 0$ and give infinities or
+    NaNs there; $\\log$ at 0 likewise. Integer powers are exact everywhere. With a
+    complex `t`, `fn` must be holomorphic: `conj`, `real`, `imag` and `abs` act
+    coefficient by coefficient, which is right only for real time.
+
+    **Arguments:**
+
+    - `fn`: a callable $t \\mapsto$ pytree of arrays, differentiable in $t$.
+    - `t`: the real or complex scalar time at which to expand.
+    - `order`: the highest order $K$, a non-negative Python int (at most 10,000).
+      It is static: every new value compiles anew.
+
+    **Returns:**
+
+    A pytree with the structure of `fn(t)`, each leaf of shape `(K + 1, *shape)`
+    holding $f_0, \\ldots, f_K$ along its leading axis.
+
+    !!! example
+
+        ```python
+        import jax.numpy as jnp
+        import hierax
+
+        coefficients = hierax.taylor(jnp.exp, 0.0, order=4)
+        # [1, 1, 1/2, 1/6, 1/24]
+        ```
+    """
+    order = check_order(order, _API)
+    if not callable(fn):
+        raise TypeError(f"`{_API}(fn=...)` must be callable, got {type(fn).__name__}.")
+    t = _as_time_array(t)
+    return _taylor(fn, t, order)
