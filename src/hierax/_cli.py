@@ -16,6 +16,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import __version__, _seed
+from ._bench import median_call_time, run_benchmarks, warm_up
+from ._coefficients import Cos
+from ._hierarchies import HeisenbergHierarchy
+
 
 DEFAULT_ORDER = 9
 # Level k of the naive recursion costs about 3x level k-1; through level 8 the whole
@@ -49,8 +58,6 @@ def _finite_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `hierax` command, with its subcommands."""
-    from . import __version__
-
     parser = argparse.ArgumentParser(
         prog="hierax",
         description=(
@@ -155,19 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json is not None and pathlib.Path(args.json).is_dir():
             args.subparser.error(f"argument --json: {args.json!r} is a directory")
         # Before anything creates an array: the dtype of every constant follows it.
-        import jax
-
         jax.config.update("jax_enable_x64", args.x64)
         return run_seed(args.order, args.t, naive_order, args.x64, args.json)
     if args.command == "bench":
         out = pathlib.Path(args.out)
         if out.exists() and not out.is_dir():
             args.subparser.error(f"argument --out: {args.out!r} is not a directory")
-        import jax
-
         jax.config.update("jax_enable_x64", True)
-        from ._bench import run_benchmarks
-
         return run_benchmarks(quick=args.quick, out=out)
     raise AssertionError(args.command)  # argparse guarantees a known subcommand
 
@@ -187,8 +188,6 @@ def _format_entry(z: complex, scale: float) -> str:
 
 def format_matrix(matrix: Any) -> str:
     """A small matrix on one line, e.g. `[[0, 1], [1, 0]]`."""
-    import numpy as np
-
     matrix = np.asarray(matrix)
     scale = float(np.max(np.abs(matrix))) if matrix.size else 0.0
     rows = (
@@ -223,15 +222,6 @@ def run_seed(
     order: int, t: float, naive_order: int, x64: bool, json_path: str | None
 ) -> int:
     """The seed demo; see `hierax seed --help`. Returns the exit status."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from . import _seed
-    from ._bench import median_call_time, warm_up
-    from ._coefficients import Cos
-    from ._hierarchies import HeisenbergHierarchy
-
     start = time.perf_counter()
     tolerance = _seed.default_tolerance(x64)
     precision = "x64 (complex128)" if x64 else "float32 (complex64)"
