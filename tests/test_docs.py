@@ -198,7 +198,9 @@ RUNNABLE_PAGES = [
     "how-to/gradients.md",
     "how-to/batching.md",
     "how-to/precision.md",
+    "how-to/recursions.md",
     "api/time-functions.md",
+    "api/taylor.md",
 ]
 
 
