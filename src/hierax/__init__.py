@@ -28,6 +28,8 @@ from ._operators import (
     TimeOperator as TimeOperator,
     as_operator as as_operator,
 )
+from ._recursion import Recursion as Recursion
+from ._taylor import taylor as taylor
 
 
 __version__ = importlib.metadata.version("hierax")

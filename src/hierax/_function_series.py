@@ -1,22 +1,20 @@
-"""Exact Taylor coefficients of an arbitrary callable operator t -> (n, n)."""
+"""Exact Taylor coefficients of an arbitrary callable t -> array, for the operators and
+time functions built from callables."""
 
 from collections.abc import Callable
 
 import jax.numpy as jnp
-from jax.experimental import jet
 from jaxtyping import Array
 
-from ._series import factorial_scale
+from ._taylor import propagate, time_series
 
 
-def function_series(fn: Callable[[Array], Array], t: Array, order: int) -> Array:
-    """Normalised Taylor coefficients of `fn` at `t`, shape `(order + 1, *out)`."""
-    value = jnp.asarray(fn(t))
-    if order == 0:
-        return value[None]
-    dtype = jnp.result_type(t, float)
-    t = jnp.asarray(t, dtype)
-    direction = [jnp.ones((), dtype)] + [jnp.zeros((), dtype)] * (order - 1)
-    primal, series = jet.jet(fn, (t,), (direction,))
-    stacked = jnp.stack([jnp.asarray(primal)] + [jnp.asarray(s) for s in series])
-    return factorial_scale(stacked, power=-1)
+def function_series(
+    fn: Callable[[Array], Array], t: Array, order: int, api: str = "hierax"
+) -> Array:
+    """Normalised Taylor coefficients of `fn` at `t`, shape `(order + 1, *out)`,
+    by [`hierax.taylor`][]'s transform: the traced program does not grow with the
+    order."""
+    t = jnp.asarray(t)
+    t = t.astype(jnp.result_type(t, float))
+    return jnp.asarray(propagate(fn, time_series(t, order), api=api))
