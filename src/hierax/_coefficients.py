@@ -64,7 +64,16 @@ class AbstractCoefficient(eqx.Module):
         """Whether $f$ is constant in time (known from its structure, not values)."""
 
     def __call__(self, t: TimeLike) -> Array:
-        """The value $f(t)$, a scalar array."""
+        """The value of the function.
+
+        **Arguments:**
+
+        - `t`: the time, a scalar.
+
+        **Returns:**
+
+        $f(t)$, a 0-d array.
+        """
         return self.taylor(t, 0)[0]
 
     def __add__(self, other):

@@ -71,7 +71,16 @@ class AbstractTimeOperator(eqx.Module):
 
     @typechecked
     def __call__(self, t: TimeLike) -> Inexact[Array, "n n"]:
-        """The matrix $H(t)$, shape `(n, n)`."""
+        """The operator at one time.
+
+        **Arguments:**
+
+        - `t`: the time, a scalar.
+
+        **Returns:**
+
+        The matrix $H(t)$, shape `(n, n)`.
+        """
         return self.taylor_terms(jnp.asarray(t), 0).full()[0]
 
     @typechecked
