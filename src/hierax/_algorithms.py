@@ -69,45 +69,28 @@ def propagator_and_inverse_series(terms: TermSeries, order: int, dtype) -> tuple
     $W^T$ with $W = V^{-1}$, in one loop.
 
     $W$ obeys $W' = i W H$, $W(0) = 1$, so its transpose obeys
-    $(W^T)' = i H^T W^T$, a left multiplication like $V' = -iHV$: the two are one
-    propagation of a stacked pair of systems $(H, -i)$ and $(H^T, +i)$, whose
-    products run as one batched matrix product per order.
+    $(W^T)' = i H^T W^T$, a left multiplication like $V' = -iHV$, so both run the
+    same kernel in the same loop.
 
     **Returns:** `(v, w_transposed)`, each of shape `(order + 1, n, n)`.
     """
     terms = _cast(terms, dtype)
     n = terms.matrices.shape[-1]
-    transpose = lambda x: jnp.swapaxes(x, -1, -2)
-    matrices = jnp.stack([terms.matrices, transpose(terms.matrices)])  # (2, A, n, n)
-    dense = None
-    if terms.dense is not None:
-        dense = jnp.stack([terms.dense, transpose(terms.dense)], 1)  # (K+1, 2, n, n)
-    signs = jnp.array([-1j, 1j], dtype).reshape(2, 1, 1)
+    # H^T as a series in its own right: the same coefficients, transposed parts.
+    transposed = TermSeries(
+        terms.coefficients,
+        jnp.swapaxes(terms.matrices, -1, -2),
+        None if terms.dense is None else jnp.swapaxes(terms.dense, -1, -2),
+    )
     start = jnp.zeros((order + 1, n, n), dtype).at[0].set(jnp.eye(n, dtype=dtype))
 
     # v and w^T are separate carries (no (K+1, 2, n, n) array to split afterwards).
     def body(j, carry):
         v, wt = carry
-        out = jnp.zeros((2, n, n), dtype)
-        if terms.coefficients.shape[0] > 0:
-            shifted = _shifted(terms.coefficients, j)
-            inner = jnp.stack(
-                [
-                    jnp.tensordot(shifted, v, axes=(1, 0)),
-                    jnp.tensordot(shifted, wt, axes=(1, 0)),
-                ]
-            )  # (2, A, n, n)
-            out = out + jnp.einsum("sanm,samk->snk", matrices, inner)
-        if dense is not None:
-            window = reversed_window(dense, j)  # (K+1, 2, n, n)
-            out = out + jnp.stack(
-                [
-                    jnp.tensordot(window[:, 0], v, axes=((0, 2), (0, 1))),
-                    jnp.tensordot(window[:, 1], wt, axes=((0, 2), (0, 1))),
-                ]
-            )
-        new = (signs / (j + 1)).astype(dtype) * out
-        return v.at[j + 1].set(new[0]), wt.at[j + 1].set(new[1])
+        scale = (1j / (j + 1)).astype(dtype)
+        v = v.at[j + 1].set(-scale * _term_product_coefficient(terms, v, j))
+        wt = wt.at[j + 1].set(scale * _term_product_coefficient(transposed, wt, j))
+        return v, wt
 
     return lax.fori_loop(0, order, body, (start, start))
 

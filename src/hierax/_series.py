@@ -131,36 +131,37 @@ _BATCH_ELEMENTS = 2**16
 
 def triangular_cauchy_product(
     left: Inexact[Array, "K1 n n"],
-    right: Inexact[Array, "K1 n *rest"],
+    right: Inexact[Array, "K1 n n"],
     left_transposed: bool = False,
     factorial: bool = False,
 ) -> Array:
     """All coefficients of the product of two matrix series, truncated at order K:
-    $c_k = \\sum_{m \\le k} a_m b_{k-m}$.
+    $c_k = \\sum_{m \\le k} a_m b_{k-m}$, written over the inputs' own buffers.
 
     Coefficient k needs k+1 products. Rows k and K-k together need K+2, so each
-    iteration computes those two rows from K+2 products: about K^2/2 products in
+    iteration p computes rows p and K-p from K+2 products: about K^2/2 products in
     all, half of what a fixed-width product per row would cost. Small matrices run
-    the K+2 products as one batch; large ones accumulate them one at a time, so the
-    only O(K n^2) arrays are the inputs and the output.
+    the K+2 products as one batch; large ones accumulate them one at a time.
+
+    Memory: after iteration p no later one reads $a_{K-p}$ or $b_{K-p}$, so row K-p
+    is stored in slot K-p of `right` and row p in slot K-p of `left`; a last pass
+    moves rows 0..K/2 into `right`, which becomes the result. The only O(K n^2)
+    arrays are the two inputs (callers hand over series they no longer need).
 
     With `left_transposed`, `left` holds $a_m^T$ (saves a transpose of the series).
     With `factorial`, row k is multiplied by $k!$ as it is written (derivatives
-    instead of normalised coefficients, without a second output-sized array).
+    instead of normalised coefficients).
     """
     order = left.shape[0] - 1
     idx = jnp.arange(order + 2)
-    out_shape = (order + 1, left.shape[1]) + right.shape[2:]
     dtype = jnp.result_type(left, right)
-    out = jnp.zeros(out_shape, dtype)
+    left, right = left.astype(dtype), right.astype(dtype)
     a_spec = "ba" if left_transposed else "ab"
-    b_spec = "b" if right.ndim == 2 else "bc"
-    c_spec = "a" if right.ndim == 2 else "ac"
     large = (order + 2) * left[0].size > _BATCH_ELEMENTS
     factors = factorial_factors(order, dtype) if factorial else None
 
-    def write(out, k, row):
-        return out.at[k].set(row if factors is None else factors.apply(row, k))
+    def finish(row, k):
+        return row if factors is None else factors.apply(row, k)
 
     def indices(p):
         k1, k2 = p, order - p
@@ -169,35 +170,41 @@ def triangular_cauchy_product(
         r = jnp.clip(jnp.where(first, k1 - idx, k2 - (idx - k1 - 1)), 0, order)
         return k1, k2, first, m, r
 
-    def batched_body(p, out):
+    def batched_sums(left, right, p):
         k1, k2, first, m, r = indices(p)
-        spec = f"i{a_spec},i{b_spec}->i{c_spec}"
-        products = jnp.einsum(spec, left[m], right[r])
+        products = jnp.einsum(f"i{a_spec},ibc->iac", left[m], right[r])
         # The two segment sums as one small contraction with a 0/1 mask.
         segments = jnp.stack([first, ~first]).astype(dtype)
         sums = jnp.tensordot(segments, products, axes=(1, 0))
-        # When k1 == k2 both sums are the whole coefficient; writing twice is harmless.
-        return write(write(out, k2, sums[1]), k1, sums[0])
+        return sums[0], sums[1]
 
-    def sequential_body(p, out):
+    def sequential_sums(left, right, p):
         k1, k2, first, m, r = indices(p)
 
         def add(i, sums):
-            product = jnp.einsum(
-                f"{a_spec},{b_spec}->{c_spec}", left[m[i]], right[r[i]]
-            )
+            product = jnp.einsum(f"{a_spec},bc->ac", left[m[i]], right[r[i]])
             is_first = first[i]
             return (
                 sums[0] + jnp.where(is_first, product, 0),
                 sums[1] + jnp.where(is_first, 0, product),
             )
 
-        zero = jnp.zeros(out_shape[1:], dtype)
-        s1, s2 = lax.fori_loop(0, order + 2, add, (zero, zero))
-        return write(write(out, k2, s2), k1, s1)
+        zero = jnp.zeros(left.shape[1:], dtype)
+        return lax.fori_loop(0, order + 2, add, (zero, zero))
 
-    body = sequential_body if large else batched_body
-    return lax.fori_loop(0, order // 2 + 1, body, out)
+    sums = sequential_sums if large else batched_sums
+
+    def body(p, buffers):
+        left, right = buffers
+        k1, k2 = p, order - p
+        s1, s2 = sums(left, right, p)
+        # When k1 == k2 both sums are the whole coefficient; storing twice is fine.
+        return left.at[k2].set(finish(s1, k1)), right.at[k2].set(finish(s2, k2))
+
+    left, right = lax.fori_loop(0, order // 2 + 1, body, (left, right))
+    return lax.fori_loop(
+        0, order // 2 + 1, lambda p, out: out.at[p].set(left[order - p]), right
+    )
 
 
 def dagger(x: Array) -> Array:
