@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import jax.lax as lax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Inexact
 
 
@@ -79,18 +80,28 @@ def _real_scale(x: Array, factor: Array) -> Array:
 
 
 def factorial_factors(order: int, dtype, power: int = 1) -> FactorialFactors:
-    """The factors of $(j!)^{power}$, $j = 0..K$, for `power` 1 or -1."""
+    """The factors of $(j!)^{power}$, $j = 0..K$, for `power` 1 or -1.
+
+    K and the dtype are static, so the factors are constants computed here once, in
+    float64 from exact integers: nothing is added to the traced program but two
+    constant arrays.
+    """
     rdtype = real_dtype(dtype)
-    j = jnp.arange(1, order + 2, dtype=rdtype)  # j + 1
-    exact = jnp.cumprod(jnp.concatenate([jnp.ones((1,), rdtype), j[:-1]]))
-    finite = jnp.isfinite(exact)
-    log_max = math.log(float(jnp.finfo(rdtype).max))
+    largest = float(np.finfo(rdtype).max)
+    log_max = math.log(largest)
     repeats = max(2, math.ceil(math.lgamma(order + 1) / (0.9 * log_max)))
-    part = jnp.where(finite, 1, jnp.exp(lax.lgamma(j) / repeats))
-    exact = jnp.where(finite, exact, 1)
+    j = np.arange(1, order + 1, dtype=np.float64)
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(j))])
+    finite = log_factorial < log_max - 1
+    with np.errstate(over="ignore"):
+        running = np.concatenate([[1.0], np.cumprod(j)])  # exact while < 2^53
+    exact = np.where(finite, running, 1.0)
+    part = np.where(finite, 1.0, np.exp(log_factorial / repeats))
     if power == -1:
         exact, part = 1 / exact, 1 / part
-    return FactorialFactors(exact, part, repeats)
+    return FactorialFactors(
+        jnp.asarray(exact, rdtype), jnp.asarray(part, rdtype), repeats
+    )
 
 
 def factorial_scale(coefficients: Array, power: int = 1) -> Array:
@@ -145,7 +156,8 @@ def triangular_cauchy_product(
 
     Memory: after iteration p no later one reads $a_{K-p}$ or $b_{K-p}$, so row K-p
     is stored in slot K-p of `right` and row p in slot K-p of `left`; a last pass
-    moves rows 0..K/2 into `right`, which becomes the result. The only O(K n^2)
+    moves rows 0..K/2 into `right` (and applies the factorials), and `right` becomes
+    the result. The only O(K n^2)
     arrays are the two inputs (callers hand over series they no longer need).
 
     With `left_transposed`, `left` holds $a_m^T$ (saves a transpose of the series).
@@ -159,9 +171,6 @@ def triangular_cauchy_product(
     a_spec = "ba" if left_transposed else "ab"
     large = (order + 2) * left[0].size > _BATCH_ELEMENTS
     factors = factorial_factors(order, dtype) if factorial else None
-
-    def finish(row, k):
-        return row if factors is None else factors.apply(row, k)
 
     def indices(p):
         k1, k2 = p, order - p
@@ -196,15 +205,17 @@ def triangular_cauchy_product(
 
     def body(p, buffers):
         left, right = buffers
-        k1, k2 = p, order - p
         s1, s2 = sums(left, right, p)
         # When k1 == k2 both sums are the whole coefficient; storing twice is fine.
-        return left.at[k2].set(finish(s1, k1)), right.at[k2].set(finish(s2, k2))
+        return left.at[order - p].set(s1), right.at[order - p].set(s2)
 
     left, right = lax.fori_loop(0, order // 2 + 1, body, (left, right))
-    return lax.fori_loop(
-        0, order // 2 + 1, lambda p, out: out.at[p].set(left[order - p]), right
-    )
+
+    def gather(k, out):
+        row = jnp.where(k <= order // 2, left[order - k], out[k])
+        return out.at[k].set(row if factors is None else factors.apply(row, k))
+
+    return lax.fori_loop(0, order + 1, gather, right)
 
 
 def dagger(x: Array) -> Array:
