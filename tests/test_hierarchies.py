@@ -70,12 +70,14 @@ def test_against_sympy_complex64(system):
     assert np.all(errors <= np.maximum(tolerance, 1e-5)), errors
 
 
-@pytest.mark.parametrize("make", SYSTEMS[:2], ids=["seed", "qutrit"])
-def test_against_naive_recursion(make):
+@pytest.mark.parametrize(
+    "make,order", [(SYSTEMS[0], 5), (SYSTEMS[1], 4)], ids=["seed", "qutrit"]
+)
+def test_against_naive_recursion(make, order):
     s = make()
-    h = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], 5)
+    h = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], order)
     t0 = float(s["t0"])
-    reference = naive_levels(h.hamiltonian, h.observable, t0, 5)
+    reference = naive_levels(h.hamiltonian, h.observable, t0, order)
     errors = relative_errors(h(t0), reference)
     assert np.all(errors <= 1e-12), errors
 
