@@ -248,6 +248,16 @@ JACFWD_CORPUS = {
         lax.dynamic_update_slice(jnp.zeros(5), jnp.exp(t * V[:2]), (2,))
         + jnp.ones(5).at[1].set(jnp.sin(t))
     ),
+    "fft_convolve_scatter_add": lambda t: (
+        jnp.fft.fft(jnp.exp(t * V)).real
+        + jnp.convolve(jnp.sin(t * V), jnp.cos(t * V))[:4]
+        + jnp.zeros(4).at[jnp.array([0, 0, 2])].add(jnp.exp(t * V[:3]))
+    ),
+    "misc_structural": lambda t: (
+        jnp.min(jnp.sin(t * V))
+        + lax.optimization_barrier(jnp.expand_dims(jax.device_put(t * V), 0))[0]
+        * (jnp.sign(t) + jnp.round(t))
+    ),
     "split_stack": lambda t: jnp.stack(jnp.split(jnp.sin(t * V), 2)[::-1]),
 }
 

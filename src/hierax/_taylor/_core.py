@@ -1,6 +1,6 @@
 """The values the Taylor interpreter carries, and the table of primitive rules.
 
-Every variable of the interpreted jaxpr is either a [`Series`][] (its normalised
+Every variable of the interpreted jaxpr is either a `Series` (its normalised
 Taylor coefficients $x_0, \\ldots, x_K$ on a leading axis of length $K+1$) or a plain
 value, which stands for a series whose coefficients above order 0 all vanish. Values
 that do not depend on the input series (weights, masks, closed-over arrays) therefore

@@ -91,7 +91,7 @@ def series_flags(jaxpr: Any, in_flags: Sequence[bool]) -> list[bool]:
 
 
 def function_name(fn: Any) -> str:
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    name = getattr(fn, "__name__", None) or getattr(fn, "__qualname__", None)
     return name if name is not None else type(fn).__name__
 
 

@@ -1,0 +1,279 @@
+"""Compile and run time of `hierax.taylor` against `jax.experimental.jet`, side by side.
+
+    .venv/bin/python benchmarks/bench_taylor.py [--quick] [--out PATH]
+
+The function expanded is a 4x4 complex matrix function of about twenty primitives
+(sin, exp, tanh, cos, sqrt, division, matrix products, conjugate transpose). For each
+order, a fresh function is traced, lowered and compiled (`jax.jit(...).lower(t)
+.compile()`, timed as one), then called many times (median, `block_until_ready`).
+`jet` runs in a child process with a time limit (`--jet-timeout`, default 300 s) and
+is skipped at an order once its compile at the previous order exceeded 30 s.
+`hierax.Recursion` on the seed step is timed alike at orders 9 and 100.
+
+Targets: our compile at order 200 within 1.5x of order 10 and under 1 s; our run
+time within 2x of jet wherever jet compiles in under 60 s; the Recursion compiles
+under 1 s at both orders.
+"""
+
+import argparse
+import functools
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental.jet import jet  # noqa: E402
+
+from hierax._recursion import Recursion  # noqa: E402
+from hierax._taylor import taylor  # noqa: E402
+
+
+H = (jnp.arange(16.0).reshape(4, 4) / 10 + 0.3j * jnp.eye(4)).astype(jnp.complex128)
+G = (jnp.eye(4) - 0.05 * jnp.arange(16.0).reshape(4, 4).T) * (1 + 0.5j)
+SIGMA_X = jnp.array([[0.0, 1.0], [1.0, 0.0]])
+SIGMA_Y = jnp.array([[0.0, -1j], [1j, 0.0]])
+T = 0.7
+
+
+def make_function():
+    """A fresh closure each time, so no trace or compile is ever reused."""
+
+    def matrix_function(t):
+        a = jnp.sin(t * H)
+        b = jnp.exp(-0.1 * t * G)
+        c = a @ b
+        d = jnp.tanh(0.2 * c)
+        e = d / (2.0 + jnp.cos(t))
+        f = e @ e.conj().T
+        return f + jnp.sqrt(1.5 + t) * H
+
+    return matrix_function
+
+
+def seed_step(t, x, dx):
+    hx = jnp.cos(t) * SIGMA_Y @ x
+    return 1j * (hx - hx.conj().T) + dx
+
+
+def ours(order):
+    fn = make_function()
+    return jax.jit(lambda t: taylor(fn, t, order))
+
+
+def jets(order):
+    fn = make_function()
+    direction = [jnp.ones(())] + [jnp.zeros(())] * (order - 1)
+
+    def expand(t):
+        primal, series = jet(fn, (t,), (direction,))
+        scaled = [s / float(math.factorial(j + 1)) for j, s in enumerate(series)]
+        return jnp.stack([primal] + scaled)
+
+    return jax.jit(expand)
+
+
+def recursion(order):
+    return jax.jit(lambda t: Recursion(seed_step, SIGMA_X, order)(t))
+
+
+def measure(make, calls, repeats=1):
+    """Compile time (the least of `repeats` compiles, each of a fresh function: the
+    machine may be shared) and median run time of `make()`'s jitted function."""
+    t = jnp.asarray(T)
+    compile_times = []
+    for _ in range(repeats):
+        jitted = make()
+        start = time.perf_counter()
+        compiled = jitted.lower(t).compile()
+        compile_times.append(time.perf_counter() - start)
+    out = compiled(t).block_until_ready()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        compiled(t).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return min(compile_times), statistics.median(times), out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer orders and calls")
+    parser.add_argument("--out", default="benchmarks/out/taylor.json")
+    parser.add_argument("--jet-timeout", type=float, default=300.0)
+    parser.add_argument("--jet-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.jet_child is not None:
+        compile_s, run_s, out = measure(lambda: jets(args.jet_child), args.calls)
+        print(json.dumps({"compile_s": compile_s, "run_s": run_s, "out": _encode(out)}))
+        return
+
+    our_orders = [5, 10, 40] if args.quick else [5, 10, 20, 40, 100, 200]
+    jet_orders = [5, 10] if args.quick else [5, 10, 20, 40]
+    recursion_orders = [9, 100]
+    calls = 20 if args.quick else 200
+
+    n_primitives = len(jax.make_jaxpr(make_function())(T).eqns)
+    print(f"matrix function: {n_primitives} primitives, 4x4 complex128, t = {T}")
+    print(f"jax {jax.__version__} on {jax.default_backend()}, {platform.machine()}")
+
+    # All of ours first, then jet (in child processes), so neither disturbs the other.
+    rows = {order: {"order": order} for order in sorted({*our_orders, *jet_orders})}
+    outputs = {}
+    for order in our_orders:
+        c, r, outputs[order] = measure(functools.partial(ours, order), calls, repeats=3)
+        rows[order].update(ours_compile_s=c, ours_run_s=r)
+        print(_format_row(rows[order]), flush=True)
+    jet_skipped_after = None
+    for order in jet_orders:
+        row = rows[order]
+        if jet_skipped_after is not None:
+            row["jet_skipped"] = f"compile at order {jet_skipped_after} > 30 s"
+        else:
+            result = _jet_in_child(order, calls, args.jet_timeout)
+            if result is None:
+                row["jet_skipped"] = f"compile did not finish in {args.jet_timeout} s"
+                jet_skipped_after = order
+            else:
+                c, r, jet_out = result
+                row.update(jet_compile_s=c, jet_run_s=r)
+                if order in outputs:
+                    error = jnp.max(jnp.abs(outputs[order] - jet_out)) / jnp.max(
+                        jnp.abs(jet_out)
+                    )
+                    row["max_relative_difference"] = float(error)
+                if c > 30:
+                    jet_skipped_after = order
+        print(_format_row(row), flush=True)
+
+    recursion_rows = []
+    for order in recursion_orders:
+        c, r, _ = measure(functools.partial(recursion, order), calls, repeats=3)
+        recursion_rows.append({"order": order, "compile_s": c, "run_s": r})
+
+    print()
+    print(_table(rows))
+    print()
+    print("hierax.Recursion, seed step (2x2 complex):")
+    for row in recursion_rows:
+        print(
+            f"  order {row['order']:>4}: compile {row['compile_s']:.3f} s, "
+            f"run {1e3 * row['run_s']:.3f} ms"
+        )
+
+    summary = _summary(rows, recursion_rows)
+    print()
+    for key, value in summary.items():
+        print(f"{key}: {value}")
+
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "function_primitives": n_primitives,
+                "jax_version": jax.__version__,
+                "backend": jax.default_backend(),
+                "quick": args.quick,
+                "taylor": list(rows.values()),
+                "recursion": recursion_rows,
+                "summary": summary,
+            },
+            f,
+            indent=2,
+        )
+    print(f"\nwrote {args.out}")
+
+
+def _encode(out):
+    out = jnp.asarray(out)
+    return {"real": out.real.tolist(), "imag": out.imag.tolist()}
+
+
+def _jet_in_child(order, calls, timeout):
+    """jet's compile time explodes with the order: measure it in a child process
+    that is killed after `timeout` seconds (None then)."""
+    command = [sys.executable, os.path.abspath(__file__), "--jet-child", str(order)]
+    command += ["--calls", str(calls)]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=True
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    out = jnp.asarray(result["out"]["real"]) + 1j * jnp.asarray(result["out"]["imag"])
+    return result["compile_s"], result["run_s"], out
+
+
+def _format_row(row):
+    parts = [f"order {row['order']:>4}"]
+    if "ours_compile_s" in row:
+        parts.append(f"ours compile {row['ours_compile_s']:.3f} s")
+    if "jet_compile_s" in row:
+        parts.append(f"jet compile {row['jet_compile_s']:.3f} s")
+    if "jet_skipped" in row:
+        parts.append(f"jet skipped: {row['jet_skipped']}")
+    return ", ".join(parts)
+
+
+def _cell(row, key, scale=1.0, fmt="{:.3f}"):
+    return fmt.format(scale * row[key]) if key in row else "-"
+
+
+def _table(rows):
+    header = (
+        f"{'order':>5} | {'ours compile s':>14} | {'jet compile s':>13} | "
+        f"{'ours run ms':>11} | {'jet run ms':>10} | {'run ours/jet':>12}"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows.values():
+        ratio = (
+            f"{row['ours_run_s'] / row['jet_run_s']:.2f}"
+            if "ours_run_s" in row and "jet_run_s" in row
+            else "-"
+        )
+        lines.append(
+            f"{row['order']:>5} | {_cell(row, 'ours_compile_s'):>14} | "
+            f"{_cell(row, 'jet_compile_s'):>13} | "
+            f"{_cell(row, 'ours_run_s', 1e3):>11} | "
+            f"{_cell(row, 'jet_run_s', 1e3):>10} | {ratio:>12}"
+        )
+    return "\n".join(lines)
+
+
+def _summary(rows, recursion_rows):
+    summary = {}
+    ours_compile = {
+        o: r["ours_compile_s"] for o, r in rows.items() if "ours_compile_s" in r
+    }
+    top = max(ours_compile)
+    if 10 in ours_compile:
+        summary[f"ours compile order {top} / order 10"] = round(
+            ours_compile[top] / ours_compile[10], 3
+        )
+    summary["ours max compile s"] = round(max(ours_compile.values()), 3)
+    ratios = [
+        r["ours_run_s"] / r["jet_run_s"]
+        for r in rows.values()
+        if "ours_run_s" in r and "jet_run_s" in r and r["jet_compile_s"] < 60
+    ]
+    if ratios:
+        summary["max run ours / jet (jet compile < 60 s)"] = round(max(ratios), 3)
+    summary["recursion max compile s"] = round(
+        max(r["compile_s"] for r in recursion_rows), 3
+    )
+    return summary
+
+
+if __name__ == "__main__":
+    main()
