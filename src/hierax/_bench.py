@@ -518,8 +518,9 @@ def write_markdown(results: dict, path: pathlib.Path) -> None:
     ]
     for row in results["sizes"]["rows"]:
         lines.append(
-            f"| {row['n']} | {row['order']} | {_seconds(row['seconds'])} | "
-            f"{_seconds(row['matmul_seconds'])} | {row['matmul_equivalents']:.1f} |"
+            f"| {row['n']} | {row['order']} | {format_seconds(row['seconds'])} | "
+            f"{format_seconds(row['matmul_seconds'])} | "
+            f"{row['matmul_equivalents']:.1f} |"
         )
     memory = results["memory"]
     lines += ["", f"## Memory at n = {memory['n']}, order {memory['order']}", ""]
@@ -555,7 +556,8 @@ def write_markdown(results: dict, path: pathlib.Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _seconds(seconds: float) -> str:
+def format_seconds(seconds: float) -> str:
+    """A duration with a unit that suits it: us, ms or s."""
     if seconds < 1e-3:
         return f"{seconds * 1e6:.1f} us"
     if seconds < 1:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import __version__, _seed
-from ._bench import median_call_time, run_benchmarks, warm_up
+from ._bench import format_seconds, median_call_time, run_benchmarks, warm_up
 from ._coefficients import Cos
 from ._hierarchies import HeisenbergHierarchy
 
@@ -210,14 +210,6 @@ def _format_levels(levels: list[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in runs)
 
 
-def _format_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
-
-
 def run_seed(
     order: int, t: float, naive_order: int, x64: bool, json_path: str | None
 ) -> int:
@@ -245,8 +237,8 @@ def run_seed(
         "levels in one call"
     )
     _print(
-        f"  first call (compile + run): {_format_seconds(hierax_first)}; "
-        f"steady state: {_format_seconds(hierax_steady)} per call "
+        f"  first call (compile + run): {format_seconds(hierax_first)}; "
+        f"steady state: {format_seconds(hierax_steady)} per call "
         f"(median of {steady_calls})"
     )
 

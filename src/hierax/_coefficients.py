@@ -13,7 +13,7 @@ from jaxtyping import Array, ArrayLike, Inexact
 from ._custom_types import OrderLike, ScalarSeries, TimeLike, typechecked
 from ._function_series import function_series
 from ._series import power_series, real_dtype, scalar_cauchy_product
-from ._validation import as_numeric_array, check_order
+from ._validation import as_numeric_array, check_order, trace_callable
 
 
 def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:
@@ -219,6 +219,14 @@ class Polynomial(AbstractCoefficient):
         return jnp.concatenate([c, jnp.zeros((order - degree,), dtype)])
 
 
+def _sinusoid_parameters(api, frequency, phase, amplitude):
+    return (
+        _parameter(frequency, "frequency", api, real=True),
+        _parameter(phase, "phase", api, real=True),
+        _parameter(amplitude, "amplitude", api),
+    )
+
+
 def _sinusoid(amplitude, frequency, phase, t, order, shift):
     dtype = jnp.result_type(amplitude, frequency, phase, t)
     argument = frequency * t + phase
@@ -247,10 +255,9 @@ class Cos(AbstractCoefficient):
         - `phase`: the phase $\\varphi$ (real).
         - `amplitude`: the amplitude $A$ (real or complex).
         """
-        api = "hierax.Cos"
-        self.frequency = _parameter(frequency, "frequency", api, real=True)
-        self.phase = _parameter(phase, "phase", api, real=True)
-        self.amplitude = _parameter(amplitude, "amplitude", api)
+        self.frequency, self.phase, self.amplitude = _sinusoid_parameters(
+            "hierax.Cos", frequency, phase, amplitude
+        )
 
     @property
     def is_constant(self) -> bool:
@@ -281,10 +288,9 @@ class Sin(AbstractCoefficient):
         - `phase`: the phase $\\varphi$ (real).
         - `amplitude`: the amplitude $A$ (real or complex).
         """
-        api = "hierax.Sin"
-        self.frequency = _parameter(frequency, "frequency", api, real=True)
-        self.phase = _parameter(phase, "phase", api, real=True)
-        self.amplitude = _parameter(amplitude, "amplitude", api)
+        self.frequency, self.phase, self.amplitude = _sinusoid_parameters(
+            "hierax.Sin", frequency, phase, amplitude
+        )
 
     @property
     def is_constant(self) -> bool:
@@ -462,15 +468,7 @@ class FunctionCoefficient(AbstractCoefficient):
             array, or a 1-element array).
         """
         api = "hierax.FunctionCoefficient"
-        if not callable(fn):
-            raise TypeError(f"`{api}`: `fn` must be callable, got {type(fn).__name__}.")
-        try:
-            out = jax.eval_shape(fn, jax.ShapeDtypeStruct((), jnp.result_type(float)))
-        except Exception as e:
-            raise TypeError(
-                f"`{api}`: calling `fn` on a scalar time failed with "
-                f"{type(e).__name__}: {e}"
-            ) from e
+        out = trace_callable(fn, "fn", api)
         if not isinstance(out, jax.ShapeDtypeStruct) or out.shape not in ((), (1,)):
             raise ValueError(
                 f"`{api}`: `fn` must return a scalar, got "

@@ -40,10 +40,11 @@ class HeisenbergHierarchy(AbstractHierarchy):
     $$X_0(t) = X(t), \\qquad
       X_k(t) = i\\,[H(t), X_{k-1}(t)] + \\frac{d}{dt} X_{k-1}(t).$$
 
-    In the Heisenberg picture, with $U' = -iHU$, $X_k$ is the $k$-th time derivative
-    seen from the frame of $U$: $U^\\dagger X_k U = \\frac{d^k}{dt^k}\\big(U^\\dagger X_0
-    U\\big)$. All levels $k \\le K$ are computed exactly (no finite differences, no
-    nested autodiff) in one compiled call.
+    In the Heisenberg picture, with $U' = -iHU$, $X_k$ is the $k$-th time
+    derivative seen from the frame of $U$:
+    $U^\\dagger X_k U = \\frac{d^k}{dt^k}\\big(U^\\dagger X_0 U\\big)$. All levels
+    $k \\le K$ are computed exactly (no finite differences, no nested autodiff) in one
+    compiled call.
 
     The Hamiltonian is expected to be Hermitian, as physics requires; the algorithm
     does not rely on it and the result is exact for any square $H$. The observable

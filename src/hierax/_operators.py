@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, Inexact
 from ._coefficients import AbstractCoefficient, Constant, _as_coefficient_or_none
 from ._custom_types import OperatorSeries, OrderLike, TimeLike, typechecked
 from ._function_series import function_series
-from ._validation import as_square_matrix, check_order
+from ._validation import as_square_matrix, check_order, trace_callable
 
 
 class TermSeries(NamedTuple):
@@ -237,8 +237,6 @@ class FunctionOperator(AbstractTimeOperator):
             numeric array.
         """
         api = "hierax.FunctionOperator"
-        if not callable(fn):
-            raise TypeError(f"`{api}`: `fn` must be callable, got {type(fn).__name__}.")
         self.fn = fn
         self.n = _check_callable_operator(fn, "fn", api)
 
@@ -262,13 +260,7 @@ class FunctionOperator(AbstractTimeOperator):
 
 def _check_callable_operator(fn: Callable, name: str, api: str) -> int:
     """Trace `fn` once on a dummy time and check it returns a square numeric array."""
-    try:
-        out = jax.eval_shape(fn, jax.ShapeDtypeStruct((), jnp.result_type(float)))
-    except Exception as e:
-        raise TypeError(
-            f"`{api}`: calling `{name}` on a scalar time failed with "
-            f"{type(e).__name__}: {e}"
-        ) from e
+    out = trace_callable(fn, name, api)
     if not isinstance(out, jax.ShapeDtypeStruct):
         raise TypeError(
             f"`{api}`: `{name}` must return one array of shape (n, n), got "

@@ -142,3 +142,17 @@ def check_dtype_supported(x: Array, name: str, api: str) -> None:
             f"`{api}`: `{name}` has unsupported dtype {x.dtype}; expected float32, "
             "float64, complex64 or complex128."
         )
+
+
+def trace_callable(fn: Any, name: str, api: str) -> Any:
+    """Trace `fn` once on an abstract scalar time and return the abstract output
+    (`jax.ShapeDtypeStruct` for an array); refuse what is not callable or fails."""
+    if not callable(fn):
+        raise TypeError(f"`{api}`: `{name}` must be callable, got {type(fn).__name__}.")
+    try:
+        return jax.eval_shape(fn, jax.ShapeDtypeStruct((), jnp.result_type(float)))
+    except Exception as e:
+        raise TypeError(
+            f"`{api}`: calling `{name}` on a scalar time failed with "
+            f"{type(e).__name__}: {e}"
+        ) from e
