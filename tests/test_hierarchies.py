@@ -49,7 +49,7 @@ def test_against_sympy_complex64(system):
     """JAX's default precision: complex64 in, complex64 out, with honest tolerances.
 
     The relative error per level grows with k (each level adds rounding from
-    commutators of growing terms), from ~1e-7 at k = 0 to ~1e-5 at k = 8 here.
+    commutators of growing terms), from ~1e-8 at k = 0 to ~5e-6 at k = 8 here.
     """
     f32 = lambda x: jax.tree_util.tree_map(
         lambda a: (
@@ -66,8 +66,8 @@ def test_against_sympy_complex64(system):
     levels = h(jnp.float32(float(system["t0"])))
     assert levels.dtype == jnp.complex64
     errors = mp_relative_errors(levels, system["reference"][: order + 1])
-    tolerance = 2e-6 * 3.0 ** np.arange(order + 1)  # grows with the level
-    assert np.all(errors <= np.maximum(tolerance, 1e-5)), errors
+    # Measured (benchmarks/accuracy.py): at most 5e-6 at k <= 8 on these systems.
+    assert np.all(errors <= 2e-5), errors
 
 
 @pytest.mark.parametrize(
