@@ -54,8 +54,12 @@ class HeisenbergHierarchy(AbstractHierarchy):
     $X_k = (i\\,\\mathrm{ad}_H)^k X$ ($K$ commutators). Otherwise propagator
     conjugation: the Taylor series of $V(\\tau) = U(t+\\tau)U(t)^{-1}$ from
     $V' = -iH(t+\\tau)V$, then $Y(\\tau) = V^{-1} X(t+\\tau) V$, whose normalised
-    coefficients are $X_k / k!$. With $H = \\sum_a f_a(t) H_a$ this costs $A$ matrix
-    products per order plus about $K^2/2$ for the last product.
+    coefficients are $X_k / k!$. With $H = \\sum_a f_a(t) H_a$ this costs $2A$ matrix
+    products per order (for $V$ and $V^{-1}$) plus about $K^2/2$ for the last
+    product, with at most three $(K+1) \\times n \\times n$ arrays alive at once.
+    Calls are compiled once per structure (`eqx.filter_jit` semantics, with a fast
+    dispatch path when every leaf is an array): new times or parameter values never
+    recompile.
 
     !!! example
 
