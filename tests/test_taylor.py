@@ -162,10 +162,11 @@ JET_CORPUS = {
     ),
     "division_matrix": lambda t: A / (1 + t**2) + (A + 3) / (A * t + 2),
     "module_closure": _Scaled(A),
-    "seed_hamiltonian_commutator": lambda t: (
-        jnp.cos(t) * B @ (A * jnp.sin(2 * t)) - (A * jnp.sin(2 * t)) @ (jnp.cos(t) * B)
+    "commutator_of_drives": lambda t: (
+        (jnp.cos(t) * A) @ (A.T * jnp.sin(2 * t))
+        - (A.T * jnp.sin(2 * t)) @ (jnp.cos(t) * A)
     ),
-    "tan_cos_quotient": lambda t: jnp.tan(t / 2) * jnp.cos(3 * t) / (1.5 + jnp.sin(t)),
+    "sin_cos_quotient": lambda t: jnp.sin(t / 2) * jnp.cos(3 * t) / (1.5 + jnp.sin(t)),
     "dtype_conversion": lambda t: (
         jnp.sin(t.astype(jnp.complex128) * B).astype(jnp.complex128) * jnp.float32(2.0)
     ),
