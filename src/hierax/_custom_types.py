@@ -10,28 +10,19 @@ from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 TimeLike = ArrayLike
 # A Taylor order: a non-negative Python or NumPy int (checked by `check_order`).
 OrderLike = int | np.integer
-# A square operator as the user gives it: anything numeric shaped (n, n).
-MatrixLike = ArrayLike
 # Normalised Taylor coefficients of a scalar time function, orders 0..K.
 ScalarSeries = Inexact[Array, " order_plus_1"]
 # Normalised Taylor coefficients of an (n, n) operator, orders 0..K.
 OperatorSeries = Inexact[Array, "order_plus_1 n n"]
-# A stack of operators, one per level 0..K.
-OperatorStack = Inexact[Array, "order_plus_1 n n"]
-# The derivatives of a matrix or a state vector, one per level 0..K.
-StateStack = Inexact[Array, "order_plus_1 n *rest"]
 
 __all__ = [
     "Array",
     "ArrayLike",
-    "MatrixLike",
     "OperatorSeries",
     "OrderLike",
-    "OperatorStack",
     "ScalarLike",
     "ScalarSeries",
     "Shaped",
-    "StateStack",
     "TimeLike",
     "typechecked",
 ]

@@ -12,6 +12,7 @@ from jaxtyping import Array, ArrayLike, Inexact
 from ._coefficients import AbstractCoefficient, Constant, _as_coefficient_or_none
 from ._custom_types import OperatorSeries, OrderLike, TimeLike, typechecked
 from ._function_series import function_series
+from ._series import lower_toeplitz, scalar_cauchy_product
 from ._validation import as_square_matrix, check_order, trace_callable
 
 
@@ -309,8 +310,6 @@ class ScaledOperator(AbstractTimeOperator):
         dtype = result_dtype(c, inner)
         c = c.astype(dtype)
         # (f g_a) for each term: a Cauchy product of scalar series per term.
-        from ._series import scalar_cauchy_product
-
         coefficients = (
             jax.vmap(lambda g: scalar_cauchy_product(c, g))(
                 inner.coefficients.astype(dtype)
@@ -322,18 +321,10 @@ class ScaledOperator(AbstractTimeOperator):
         if inner.dense is not None:
             dense = jnp.einsum(
                 "ik,knm->inm",
-                _toeplitz(c),
+                lower_toeplitz(c),
                 inner.dense.astype(dtype),
             )
         return TermSeries(coefficients, inner.matrices, dense)
-
-
-def _toeplitz(c: Array) -> Array:
-    """Lower-triangular Toeplitz matrix T[k, m] = c[k - m] (scalar series, O(K^2))."""
-    order = c.shape[0] - 1
-    k = jnp.arange(order + 1)
-    diff = k[:, None] - k[None, :]
-    return jnp.where(diff >= 0, c[jnp.clip(diff, 0, order)], 0)
 
 
 class OperatorSum(AbstractTimeOperator):

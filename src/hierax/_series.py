@@ -27,17 +27,19 @@ def power_series(x: Array, order: int) -> Array:
     return jnp.concatenate([jnp.ones((1,), steps.dtype), jnp.cumprod(steps)])
 
 
-def scalar_cauchy_product(a: Array, b: Array) -> Array:
-    """Coefficients of the product of two scalar series: $c_k = \\sum_m a_m b_{k-m}$.
-
-    One matrix-vector product with the lower-triangular Toeplitz matrix of `b`
-    (O(K^2) scalars, cheap: these are scalar series).
-    """
-    order = a.shape[0] - 1
+def lower_toeplitz(c: Array) -> Array:
+    """The lower-triangular Toeplitz matrix `T[k, m] = c[k - m]` (zero above the
+    diagonal) of a scalar series: `T @ a` is the Cauchy product of `c` and `a`.
+    O(K^2) scalars, cheap for scalar series."""
+    order = c.shape[0] - 1
     k = jnp.arange(order + 1)
     diff = k[:, None] - k[None, :]
-    toeplitz = jnp.where(diff >= 0, b[jnp.clip(diff, 0, order)], 0)
-    return toeplitz @ a
+    return jnp.where(diff >= 0, c[jnp.clip(diff, 0, order)], 0)
+
+
+def scalar_cauchy_product(a: Array, b: Array) -> Array:
+    """Coefficients of the product of two scalar series: $c_k = \\sum_m a_m b_{k-m}$."""
+    return lower_toeplitz(b) @ a
 
 
 class FactorialFactors(NamedTuple):
@@ -109,17 +111,6 @@ def factorial_scale(coefficients: Array, power: int = 1) -> Array:
     axis, without overflow before the true value (see `FactorialFactors`)."""
     order = coefficients.shape[0] - 1
     return factorial_factors(order, coefficients.dtype, power).apply(coefficients)
-
-
-def shift_series(x: Array) -> Array:
-    """The series of the derivative: $(j+1) x_{j+1}$, with the last coefficient zero
-    (it would need one more order to be known)."""
-    order = x.shape[0] - 1
-    rdtype = real_dtype(x.dtype)
-    scale = jnp.arange(1, order + 1, dtype=rdtype).reshape(
-        (order,) + (1,) * (x.ndim - 1)
-    )
-    return jnp.concatenate([x[1:] * scale, jnp.zeros_like(x[:1])])
 
 
 def reversed_window(series: Array, j: Array) -> Array:
@@ -218,20 +209,14 @@ def triangular_cauchy_product(
     return lax.fori_loop(0, order + 1, gather, right)
 
 
-def dagger(x: Array) -> Array:
-    """Conjugate transpose of the last two axes."""
-    return jnp.conj(jnp.swapaxes(x, -1, -2))
-
-
 __all__ = [
-    "dagger",
     "FactorialFactors",
     "factorial_factors",
     "factorial_scale",
+    "lower_toeplitz",
     "power_series",
     "real_dtype",
     "reversed_window",
     "scalar_cauchy_product",
-    "shift_series",
     "triangular_cauchy_product",
 ]

@@ -134,16 +134,6 @@ def check_time_finite(t: Array, api: str) -> Array:
     return eqx.error_if(t, ~jnp.isfinite(t), f"`{api}`: `t` must be finite.")
 
 
-def check_dtype_supported(x: Array, name: str, api: str) -> None:
-    if x.dtype in (jnp.float16, jnp.bfloat16) or not jnp.issubdtype(
-        x.dtype, jnp.inexact
-    ):
-        raise TypeError(
-            f"`{api}`: `{name}` has unsupported dtype {x.dtype}; expected float32, "
-            "float64, complex64 or complex128."
-        )
-
-
 def trace_callable(fn: Any, name: str, api: str) -> Any:
     """Trace `fn` once on an abstract scalar time and return the abstract output
     (`jax.ShapeDtypeStruct` for an array); refuse what is not callable or fails."""
