@@ -597,15 +597,14 @@ def write_plots(results: dict, out: pathlib.Path) -> list[str]:
                 [r["order"] for r in rows], [r[key] for r in rows], style, label=label
             )
     ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("order K")
-    ax.set_ylabel("first call (compile + run), s")
-    ax.set_title("Seed hierarchy: compile time against order")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "compile_vs_order.png")
-    plt.close(fig)
+    _finish_plot(
+        plt,
+        fig,
+        ax,
+        ("order K", "first call (compile + run), s"),
+        "Seed hierarchy: compile time against order",
+        out / "compile_vs_order.png",
+    )
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     rows = results["sizes"]["rows"]
@@ -618,16 +617,28 @@ def write_plots(results: dict, out: pathlib.Path) -> list[str]:
             label=f"order {order}",
         )
     ax.set_xscale("log", base=2)
+    _finish_plot(
+        plt,
+        fig,
+        ax,
+        ("matrix size n", "time per call / time of one n x n matmul"),
+        "Two-term H: run time in matmul-equivalents",
+        out / "runtime_vs_size.png",
+    )
+    return ["compile_vs_order.png", "runtime_vs_size.png"]
+
+
+def _finish_plot(plt, fig, ax, labels, title, path) -> None:
+    """Log y axis, labels, grid and legend; save and close."""
     ax.set_yscale("log")
-    ax.set_xlabel("matrix size n")
-    ax.set_ylabel("time per call / time of one n x n matmul")
-    ax.set_title("Two-term H: run time in matmul-equivalents")
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "runtime_vs_size.png")
+    fig.savefig(path)
     plt.close(fig)
-    return ["compile_vs_order.png", "runtime_vs_size.png"]
 
 
 def _git_commit() -> str | None:
