@@ -15,16 +15,10 @@ from ._custom_types import TimeLike
 from ._taylor import propagate, time_series
 from ._taylor._interpreter import function_name
 from ._taylor._recurrences import derivative
-from ._validation import as_numeric_array, as_time, check_order, check_time_finite
+from ._validation import as_numeric_array, as_time_array, check_order, check_time_finite
 
 
 _API = "hierax.Recursion"
-
-
-def _as_time_array(t: Any) -> Array:
-    # A strongly typed array: Python numbers and arrays of one dtype share a trace.
-    t = as_time(t, _API)
-    return jnp.asarray(t, dtype=jnp.result_type(t))
 
 
 def _shape_dtype(tree: Any) -> Any:
@@ -110,7 +104,7 @@ class Recursion(eqx.Module):
         All levels $X_0(t), \\ldots, X_K(t)$, with the structure of $X_0$ and each
         leaf stacked on a leading axis of length $K + 1$.
         """
-        return self._levels(_as_time_array(t))
+        return self._levels(as_time_array(t, _API))
 
     @eqx.filter_jit
     def _levels(self, t: Array) -> PyTree[Array]:

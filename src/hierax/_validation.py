@@ -129,6 +129,14 @@ def as_time(t: Any, api: str) -> Any:
     return array
 
 
+def as_time_array(t: Any, api: str) -> Array:
+    """`as_time`, then a strongly typed 0-d array: Python numbers and arrays of one
+    dtype share a trace under `eqx.filter_jit` (which would make a Python number
+    static)."""
+    t = as_time(t, api)
+    return jnp.asarray(t, dtype=jnp.result_type(t))
+
+
 def check_time_finite(t: Array, api: str) -> Array:
     """Inside jit: an error at run time if `t` is not finite."""
     return eqx.error_if(t, ~jnp.isfinite(t), f"`{api}`: `t` must be finite.")

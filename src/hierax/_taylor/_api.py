@@ -1,7 +1,6 @@
 """The public entry point [`hierax.taylor`][]."""
 
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -9,17 +8,11 @@ from beartype import beartype
 from jaxtyping import Array, PyTree, Shaped, jaxtyped
 
 from .._custom_types import TimeLike
-from .._validation import as_time, check_order, check_time_finite
+from .._validation import as_time_array, check_order, check_time_finite
 from ._interpreter import function_name, propagate
 
 
 _API = "hierax.taylor"
-
-
-def _as_time_array(t: Any) -> Array:
-    # A strongly typed array: Python numbers and arrays of one dtype share a trace.
-    t = as_time(t, _API)
-    return jnp.asarray(t, dtype=jnp.result_type(t))
 
 
 def time_series(t: Array, order: int) -> Array:
@@ -90,5 +83,5 @@ def taylor(
     order = check_order(order, _API)
     if not callable(fn):
         raise TypeError(f"`{_API}(fn=...)` must be callable, got {type(fn).__name__}.")
-    t = _as_time_array(t)
+    t = as_time_array(t, _API)
     return _taylor(fn, t, order)
