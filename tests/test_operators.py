@@ -112,3 +112,31 @@ def test_function_operator_with_equinox_module_is_trainable():
         2 * eps
     )
     np.testing.assert_allclose(grad, fd, rtol=1e-6)
+
+
+def test_callable_module_with_python_int_field():
+    """A Python int in a user's module stays static (as under `eqx.filter_jit`): it
+    may drive a Python loop inside the callable."""
+    import equinox as eqx
+
+    class Harmonics(eqx.Module):
+        weights: jax.Array
+        count: int
+
+        def __call__(self, t):
+            total = 0.0
+            for k in range(self.count):
+                total = total + self.weights[k] * jnp.cos((k + 1) * t)
+            return total * sx + sz
+
+    pulse = Harmonics(jnp.array([0.5, -0.25, 0.1]), 3)
+    levels = hierax.HeisenbergHierarchy(pulse, sy, 4)(0.3)
+    reference = hierax.HeisenbergHierarchy(
+        hierax.Cos(1.0, 0.0, 0.5) * sx
+        + hierax.Cos(2.0, 0.0, -0.25) * sx
+        + hierax.Cos(3.0, 0.0, 0.1) * sx
+        + sz,
+        sy,
+        4,
+    )(0.3)
+    np.testing.assert_allclose(levels, reference, rtol=1e-12, atol=1e-12)

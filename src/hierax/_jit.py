@@ -12,7 +12,7 @@ def module_jit(fn: Callable) -> Callable:
     """Compile `fn(module, *args, **static_kwargs)` once per structure.
 
     Behaves like `eqx.filter_jit` (array leaves traced, everything else static), but
-    when every leaf of the module and arguments is already an array (the usual case)
+    when every leaf of the module is already an array (the usual case)
     it dispatches through `jax.jit` directly, which costs a few microseconds instead
     of the tens that filtering the pytree costs on every call. Keyword arguments are
     static (Python bools and the like). Python scalars passed positionally are traced
@@ -23,8 +23,16 @@ def module_jit(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def call(*args, **static):
-        leaves = jax.tree_util.tree_leaves(args)
-        if all(isinstance(leaf, (jax.Array, float, complex, int)) for leaf in leaves):
+        module, rest = args[0], args[1:]
+        # Only array leaves in the module (a Python int or bool field there is static
+        # under filtering, and must stay so); the other arguments are times and
+        # states, which may be Python numbers.
+        if all(
+            isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(module)
+        ) and all(
+            isinstance(leaf, jax.Array) or type(leaf) in (float, int, complex)
+            for leaf in jax.tree_util.tree_leaves(rest)
+        ):
             key = tuple(sorted(static))
             if key not in direct:
                 direct[key] = jax.jit(fn, static_argnames=key)
