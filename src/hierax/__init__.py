@@ -1,6 +1,6 @@
 """hierax: exact operator hierarchies of time-dependent quantum systems, in JAX."""
 
-import importlib.metadata
+from importlib.metadata import version as _version
 
 from ._coefficients import (
     AbstractCoefficient as AbstractCoefficient,
@@ -32,4 +32,4 @@ from ._recursion import Recursion as Recursion
 from ._taylor import taylor as taylor
 
 
-__version__ = importlib.metadata.version("hierax")
+__version__ = _version("hierax")
