@@ -294,3 +294,24 @@ def test_float32_high_order_is_honest():
     assert np.all(relative_errors(levels32[fits], levels64[fits]) < 1e-4)
     normalised = relative_errors(h32.normalised(jnp.float32(1)), h64.normalised(1.0))
     assert np.all(normalised < 1e-4), normalised
+
+
+def test_constant_hamiltonian_normalised_survives_overflow():
+    """Nested commutators divide by k as they go: X_k / k! stays finite (and right)
+    where X_k itself overflows."""
+    hmat = _random_hermitian(jax.random.PRNGKey(2), 3) * 4
+    x0 = _random_hermitian(jax.random.PRNGKey(3), 3)
+    h64 = hierax.HeisenbergHierarchy(hmat, x0, 150)
+    h32 = hierax.HeisenbergHierarchy(
+        hmat.astype(jnp.complex64), x0.astype(jnp.complex64), 150
+    )
+    assert h32.algorithm == "nested commutators"
+    levels32 = np.asarray(h32(0.0))
+    assert np.isinf(levels32[-1]).any() and not np.isnan(levels32).any()
+    normalised32, normalised64 = (
+        np.asarray(h32.normalised(0.0)),
+        np.asarray(h64.normalised(0.0)),
+    )
+    assert np.all(np.isfinite(normalised32))
+    fits = np.abs(normalised64).max(axis=(1, 2)) > 1e-30  # above float32's underflow
+    assert np.all(relative_errors(normalised32[fits], normalised64[fits]) < 1e-4)

@@ -146,13 +146,39 @@ def heisenberg_series(
     )
 
 
-def nested_commutators(generator: Array, operator: Array, order: int) -> Array:
+def nested_commutators(
+    generator: Array, operator: Array, order: int, normalised: bool = False
+) -> Array:
     """$(\\mathrm{ad}_G)^k X = [G, [G, \\ldots, X]]$ for $k = 0..K$, shape
-    `(order + 1, n, n)`: K commutators, the floor for a constant generator."""
+    `(order + 1, n, n)`: K commutators, the floor for a constant generator.
 
-    def step(x, _):
-        x = generator @ x - x @ generator
-        return x, x
+    The recursion carries $z_k = (\\mathrm{ad}_G)^k X / c_k$, which stays within
+    $\\|X\\|$ in size: with `normalised`, $c_k = k!$ (dividing by k at each step);
+    otherwise $c_k = g^k$ with $g = 2\\|G\\|_F \\ge \\|\\mathrm{ad}_G\\|$, and $g^k$ is
+    applied at the end as a running product, part by part. So a level that overflows
+    reads $\\pm\\infty$, never the $\\infty - \\infty = $ nan that later commutators of
+    an overflowed level would give.
+    """
+    rdtype = jnp.finfo(operator.dtype).dtype
+    # Any g > 0 gives the same result; it only keeps z_k in range, so it carries no
+    # gradient (and the norm's nan gradient at G = 0 never appears).
+    g = lax.stop_gradient(2 * jnp.linalg.norm(generator).astype(rdtype))
+    g = jnp.where(g > 0, g, jnp.ones((), rdtype))
+    ks = jnp.arange(1, order + 1, dtype=rdtype)
+    divisors = ks if normalised else jnp.broadcast_to(g, ks.shape)
 
-    _, rest = lax.scan(step, operator, None, length=order)
-    return jnp.concatenate([operator[None], rest])
+    def step(z, divisor):
+        z = (generator @ z - z @ generator) / divisor
+        return z, z
+
+    _, rest = lax.scan(step, operator, divisors)
+    levels = jnp.concatenate([operator[None], rest])
+    if normalised:
+        return levels
+    powers = jnp.cumprod(jnp.concatenate([jnp.ones((1,), rdtype), divisors]))
+    powers = powers.reshape(order + 1, 1, 1)
+    # Exact zeros stay zero where g^k overflows (0 * inf would be nan).
+    scale = lambda part: jnp.where(part == 0, 0, part * powers)
+    if jnp.iscomplexobj(levels):
+        return lax.complex(scale(levels.real), scale(levels.imag))
+    return scale(levels)

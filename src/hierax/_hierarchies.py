@@ -4,13 +4,14 @@ commutators."""
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, Inexact
 
 from ._algorithms import heisenberg_series, nested_commutators, propagator_series
 from ._custom_types import OrderLike, TimeLike, typechecked
 from ._jit import module_jit
-from ._operators import AbstractTimeOperator, as_operator, result_dtype
+from ._operators import AbstractTimeOperator, TermSeries, as_operator
 from ._series import factorial_scale
 from ._validation import (
     as_numeric_array,
@@ -21,8 +22,16 @@ from ._validation import (
 )
 
 
-def _complex_dtype(*parts: Any) -> jnp.dtype:
-    return jnp.result_type(result_dtype(*parts), jnp.complex64)
+def _complex_dtype(module: eqx.Module, *series: Any) -> jnp.dtype:
+    """The complex dtype of a computation: from the module's own array leaves (so a
+    parameter given as a Python number stays weakly typed and never widens float32
+    matrices), the other arguments, and the dense series of callables (whose output
+    dtype only a trace reveals)."""
+    leaves = [x for x in jax.tree_util.tree_leaves(module) if eqx.is_array(x)]
+    dense = [part.dense for part in series if isinstance(part, TermSeries)]
+    others = [part for part in series if not isinstance(part, TermSeries)]
+    arrays = leaves + [d for d in dense if d is not None] + others
+    return jnp.result_type(*arrays, jnp.complex64)
 
 
 class AbstractHierarchy(eqx.Module):
@@ -143,13 +152,12 @@ def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool)
     if hierarchy.algorithm == "nested commutators":
         h = hierarchy.hamiltonian.taylor_terms(t, 0)
         x = hierarchy.observable.taylor_terms(t, 0)
-        dtype = _complex_dtype(h, x, t)
+        dtype = _complex_dtype(hierarchy, h, x, t)
         h = h.full()[0].astype(dtype)
-        levels = nested_commutators(1j * h, x.full()[0].astype(dtype), order)
-        return factorial_scale(levels, power=-1) if normalised else levels
+        return nested_commutators(1j * h, x.full()[0].astype(dtype), order, normalised)
     h = hierarchy.hamiltonian.taylor_terms(t, order)
     x = hierarchy.observable.taylor_terms(t, order)
-    dtype = _complex_dtype(h, x, t)
+    dtype = _complex_dtype(hierarchy, h, x, t)
     constant = hierarchy.observable.is_constant
     return heisenberg_series(h, x, dtype, constant, factorial=not normalised)
 
@@ -239,7 +247,7 @@ def _propagate(
 ) -> Array:
     t = check_time_finite(t, "hierax.PropagatorDerivatives(...)(t, state)")
     h = derivatives.hamiltonian.taylor_terms(t, derivatives.order)
-    dtype = _complex_dtype(h, state, t)
+    dtype = _complex_dtype(derivatives, h, state, t)
     series = propagator_series(h, state.astype(dtype), derivatives.order)
     return series if normalised else factorial_scale(series)
 
