@@ -104,3 +104,15 @@ def test_parameters_are_differentiable():
 def test_float32_stays_float32():
     series = hierax.Cos(jnp.float32(2.0)).taylor(jnp.float32(0.5), 6)
     assert series.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("name,make,expr", CASES, ids=[c[0] for c in CASES])
+def test_scaled_series(name, make, expr):
+    """`scaled_taylor` is the series of s -> f(t + scale s): c_j scale^j, with the
+    scale folded into each closed form's recurrence."""
+    f = make()
+    series = np.asarray(f.taylor(float(T0), 8))
+    scaled = np.asarray(f.scaled_taylor(float(T0), 8, jnp.asarray(3.0)))
+    np.testing.assert_allclose(
+        scaled, series * 3.0 ** np.arange(9), rtol=1e-12, atol=1e-14
+    )

@@ -315,3 +315,48 @@ def test_constant_hamiltonian_normalised_survives_overflow():
     assert np.all(np.isfinite(normalised32))
     fits = np.abs(normalised64).max(axis=(1, 2)) > 1e-30  # above float32's underflow
     assert np.all(relative_errors(normalised32[fits], normalised64[fits]) < 1e-4)
+
+
+def test_time_scale_changes_nothing_but_the_range():
+    """A rescaled time gives the same levels (x64) and rescues float32 levels whose
+    normalised coefficients would underflow."""
+    s = SYSTEMS[1]()
+    plain = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], 30)
+    scaled = hierax.HeisenbergHierarchy(
+        s["hamiltonian"], s["observable"], 30, time_scale=7.0
+    )
+    for method in ("__call__", "normalised"):
+        a = np.asarray(getattr(plain, method)(0.6))
+        b = np.asarray(getattr(scaled, method)(0.6))
+        assert np.all(relative_errors(b, a) < 1e-12)
+
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+    reference = np.asarray(
+        hierax.HeisenbergHierarchy(hierax.Cos(amplitude=0.01) * sy, sx, 60)(1.0)
+    )
+    h32 = hierax.Cos(jnp.float32(1), amplitude=jnp.float32(0.01)) * sy.astype(
+        jnp.complex64
+    )
+    x32 = sx.astype(jnp.float32)
+    plain32 = np.asarray(hierax.HeisenbergHierarchy(h32, x32, 60)(jnp.float32(1)))
+    assert np.all(plain32[55] == 0)  # the documented limitation: X_k/k! underflowed
+    scaled32 = hierax.HeisenbergHierarchy(h32, x32, 60, time_scale=jnp.float32(20))
+    levels = np.asarray(scaled32(jnp.float32(1)))
+    assert levels.dtype == np.complex64
+    assert np.all(relative_errors(levels, reference) < 1e-4)
+
+
+def test_time_scale_is_traced_and_checked():
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+    traces = []
+    hamiltonian = _CountingCos(jnp.asarray(1.0), traces) * sy
+    for scale in (2.0, 3.0, 5.0):
+        hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=scale)(0.5)
+    assert len(traces) == 1
+    for bad in (0.0, -1.0, 1e7, float("nan")):
+        with pytest.raises(ValueError, match="`time_scale` must be in"):
+            hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=bad)
+    with pytest.raises(ValueError, match="`time_scale` must be a real scalar"):
+        hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=jnp.ones(2))

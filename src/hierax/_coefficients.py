@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, Inexact
 
 from ._custom_types import OrderLike, ScalarSeries, TimeLike, typechecked
 from ._function_series import function_series
-from ._series import power_series, real_dtype, scalar_cauchy_product
+from ._series import power_series, real_dtype, scalar_cauchy_product, times_powers
 from ._validation import as_numeric_array, check_order, trace_callable
 
 
@@ -57,6 +57,16 @@ class AbstractCoefficient(eqx.Module):
         An array of shape `(order + 1,)` holding $f^{(j)}(t) / j!$ for
         $j = 0, \\ldots, K$.
         """
+
+    def scaled_taylor(self, t: TimeLike, order: OrderLike, scale) -> ScalarSeries:
+        """The series of $s \\mapsto f(t + \\text{scale}\\cdot s)$: coefficient j is
+        $f^{(j)}(t)\\,\\text{scale}^j / j!$ (`scale=None` means 1).
+
+        The hierarchies use it to keep very high orders within floating-point
+        range. The closed forms fold the scale into their recurrences; this default,
+        for subclasses that only define `taylor`, multiplies afterwards.
+        """
+        return times_powers(self.taylor(t, order), scale)
 
     @property
     @abc.abstractmethod
@@ -163,6 +173,9 @@ class Constant(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Constant.taylor")
         dtype = jnp.result_type(self.value, _time(t))
         return _zeros_above(jnp.asarray(self.value, dtype), order)
@@ -194,6 +207,9 @@ class Polynomial(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Polynomial.taylor")
         t = _time(t)
         a = self.coefficients
@@ -213,10 +229,10 @@ class Polynomial(AbstractCoefficient):
             [jnp.ones((1,), dtype), jnp.cumprod(jnp.full((degree,), t, dtype))]
         )
         shift = jnp.where(ok, binom * t_powers[safe], 0)
-        c = shift @ a.astype(dtype)
+        c = times_powers(shift @ a.astype(dtype), scale)
         if order <= degree:
             return c[: order + 1]
-        return jnp.concatenate([c, jnp.zeros((order - degree,), dtype)])
+        return jnp.concatenate([c, jnp.zeros((order - degree,), c.dtype)])
 
 
 def _sinusoid_parameters(api, frequency, phase, amplitude):
@@ -227,13 +243,14 @@ def _sinusoid_parameters(api, frequency, phase, amplitude):
     )
 
 
-def _sinusoid(amplitude, frequency, phase, t, order, shift):
+def _sinusoid(amplitude, frequency, phase, t, order, shift, scale):
     dtype = jnp.result_type(amplitude, frequency, phase, t)
     argument = frequency * t + phase
     j = jnp.arange(order + 1, dtype=real_dtype(dtype))
     # d^j/dt^j cos(w t + p) = w^j cos(w t + p + j pi/2).
     phases = argument + (j + shift) * (jnp.pi / 2)
-    return amplitude * power_series(frequency, order) * jnp.cos(phases)
+    rate = frequency if scale is None else frequency * scale
+    return amplitude * power_series(rate, order) * jnp.cos(phases)
 
 
 class Cos(AbstractCoefficient):
@@ -265,8 +282,13 @@ class Cos(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Cos.taylor")
-        return _sinusoid(self.amplitude, self.frequency, self.phase, _time(t), order, 0)
+        return _sinusoid(
+            self.amplitude, self.frequency, self.phase, _time(t), order, 0, scale
+        )
 
 
 class Sin(AbstractCoefficient):
@@ -298,10 +320,13 @@ class Sin(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Sin.taylor")
         # sin(x) = cos(x - pi/2).
         return _sinusoid(
-            self.amplitude, self.frequency, self.phase, _time(t), order, -1
+            self.amplitude, self.frequency, self.phase, _time(t), order, -1, scale
         )
 
 
@@ -327,9 +352,13 @@ class Exp(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Exp.taylor")
         t = _time(t)
-        return self.amplitude * jnp.exp(self.rate * t) * power_series(self.rate, order)
+        rate = self.rate if scale is None else self.rate * scale
+        return self.amplitude * jnp.exp(self.rate * t) * power_series(rate, order)
 
 
 class Gaussian(AbstractCoefficient):
@@ -365,11 +394,14 @@ class Gaussian(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Gaussian.taylor")
         t = _time(t)
         dtype = jnp.result_type(self.mean, self.width, t)
         x = (t - self.mean) / self.width
-        inv_s = 1 / self.width
+        inv_s = (1 if scale is None else scale) / self.width
 
         # g_j = (-1)^j He_j(x) / (s^j j!) obeys
         # g_{j+1} = -(x g_j / s + g_{j-1} / s^2) / (j + 1).
@@ -414,8 +446,11 @@ class CoefficientSum(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.CoefficientSum.taylor")
-        series = [term.taylor(t, order) for term in self.terms]
+        series = [term.scaled_taylor(t, order, scale) for term in self.terms]
         dtype = jnp.result_type(*series)
         return sum((s.astype(dtype) for s in series), jnp.zeros((order + 1,), dtype))
 
@@ -441,9 +476,12 @@ class CoefficientProduct(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.CoefficientProduct.taylor")
-        a = self.left.taylor(t, order)
-        b = self.right.taylor(t, order)
+        a = self.left.scaled_taylor(t, order, scale)
+        b = self.right.scaled_taylor(t, order, scale)
         if isinstance(self.left, Constant):
             return a[0] * b
         if isinstance(self.right, Constant):
@@ -486,6 +524,9 @@ class FunctionCoefficient(AbstractCoefficient):
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        return self.scaled_taylor(t, order, None)
+
+    def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.FunctionCoefficient.taylor")
-        series = function_series(self.fn, _time(t), order)
+        series = function_series(self.fn, _time(t), order, scale=scale)
         return series.reshape(order + 1)

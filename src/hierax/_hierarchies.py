@@ -12,7 +12,7 @@ from ._algorithms import heisenberg_series, nested_commutators, propagator_serie
 from ._custom_types import OrderLike, TimeLike, typechecked
 from ._jit import module_jit
 from ._operators import AbstractTimeOperator, TermSeries, as_operator
-from ._series import factorial_scale
+from ._series import factorial_scale, unscale_series
 from ._validation import (
     as_numeric_array,
     as_square_matrix,
@@ -86,8 +86,15 @@ class HeisenbergHierarchy(AbstractHierarchy):
     hamiltonian: AbstractTimeOperator
     observable: AbstractTimeOperator
     order: int = eqx.field(static=True)
+    time_scale: Array | None
 
-    def __init__(self, hamiltonian: Any, observable: Any, order: OrderLike):
+    def __init__(
+        self,
+        hamiltonian: Any,
+        observable: Any,
+        order: OrderLike,
+        time_scale: ArrayLike | None = None,
+    ):
         """**Arguments:**
 
         - `hamiltonian`: $H(t)$: a [`hierax.TimeOperator`][] (e.g.
@@ -95,9 +102,18 @@ class HeisenbergHierarchy(AbstractHierarchy):
             constant `(n, n)` matrix, or a JAX callable `t -> (n, n)`.
         - `observable`: $X_0(t)$, accepted in the same forms, of the same size.
         - `order`: the highest level $K$, a non-negative Python int.
+        - `time_scale`: optional $s > 0$ (at most $10^6$). The series are then carried
+            in the rescaled time $\\tau = s\\sigma$, coefficient k as
+            $X_k s^k / k!$, and rescaled at the end. The result is the same; choose
+            $s \\approx K / (e \\rho)$, with $\\rho$ about $2\\|H\\|$ plus the drive
+            frequencies, when $X_k / k!$ would otherwise underflow (small $H$ at high
+            orders, float32 especially). A traced value: changing it never
+            recompiles. Used by propagator conjugation (not by nested commutators,
+            which need no rescaling).
         """
         api = "hierax.HeisenbergHierarchy"
         self.order = check_order(order, api)
+        self.time_scale = _check_time_scale(time_scale, api)
         self.hamiltonian = as_operator(hamiltonian, "hamiltonian", api)
         self.observable = as_operator(observable, "observable", api)
         if self.hamiltonian.size != self.observable.size:
@@ -146,6 +162,25 @@ class HeisenbergHierarchy(AbstractHierarchy):
         return _heisenberg(self, t, normalised=True)
 
 
+def _check_time_scale(scale: Any, api: str) -> Array | None:
+    if scale is None:
+        return None
+    array = as_numeric_array(scale, "time_scale", api)
+    if array.ndim != 0 or jnp.iscomplexobj(array):
+        raise ValueError(f"`{api}`: `time_scale` must be a real scalar, got {scale!r}.")
+    if not isinstance(array, jax.core.Tracer):
+        value = float(array)
+        if not (0 < value <= MAX_TIME_SCALE):
+            raise ValueError(
+                f"`{api}`: `time_scale` must be in (0, {MAX_TIME_SCALE:g}], got "
+                f"{value}."
+            )
+    return array
+
+
+MAX_TIME_SCALE = 1e6
+
+
 def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool):
     t = check_time_finite(t, "hierax.HeisenbergHierarchy(...)(t)")
     order = hierarchy.order
@@ -155,11 +190,23 @@ def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool)
         dtype = _complex_dtype(hierarchy, h, x, t)
         h = h.full()[0].astype(dtype)
         return nested_commutators(1j * h, x.full()[0].astype(dtype), order, normalised)
-    h = hierarchy.hamiltonian.taylor_terms(t, order)
-    x = hierarchy.observable.taylor_terms(t, order)
+    scale = hierarchy.time_scale
+    h = hierarchy.hamiltonian.taylor_terms(t, order, scale)
+    x = hierarchy.observable.taylor_terms(t, order, scale)
     dtype = _complex_dtype(hierarchy, h, x, t)
+    if scale is not None:
+        # In the time sigma = tau / s, dV/dsigma = -i s H(t + s sigma) V.
+        scale = jnp.clip(scale, 0, MAX_TIME_SCALE)
+        h = TermSeries(
+            h.coefficients * scale,
+            h.matrices,
+            None if h.dense is None else h.dense * scale,
+        )
     constant = hierarchy.observable.is_constant
-    return heisenberg_series(h, x, dtype, constant, factorial=not normalised)
+    if scale is None:
+        return heisenberg_series(h, x, dtype, constant, factorial=not normalised)
+    series = heisenberg_series(h, x, dtype, constant)
+    return unscale_series(series, scale, MAX_TIME_SCALE, factorial=not normalised)
 
 
 _heisenberg = module_jit(_heisenberg_impl)

@@ -67,8 +67,11 @@ class AbstractTimeOperator(eqx.Module):
         """Whether the operator is constant in time (from its structure)."""
 
     @abc.abstractmethod
-    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
-        """The series of the operator at `t` to order `order`, in parts."""
+    def taylor_terms(
+        self, t: Array, order: OrderLike, scale: Array | None = None
+    ) -> TermSeries:
+        """The series of the operator at `t` to order `order`, in parts; with
+        `scale`, the series of $s \\mapsto H(t + \\text{scale}\\cdot s)$."""
 
     @typechecked
     def __call__(self, t: TimeLike) -> Inexact[Array, "n n"]:
@@ -212,8 +215,10 @@ class TimeOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return all(c.is_constant for c in self.coefficients)
 
-    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
-        series = [c.taylor(t, order) for c in self.coefficients]
+    def taylor_terms(
+        self, t: Array, order: OrderLike, scale: Array | None = None
+    ) -> TermSeries:
+        series = [c.scaled_taylor(t, order, scale) for c in self.coefficients]
         dtype = jnp.result_type(*series)
         return TermSeries(
             jnp.stack([s.astype(dtype) for s in series]), self.matrices, None
@@ -249,8 +254,10 @@ class FunctionOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return False
 
-    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
-        dense = function_series(self.fn, t, order)
+    def taylor_terms(
+        self, t: Array, order: OrderLike, scale: Array | None = None
+    ) -> TermSeries:
+        dense = function_series(self.fn, t, order, scale=scale)
         dtype = dense.dtype
         return TermSeries(
             jnp.zeros((0, order + 1), dtype),
@@ -304,9 +311,11 @@ class ScaledOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return self.coefficient.is_constant and self.operator.is_constant
 
-    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
-        c = self.coefficient.taylor(t, order)
-        inner = self.operator.taylor_terms(t, order)
+    def taylor_terms(
+        self, t: Array, order: OrderLike, scale: Array | None = None
+    ) -> TermSeries:
+        c = self.coefficient.scaled_taylor(t, order, scale)
+        inner = self.operator.taylor_terms(t, order, scale)
         dtype = result_dtype(c, inner)
         c = c.astype(dtype)
         # (f g_a) for each term: a Cauchy product of scalar series per term.
@@ -360,8 +369,10 @@ class OperatorSum(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return all(op.is_constant for op in self.operators)
 
-    def taylor_terms(self, t: Array, order: OrderLike) -> TermSeries:
-        parts = [op.taylor_terms(t, order) for op in self.operators]
+    def taylor_terms(
+        self, t: Array, order: OrderLike, scale: Array | None = None
+    ) -> TermSeries:
+        parts = [op.taylor_terms(t, order, scale) for op in self.operators]
         dtype = result_dtype(parts)
         coefficients = jnp.concatenate([p.coefficients.astype(dtype) for p in parts])
         matrices = jnp.concatenate([p.matrices.astype(dtype) for p in parts])

@@ -27,6 +27,46 @@ def power_series(x: Array, order: int) -> Array:
     return jnp.concatenate([jnp.ones((1,), steps.dtype), jnp.cumprod(steps)])
 
 
+def times_powers(series: Array, scale: Array | None) -> Array:
+    """`series[j] * scale**j` (the series of $s \\mapsto f(t + \\text{scale}\\,s)$
+    from that of $f$); `None` means 1. The power is formed only where the
+    coefficient is non-zero, so zero coefficients stay zero even where it overflows.
+    """
+    if scale is None:
+        return series
+    j = jnp.arange(series.shape[0]).reshape((-1,) + (1,) * (series.ndim - 1))
+    rdtype = real_dtype(jnp.result_type(series, scale))
+    powers = jnp.exp(j.astype(rdtype) * jnp.log(jnp.abs(scale)).astype(rdtype))
+    return jnp.where(series == 0, 0, series * powers)
+
+
+def unscale_series(
+    series: Array, scale: Array, max_scale: float, factorial: bool = False
+) -> Array:
+    """Row k times $\\text{scale}^{-k}$ (and times $k!$ with `factorial`), for series
+    carried in a rescaled time.
+
+    The factor is applied as a fixed number R of equal steps
+    $\\exp\\big((\\log k! - k \\log s) / R\\big)$, R static (from K, the dtype and the
+    largest allowed scale), so nothing overflows or underflows before the true value
+    does, and exact zeros stay zero. The price is the rounding of the exponent:
+    about $\\epsilon \\cdot |\\log k! - k \\log s|$ relative.
+    """
+    order = series.shape[0] - 1
+    rdtype = real_dtype(series.dtype)
+    log_max = math.log(float(np.finfo(rdtype).max))
+    j = np.arange(1, order + 1, dtype=np.float64)
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(j))])
+    bound = order * math.log(max_scale) + (log_factorial[-1] if factorial else 0.0)
+    repeats = max(1, math.ceil(bound / (0.5 * log_max)))
+    k = jnp.arange(order + 1, dtype=rdtype)
+    exponent = -k * jnp.log(scale).astype(rdtype)
+    if factorial:
+        exponent = exponent + jnp.asarray(log_factorial, rdtype)
+    step = jnp.exp(exponent / repeats).reshape((-1,) + (1,) * (series.ndim - 1))
+    return lax.fori_loop(0, repeats, lambda _, x: _real_scale(x, step), series)
+
+
 def lower_toeplitz(c: Array) -> Array:
     """The lower-triangular Toeplitz matrix `T[k, m] = c[k - m]` (zero above the
     diagonal) of a scalar series: `T @ a` is the Cauchy product of `c` and `a`.
@@ -218,5 +258,7 @@ __all__ = [
     "real_dtype",
     "reversed_window",
     "scalar_cauchy_product",
+    "times_powers",
+    "unscale_series",
     "triangular_cauchy_product",
 ]
