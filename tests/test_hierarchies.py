@@ -360,3 +360,14 @@ def test_time_scale_is_traced_and_checked():
             hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=bad)
     with pytest.raises(ValueError, match="`time_scale` must be a real scalar"):
         hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=jnp.ones(2))
+
+
+def test_propagator_time_scale():
+    s = SYSTEMS[2]()
+    u0 = np.eye(4)[:, 1]
+    plain = hierax.PropagatorDerivatives(s["hamiltonian"], 25)
+    scaled = hierax.PropagatorDerivatives(s["hamiltonian"], 25, time_scale=5.0)
+    for method in ("__call__", "normalised"):
+        a = np.asarray(getattr(plain, method)(0.3, u0))
+        b = np.asarray(getattr(scaled, method)(0.3, u0))
+        assert np.all(relative_errors(b, a) < 1e-12)

@@ -181,6 +181,12 @@ def _check_time_scale(scale: Any, api: str) -> Array | None:
 MAX_TIME_SCALE = 1e6
 
 
+def _times_scale(h: TermSeries, scale: Array) -> TermSeries:
+    """`s H(t + s sigma)`: in the time sigma = tau / s, dU/dsigma = -i s H U."""
+    dense = None if h.dense is None else h.dense * scale
+    return TermSeries(h.coefficients * scale, h.matrices, dense)
+
+
 def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool):
     t = check_time_finite(t, "hierax.HeisenbergHierarchy(...)(t)")
     order = hierarchy.order
@@ -195,13 +201,8 @@ def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool)
     x = hierarchy.observable.taylor_terms(t, order, scale)
     dtype = _complex_dtype(hierarchy, h, x, t)
     if scale is not None:
-        # In the time sigma = tau / s, dV/dsigma = -i s H(t + s sigma) V.
         scale = jnp.clip(scale, 0, MAX_TIME_SCALE)
-        h = TermSeries(
-            h.coefficients * scale,
-            h.matrices,
-            None if h.dense is None else h.dense * scale,
-        )
+        h = _times_scale(h, scale)
     constant = hierarchy.observable.is_constant
     if scale is None:
         return heisenberg_series(h, x, dtype, constant, factorial=not normalised)
@@ -224,17 +225,27 @@ class PropagatorDerivatives(AbstractHierarchy):
 
     hamiltonian: AbstractTimeOperator
     order: int = eqx.field(static=True)
+    time_scale: Array | None
 
-    def __init__(self, hamiltonian: Any, order: OrderLike):
+    def __init__(
+        self,
+        hamiltonian: Any,
+        order: OrderLike,
+        time_scale: ArrayLike | None = None,
+    ):
         """**Arguments:**
 
         - `hamiltonian`: $H(t)$, in any form [`hierax.HeisenbergHierarchy`][]
             accepts.
         - `order`: the highest derivative $K$, a non-negative Python int.
+        - `time_scale`: optional $s > 0$, as for [`hierax.HeisenbergHierarchy`][]:
+            the series is carried as $U^{(k)} s^k / k!$ and rescaled at the end, for
+            orders where $U^{(k)} / k!$ would underflow.
         """
         api = "hierax.PropagatorDerivatives"
         self.order = check_order(order, api)
         self.hamiltonian = as_operator(hamiltonian, "hamiltonian", api)
+        self.time_scale = _check_time_scale(time_scale, api)
 
     @typechecked
     def __call__(
@@ -293,9 +304,15 @@ def _propagate(
     derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
 ) -> Array:
     t = check_time_finite(t, "hierax.PropagatorDerivatives(...)(t, state)")
-    h = derivatives.hamiltonian.taylor_terms(t, derivatives.order)
+    scale = derivatives.time_scale
+    h = derivatives.hamiltonian.taylor_terms(t, derivatives.order, scale)
     dtype = _complex_dtype(derivatives, h, state, t)
+    if scale is not None:
+        scale = jnp.clip(scale, 0, MAX_TIME_SCALE)
+        h = _times_scale(h, scale)
     series = propagator_series(h, state.astype(dtype), derivatives.order)
+    if scale is not None:
+        return unscale_series(series, scale, MAX_TIME_SCALE, factorial=not normalised)
     return series if normalised else factorial_scale(series)
 
 
