@@ -181,6 +181,14 @@ def _check_time_scale(scale: Any, api: str) -> Array | None:
 MAX_TIME_SCALE = 1e6
 
 
+def _clipped(scale: Array | None) -> Array | None:
+    # Traced values skip the check in __init__; keep them in the range the static
+    # step counts of `unscale_series` allow.
+    return (
+        None if scale is None else jnp.clip(scale, 1 / MAX_TIME_SCALE, MAX_TIME_SCALE)
+    )
+
+
 def _times_scale(h: TermSeries, scale: Array) -> TermSeries:
     """`s H(t + s sigma)`: in the time sigma = tau / s, dU/dsigma = -i s H U."""
     dense = None if h.dense is None else h.dense * scale
@@ -196,12 +204,11 @@ def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool)
         dtype = _complex_dtype(hierarchy, h, x, t)
         h = h.full()[0].astype(dtype)
         return nested_commutators(1j * h, x.full()[0].astype(dtype), order, normalised)
-    scale = hierarchy.time_scale
+    scale = _clipped(hierarchy.time_scale)
     h = hierarchy.hamiltonian.taylor_terms(t, order, scale)
     x = hierarchy.observable.taylor_terms(t, order, scale)
     dtype = _complex_dtype(hierarchy, h, x, t)
     if scale is not None:
-        scale = jnp.clip(scale, 0, MAX_TIME_SCALE)
         h = _times_scale(h, scale)
     constant = hierarchy.observable.is_constant
     if scale is None:
@@ -304,11 +311,10 @@ def _propagate(
     derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
 ) -> Array:
     t = check_time_finite(t, "hierax.PropagatorDerivatives(...)(t, state)")
-    scale = derivatives.time_scale
+    scale = _clipped(derivatives.time_scale)
     h = derivatives.hamiltonian.taylor_terms(t, derivatives.order, scale)
     dtype = _complex_dtype(derivatives, h, state, t)
     if scale is not None:
-        scale = jnp.clip(scale, 0, MAX_TIME_SCALE)
         h = _times_scale(h, scale)
     series = propagator_series(h, state.astype(dtype), derivatives.order)
     if scale is not None:
