@@ -43,7 +43,7 @@ class AbstractCoefficient(eqx.Module):
     # Let numpy arrays hand `ndarray * coefficient` to us instead of broadcasting.
     __array_ufunc__ = None
 
-    @abc.abstractmethod
+    @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         """Normalised Taylor coefficients of $f$ at $t$.
 
@@ -57,15 +57,21 @@ class AbstractCoefficient(eqx.Module):
         An array of shape `(order + 1,)` holding $f^{(j)}(t) / j!$ for
         $j = 0, \\ldots, K$.
         """
+        return self.scaled_taylor(t, order, None)
 
     def scaled_taylor(self, t: TimeLike, order: OrderLike, scale) -> ScalarSeries:
         """The series of $s \\mapsto f(t + \\text{scale}\\cdot s)$: coefficient j is
         $f^{(j)}(t)\\,\\text{scale}^j / j!$ (`scale=None` means 1).
 
         The hierarchies use it to keep very high orders within floating-point
-        range. The closed forms fold the scale into their recurrences; this default,
-        for subclasses that only define `taylor`, multiplies afterwards.
+        range (their `time_scale`). A subclass implements this method, or only
+        `taylor`: the closed forms fold the scale into their recurrences, and this
+        default multiplies afterwards.
         """
+        if type(self).taylor is AbstractCoefficient.taylor:
+            raise NotImplementedError(
+                f"`{type(self).__name__}` must implement `taylor` or `scaled_taylor`."
+            )
         return times_powers(self.taylor(t, order), scale)
 
     @property
@@ -171,10 +177,6 @@ class Constant(AbstractCoefficient):
     def is_constant(self) -> bool:
         return True
 
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
-
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Constant.taylor")
         dtype = jnp.result_type(self.value, _time(t))
@@ -204,10 +206,6 @@ class Polynomial(AbstractCoefficient):
     @property
     def is_constant(self) -> bool:
         return self.coefficients.shape[0] == 1
-
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
 
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Polynomial.taylor")
@@ -280,10 +278,6 @@ class Cos(AbstractCoefficient):
     def is_constant(self) -> bool:
         return False
 
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
-
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Cos.taylor")
         return _sinusoid(
@@ -318,10 +312,6 @@ class Sin(AbstractCoefficient):
     def is_constant(self) -> bool:
         return False
 
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
-
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Sin.taylor")
         # sin(x) = cos(x - pi/2).
@@ -349,10 +339,6 @@ class Exp(AbstractCoefficient):
     @property
     def is_constant(self) -> bool:
         return False
-
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
 
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Exp.taylor")
@@ -391,10 +377,6 @@ class Gaussian(AbstractCoefficient):
     @property
     def is_constant(self) -> bool:
         return False
-
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
 
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.Gaussian.taylor")
@@ -444,10 +426,6 @@ class CoefficientSum(AbstractCoefficient):
     def is_constant(self) -> bool:
         return all(term.is_constant for term in self.terms)
 
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
-
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.CoefficientSum.taylor")
         series = [term.scaled_taylor(t, order, scale) for term in self.terms]
@@ -473,10 +451,6 @@ class CoefficientProduct(AbstractCoefficient):
     @property
     def is_constant(self) -> bool:
         return self.left.is_constant and self.right.is_constant
-
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
 
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.CoefficientProduct.taylor")
@@ -521,10 +495,6 @@ class FunctionCoefficient(AbstractCoefficient):
     @property
     def is_constant(self) -> bool:
         return False
-
-    @typechecked
-    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
-        return self.scaled_taylor(t, order, None)
 
     def scaled_taylor(self, t, order, scale):
         order = check_order(order, "hierax.FunctionCoefficient.taylor")
