@@ -178,8 +178,8 @@ def test_bench_quick_writes_results(tmp_path):
     compile_part = results["compile"]
     for method in ("naive", "jet", "hierax_closed_form", "hierax_callable"):
         assert compile_part[method], method
-    # The closed form's compile is flat in the order: well inside the budget (the
-    # order 200 is not demanded, so that a loaded machine cannot fail the test).
+    # The first three orders are always measured, whatever the machine's load; the
+    # rest depend on timings, so the test demands nothing of them.
     closed_orders = [r["order"] for r in compile_part["hierax_closed_form"]]
     assert closed_orders == compile_part["orders"][: len(closed_orders)]
     assert max(closed_orders) >= 10
