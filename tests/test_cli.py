@@ -2,11 +2,14 @@
 
 Commands that run JAX computations run in a subprocess (`python -m hierax`), so that
 their configuration (x64 on or off) cannot leak into the other tests; argument
-handling is tested in-process through `main(argv)`.
+handling is tested in-process through `main(argv)`. No test here looks at how long
+anything took: timings are the benchmarks' business.
 """
 
 import json
+import math
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -16,10 +19,15 @@ import numpy as np
 import pytest
 
 import hierax
-from hierax import _cli, _seed
+from hierax._cli import _main, _memory, _reference, _seed, main
+
+from .helpers import SEED_EXACT
 
 
-def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "hierax", *args],
         capture_output=True,
@@ -28,56 +36,71 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
-# The values the seed question's record states at t = 1 (X_k top row, x64): an
-# oracle independent of both hierax and the reference implementations here.
-_SEED_EXACT = {
-    2: (-1.682941969615793, -1.1677063269057155),
-    9: (-15540.999433741366, 9987.578125605485),
-}
+def _python(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+# What the answer offered to the seed question gives at t = 1 (top row, x64).
 _SEED_OFFERED = {2: (0.0, -1.167706), 9: (2.009099, 0.0)}
 
 
 def test_naive_recursion_matches_seed_record_and_hierax():
-    naive = _seed.make_naive_recursion()
+    naive = _reference.make_naive_recursion()
     t = jnp.asarray(1.0, complex)
     levels = hierax.HeisenbergHierarchy(
-        hierax.Cos() * _seed.pauli_y(), _seed.pauli_x(), 9
+        hierax.Cos() * _reference.pauli_y(), _reference.pauli_x(), 9
     )(1.0)
-    np.testing.assert_allclose(levels[2][0], _SEED_EXACT[2], rtol=1e-14)
-    np.testing.assert_allclose(levels[9][0], _SEED_EXACT[9], rtol=1e-14)
+    np.testing.assert_allclose(levels[2][0], SEED_EXACT[2], rtol=1e-14)
+    np.testing.assert_allclose(levels[9][0], SEED_EXACT[9], rtol=1e-14)
     for k in range(5):
         np.testing.assert_allclose(naive(t, k), levels[k], rtol=1e-13, atol=1e-13)
 
 
 def test_offered_scan_drops_the_derivative():
-    offered = _seed.make_offered_scan(9)(jnp.asarray(1.0, complex))
+    offered = _reference.make_offered_scan(9)(jnp.asarray(1.0, complex))
     assert offered.shape == (10, 2, 2)
     np.testing.assert_allclose(offered[2][0], _SEED_OFFERED[2], atol=1e-6)
     np.testing.assert_allclose(offered[9][0], _SEED_OFFERED[9], atol=1e-6)
     # Without the derivative term every level is i[H(t), X_{k-1}] of the one below.
-    h = jnp.cos(1.0) * _seed.pauli_y()
+    h = jnp.cos(1.0) * _reference.pauli_y()
     for k in range(1, 10):
         expected = 1j * (h @ offered[k - 1] - offered[k - 1] @ h)
         np.testing.assert_allclose(offered[k], expected, rtol=1e-14, atol=1e-14)
 
 
 def test_relative_difference():
-    assert _seed.relative_difference(np.ones(2), np.ones(2)) == 0.0
-    assert _seed.relative_difference(np.array([1.0, 3.0]), np.array([1.0, 2.0])) == 0.5
-    assert _seed.relative_difference(np.array([1e-3]), np.zeros(1)) == 1e-3
+    difference = _reference.relative_difference
+    assert difference(np.ones(2), np.ones(2)) == 0.0
+    assert difference(np.array([1.0, 3.0]), np.array([1.0, 2.0])) == 0.5
+    assert difference(np.array([1e-3]), np.zeros(1)) == 1e-3
 
 
 def test_format_helpers():
-    assert _cli.format_matrix(np.array([[0, 1], [1, 0]], complex)) == "[[0, 1], [1, 0]]"
-    assert _cli.format_matrix(np.array([[1j, 0], [0, 2]])) == "[[0+1j, 0], [0, 2]]"
-    assert _cli._format_levels([]) == "none"
-    assert _cli._format_levels([2, 3, 4, 7]) == "2..4, 7"
+    assert _seed.format_matrix(np.array([[0, 1], [1, 0]], complex)) == (
+        "[[0, 1], [1, 0]]"
+    )
+    assert _seed.format_matrix(np.array([[1j, 0], [0, 2]])) == "[[0+1j, 0], [0, 2]]"
+    assert _seed.format_levels([]) == "none"
+    assert _seed.format_levels([2, 3, 4, 7]) == "2..4, 7"
+
+
+def test_strict_json_writes_non_finite_numbers_as_strings():
+    record = {"a": [1.5, -math.inf, [math.nan]], "b": (math.inf, None, True, "x")}
+    converted = _seed.strict_json(record)
+    assert converted == {"a": [1.5, "-inf", ["nan"]], "b": ["inf", None, True, "x"]}
+    text = json.dumps(converted, allow_nan=False)  # raises on any non-finite float
+    assert float(json.loads(text)["a"][1]) == -math.inf
 
 
 def test_help(capsys):
     for argv in ([], ["seed"], ["bench"]):
         with pytest.raises(SystemExit) as exit_info:
-            _cli.main([*argv, "--help"])
+            main([*argv, "--help"])
         assert exit_info.value.code == 0
         assert "usage: hierax" in capsys.readouterr().out
 
@@ -87,41 +110,88 @@ def test_help(capsys):
     [
         (["seed", "--order", "-1"], "non-negative integer"),
         (["seed", "--order", "abc"], "non-negative integer"),
+        (["seed", "--order", "10001"], "at most 10,000, got 10001"),
         (["seed", "--naive-order", "2.5"], "non-negative integer"),
         (["seed", "--t", "nan"], "finite number"),
+        (["seed", "--t", "1e39", "--no-x64"], "does not fit in float32"),
         (["seed", "--order", "3", "--naive-order", "4"], "exceeds --order"),
+        (["seed", "--json", ""], "argument --json: expected a path, got ''"),
         (["seed", "--unknown"], "unrecognized arguments"),
         (["frobnicate"], "invalid choice"),
         ([], "required"),
         (["bench", "--quick", "extra"], "unrecognized arguments"),
+        (["bench", "--out", ""], "argument --out: expected a path, got ''"),
     ],
 )
 def test_argument_errors_exit_2_with_usage(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        _cli.main(argv)
+        main(argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "usage: hierax" in err
     assert message in err
 
 
-def test_path_errors_exit_2(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        _cli.main(["seed", "--json", str(tmp_path)])
-    assert exit_info.value.code == 2
+def _path_cases(tmp: pathlib.Path) -> list[tuple[list[str], str]]:
+    file = tmp / "file"
+    file.write_text("")
+    cases = [
+        (["seed", "--json", str(tmp)], "is a directory"),
+        (["seed", "--json", str(file / "sub.json")], "is not a directory"),
+        (["bench", "--out", str(file)], "is not a directory"),
+        (["bench", "--out", str(file / "sub")], "cannot be created"),
+    ]
+    if pathlib.Path("/proc/self").is_dir():  # Linux: /proc takes no new entries
+        cases += [
+            (["bench", "--out", "/proc/hierax-test"], "cannot be created"),
+            (["seed", "--json", "/proc/hierax-test/x.json"], "cannot be created"),
+        ]
+    return cases
+
+
+def test_path_errors_exit_2_with_usage(tmp_path, capsys):
+    for argv, message in _path_cases(tmp_path):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"usage: hierax {argv[0]}"), argv
+        assert message in err, (argv, err)
+
+
+def test_output_checks_leave_nothing_behind(tmp_path):
+    path = tmp_path / "new" / "seed.json"
+    assert _main._file_problem(path) is None
+    assert path.parent.is_dir() and not path.exists()
+    assert _main._directory_problem(tmp_path / "a" / "b") is None
+    assert list((tmp_path / "a" / "b").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["seed", "--t", "1e39", "--no-x64"], ["bench", "--out", "{file}/sub"]],
+)
+def test_argument_error_in_subprocess_has_no_traceback(argv, tmp_path):
     file = tmp_path / "file"
     file.write_text("")
-    with pytest.raises(SystemExit) as exit_info:
-        _cli.main(["bench", "--out", str(file)])
-    assert exit_info.value.code == 2
-    assert "not a directory" in capsys.readouterr().err
-
-
-def test_argument_error_in_subprocess_has_no_traceback():
-    result = _run("seed", "--order", "-1")
+    result = _run(*(arg.format(file=file) for arg in argv))
     assert result.returncode == 2
-    assert result.stderr.startswith("usage: hierax seed")
+    assert result.stderr.startswith(f"usage: hierax {argv[0]}")
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_import_hierax_never_loads_the_cli():
+    result = _python(
+        "import sys, hierax; "
+        "print(sorted(m for m in sys.modules if m.startswith('hierax._cli')))"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    # Nor does any library module import it later, lazily.
+    library = ROOT / "src" / "hierax"
+    for path in library.rglob("*.py"):
+        if "_cli" not in path.relative_to(library).parts and path.name != "__main__.py":
+            assert not re.search(r"\b_cli\b", path.read_text(encoding="utf-8")), path
 
 
 def test_console_script_is_installed():
@@ -135,26 +205,62 @@ def test_console_script_is_installed():
     assert result.stdout.startswith("hierax ")
 
 
-def test_seed_quick_run_agrees_and_writes_json(tmp_path):
+# Runs `hierax seed` in a fresh process and reports which of the modules that
+# `hierax seed` has no use for it loaded.
+_SEED_IN_PROCESS = """
+import sys
+from hierax._cli import main
+status = main(sys.argv[1:])
+unwanted = ("hierax._cli._bench", "hierax._cli._memory", "jax.experimental.jet")
+print("LOADED", sorted(m for m in sys.modules if m in unwanted))
+sys.exit(status)
+"""
+
+
+def test_seed_run_agrees_writes_strict_json_and_loads_no_benchmark(tmp_path):
+    # Order 230 reaches past float64's range: levels from 221 on overflow.
     path = tmp_path / "out" / "seed.json"
-    result = _run("seed", "--order", "4", "--naive-order", "2", "--json", str(path))
+    result = _python(
+        _SEED_IN_PROCESS,
+        *("seed", "--order", "230", "--naive-order", "2", "--json", str(path)),
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    assert "LOADED []" in result.stdout
     assert "OK" in result.stdout
     assert "X_4 = " in result.stdout
-    record = json.loads(path.read_text())
+
+    def refuse(constant: str):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    record = json.loads(path.read_text(), parse_constant=refuse)
     assert record["agree"] is True
-    assert record["order"] == 4 and record["naive_order"] == 2 and record["x64"]
+    assert record["order"] == 230 and record["naive_order"] == 2 and record["x64"]
     assert [row["k"] for row in record["naive"]] == [0, 1, 2]
     assert all(row["relative_difference"] <= 1e-12 for row in record["naive"])
-    assert record["offered_scan"]["wrong"] == [False, False, True, True, True]
-    levels = np.array(record["levels"]["real"]) + 1j * np.array(
-        record["levels"]["imag"]
+    levels = np.array(record["levels"]["real"], float) + 1j * np.array(
+        record["levels"]["imag"], float
     )
-    assert levels.shape == (5, 2, 2)
-    np.testing.assert_allclose(levels[2][0], _SEED_EXACT[2], rtol=1e-14)
+    assert levels.shape == (231, 2, 2)
+    np.testing.assert_allclose(levels[2][0], SEED_EXACT[2], rtol=1e-14)
+    np.testing.assert_allclose(levels[9][0], SEED_EXACT[9], rtol=1e-14)
+    # Where the exact level is finite the offered answer is judged, right at levels
+    # 0 and 1 only; where it overflows there is no verdict, and no row says "ok".
+    finite = np.all(np.isfinite(levels), axis=(1, 2))
+    assert finite[:221].all() and not finite.all()
+    wrong = record["offered_scan"]["wrong"]
+    assert wrong[:10] == [False, False] + [True] * 8
+    assert all((w is None) == (not f) for w, f in zip(wrong, finite, strict=True))
+    table = [line.split() for line in result.stdout.splitlines()]
+    verdicts = {
+        int(row[0]): row[-1]
+        for row in table
+        if len(row) == 6 and row[0].isdigit() and row[-1] in ("ok", "WRONG", "n/a")
+    }
+    assert len(verdicts) == 231
+    assert all(verdicts[k] == "n/a" for k in np.flatnonzero(~finite))
+    assert [k for k, v in verdicts.items() if v == "ok"] == [0, 1]
     assert record["hierax_first_call_seconds"] > 0
-    assert record["hierax_steady_state_seconds"] > 0
 
 
 def test_seed_float32_run_agrees(tmp_path):
@@ -168,21 +274,36 @@ def test_seed_float32_run_agrees(tmp_path):
     assert "complex64" in result.stdout
 
 
+def test_memory_measurement_runs_as_a_module():
+    result = subprocess.run(
+        [sys.executable, "-m", _memory.__name__, "8", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    assert measured["growth"] == measured["peak"] - measured["rss_before"] >= 0
+
+
 def test_bench_quick_writes_results(tmp_path):
     out = tmp_path / "bench"
-    result = _run("bench", "--quick", "--out", str(out), timeout=300)
+    result = _run("bench", "--quick", "--out", str(out), timeout=600)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["quick"] is True
+    assert results["hierax_version"] == hierax.__version__
     compile_part = results["compile"]
     for method in ("naive", "jet", "hierax_closed_form", "hierax_callable"):
         assert compile_part[method], method
-    # The first three orders are always measured, whatever the machine's load; the
-    # rest depend on timings, so the test demands nothing of them.
-    closed_orders = [r["order"] for r in compile_part["hierax_closed_form"]]
-    assert closed_orders == compile_part["orders"][: len(closed_orders)]
-    assert max(closed_orders) >= 10
+    # The first three orders of each method are always measured, whatever the
+    # machine's load; the rest depend on timings, so the test demands nothing of them.
+    for method in ("jet", "hierax_closed_form", "hierax_callable"):
+        measured = [r["order"] for r in compile_part[method]]
+        assert measured == compile_part["orders"][: len(measured)], method
+        assert len(measured) >= 3, method
+    assert len(compile_part["naive"]) >= 3
     assert results["sizes"]["rows"]
     assert all(r["matmul_equivalents"] > 0 for r in results["sizes"]["rows"])
     assert results["memory"]["output_array_bytes"] == 33 * 256 * 256 * 16

@@ -26,10 +26,8 @@ import json
 import math
 import pathlib
 import platform
-import statistics
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,51 +38,10 @@ import numpy as np
 from jax import lax
 from jax.experimental import jet
 
-from . import _seed
-from ._coefficients import Cos, Sin
-from ._hierarchies import HeisenbergHierarchy
-from ._operators import FunctionOperator
+import hierax
 
-
-def median_call_time(
-    fn: Callable[[], Any],
-    *,
-    min_calls: int = 5,
-    max_calls: int = 2000,
-    budget: float = 0.5,
-) -> tuple[float, int]:
-    """Median wall time of `fn()` (blocked until ready) over repeated calls.
-
-    `fn` is called once untimed first (it may compile). Calls continue until both
-    `min_calls` calls and `budget` seconds are reached, or `max_calls`.
-
-    **Returns:**
-
-    `(median seconds per call, number of timed calls)`.
-    """
-    jax.block_until_ready(fn())
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < max_calls and (len(times) < min_calls or spent < budget):
-        tick = time.perf_counter()
-        jax.block_until_ready(fn())
-        elapsed = time.perf_counter() - tick
-        times.append(elapsed)
-        spent += elapsed
-    return statistics.median(times), len(times)
-
-
-def _first_call_time(fn: Callable[[], Any]) -> float:
-    tick = time.perf_counter()
-    jax.block_until_ready(fn())
-    return time.perf_counter() - tick
-
-
-def warm_up() -> None:
-    """Start the backend and XLA's compiler on an unrelated program, so that the
-    first method measured does not pay the process's one-time costs."""
-    x = jnp.eye(2, dtype=_seed.complex_dtype())
-    jax.block_until_ready(jax.jit(lambda a: a @ a + jnp.cos(a))(x))
+from . import _memory, _reference
+from ._timing import first_call_time, format_seconds, median_call_time, warm_up
 
 
 def make_jet_hierarchy(order: int) -> Callable[[Any], Any]:
@@ -104,9 +61,9 @@ def make_jet_hierarchy(order: int) -> Callable[[Any], Any]:
 
     @jax.jit
     def levels(t: Any) -> Any:
-        dtype = _seed.complex_dtype()
+        dtype = _reference.complex_dtype()
         real = jnp.zeros((), dtype).real.dtype
-        sx, sy = _seed.pauli_x(), _seed.pauli_y()
+        sx, sy = _reference.pauli_x(), _reference.pauli_y()
         out = jnp.zeros((order + 1, 2, 2), dtype).at[0].set(sx)
         if order == 0:
             return out
@@ -187,14 +144,14 @@ def _log(text: str) -> None:
 def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> dict:
     """Part (a): first-call (compile + run) time against the order, per method."""
     t = 1.0
-    t_complex = jnp.asarray(t, _seed.complex_dtype())
-    sx, sy = _seed.pauli_x(), _seed.pauli_y()
+    t_complex = jnp.asarray(t, _reference.complex_dtype())
+    sx, sy = _reference.pauli_x(), _reference.pauli_y()
     results: dict[str, Any] = {"orders": list(orders), "budget_seconds": budget}
 
     _log(f"(a) compile time against the order; budget {budget:g} s per measurement")
     # The naive recursion is run level by level, as in the question: level K is
     # timed after levels 0..K-1 have been compiled (which does not help it).
-    naive = _seed.make_naive_recursion()
+    naive = _reference.make_naive_recursion()
     naive_rows = []
     naive_budget_tracker = _Budget(naive_budget)
     cumulative = 0.0
@@ -208,7 +165,7 @@ def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> 
                 f"{naive_budget:g} s)"
             )
             break
-        elapsed = _first_call_time(lambda k=k: naive(t_complex, k))
+        elapsed = first_call_time(lambda k=k: naive(t_complex, k))
         cumulative += elapsed
         naive_budget_tracker.record(math.exp(k), elapsed)
         naive_rows.append(
@@ -229,7 +186,7 @@ def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> 
                 )
                 break
             fn = make(order)
-            first = _first_call_time(fn)
+            first = first_call_time(fn)
             steady, _ = median_call_time(fn, budget=0.1, min_calls=3)
             tracker.record(order, first)
             rows.append(
@@ -248,13 +205,13 @@ def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> 
         return lambda: levels(t)
 
     def closed_form(order: int) -> Callable[[], Any]:
-        hierarchy = HeisenbergHierarchy(Cos() * sy, sx, order)
+        hierarchy = hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, order)
         return lambda: hierarchy(t)
 
     def callable_operator(order: int) -> Callable[[], Any]:
         # A fresh lambda per order: a new static structure, so a fresh compile.
-        operator = FunctionOperator(lambda s: jnp.cos(s) * sy)
-        hierarchy = HeisenbergHierarchy(operator, sx, order)
+        operator = hierax.FunctionOperator(lambda s: jnp.cos(s) * sy)
+        hierarchy = hierax.HeisenbergHierarchy(operator, sx, order)
         return lambda: hierarchy(t)
 
     results["jet"] = measure("jet in fori_loop", jet_method)
@@ -263,28 +220,25 @@ def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> 
     return results
 
 
-def _random_hermitian(rng: np.random.Generator, n: int) -> np.ndarray:
-    a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
-    return (a + a.conj().T) / 2
-
-
 def bench_sizes(sizes: Sequence[int], orders: Sequence[int], budget: float) -> dict:
     """Part (b): steady-state time against n for a two-term Hamiltonian."""
     _log(f"(b) steady-state run time against n at orders {list(orders)}")
     rng = np.random.default_rng(0)
-    dtype = _seed.complex_dtype()
+    dtype = _reference.complex_dtype()
     matmul = jax.jit(lambda a, b: a @ b)
     rows = []
     for n in sizes:
-        a, b, c = (jnp.asarray(_random_hermitian(rng, n), dtype) for _ in range(3))
+        a, b, c = (
+            jnp.asarray(_memory.random_hermitian(rng, n), dtype) for _ in range(3)
+        )
         matmul_seconds, _ = median_call_time(
             lambda a=a, b=b: matmul(a, b), budget=budget
         )
-        hamiltonian = Cos(1.3) * a + Sin(0.7) * b
+        hamiltonian = hierax.Cos(1.3) * a + hierax.Sin(0.7) * b
         for order in orders:
-            hierarchy = HeisenbergHierarchy(hamiltonian, c, order)
+            hierarchy = hierax.HeisenbergHierarchy(hamiltonian, c, order)
             call = lambda hierarchy=hierarchy: hierarchy(1.0)
-            first = _first_call_time(call)
+            first = first_call_time(call)
             seconds, calls = median_call_time(call, budget=budget, min_calls=3)
             rows.append(
                 {
@@ -304,50 +258,12 @@ def bench_sizes(sizes: Sequence[int], orders: Sequence[int], budget: float) -> d
     return {"sizes": list(sizes), "orders": list(orders), "rows": rows}
 
 
-_RSS_SCRIPT = textwrap.dedent(
-    """
-    import gc, json, sys
-    import jax
-    jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp, numpy as np
-    import hierax
-
-    n, order = int(sys.argv[1]), int(sys.argv[2])
-    rng = np.random.default_rng(0)
-    def herm():
-        a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
-        return jnp.asarray((a + a.conj().T) / 2)
-    a, b, c = herm(), herm(), herm()
-    h = hierax.HeisenbergHierarchy(hierax.Cos(1.3) * a + hierax.Sin(0.7) * b, c, order)
-    t = jnp.asarray(1.0)
-    compiled = jax.jit(lambda h, t: h(t)).lower(h, t).compile()
-    gc.collect()
-
-    def status(field):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    # Writing 5 resets the peak (VmHWM) to the current resident set (Linux >= 4.0),
-    # so the peak below belongs to the call alone, not to compilation.
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = status("VmRSS")
-    out = compiled(h, t).block_until_ready()
-    peak = status("VmHWM")
-    print(json.dumps({"rss_before": before, "peak": peak, "growth": peak - before}))
-    """
-)
-
-
 def bench_memory(n: int, order: int, rss: bool) -> dict:
     """Part (c): XLA's memory analysis of one call at size n, order K, and the
     resident-set growth of that call in a fresh process."""
     _log(f"(c) memory at n = {n}, order {order}")
-    rng = np.random.default_rng(0)
-    dtype = _seed.complex_dtype()
-    a, b, c = (jnp.asarray(_random_hermitian(rng, n), dtype) for _ in range(3))
-    hierarchy = HeisenbergHierarchy(Cos(1.3) * a + Sin(0.7) * b, c, order)
+    dtype = _reference.complex_dtype()
+    hierarchy = _memory.two_term_hierarchy(n, order)
     t = jnp.asarray(1.0)
     compiled = jax.jit(lambda h, s: h(s)).lower(hierarchy, t).compile()
     analysis = compiled.memory_analysis()
@@ -387,7 +303,7 @@ def bench_memory(n: int, order: int, rss: bool) -> dict:
         return result
     try:
         process = subprocess.run(
-            [sys.executable, "-c", _RSS_SCRIPT, str(n), str(order)],
+            [sys.executable, "-m", _memory.__name__, str(n), str(order)],
             capture_output=True,
             text=True,
             timeout=300,
@@ -560,15 +476,6 @@ def write_markdown(results: dict, path: pathlib.Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def format_seconds(seconds: float) -> str:
-    """A duration with a unit that suits it: us, ms or s."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
-
-
 def write_plots(results: dict, out: pathlib.Path) -> list[str]:
     """PNG plots of parts (a) and (b); returns the file names written."""
     import matplotlib
@@ -645,22 +552,10 @@ def _finish_plot(plt, fig, ax, labels, title, path) -> None:
     plt.close(fig)
 
 
-def _git_commit() -> str | None:
-    try:
-        process = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            cwd=pathlib.Path(__file__).parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return process.stdout.strip() or None
-
-
 def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
     """`hierax bench`: run all parts, write the results to `out`. Returns 0."""
+    # Before anything creates an array: every measurement is in double precision.
+    jax.config.update("jax_enable_x64", True)
     start = time.perf_counter()
     if quick:
         orders = [1, 3, 10, 40, 200]
@@ -682,7 +577,7 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
             f"jax {jax.__version__}, {device.platform} ({device.device_kind}), "
             f"{platform.machine()}, Python {platform.python_version()}, x64"
         ),
-        "git_commit": _git_commit(),
+        "hierax_version": hierax.__version__,
     }
     _log(f"hierax bench{' --quick' if quick else ''}: {results['platform']}")
     warm_up()
