@@ -1,6 +1,11 @@
 """Taylor-mode expansion of arbitrary JAX functions, by interpreting their jaxprs."""
 
-from . import _rules_control, _rules_linear, _rules_nonlinear  # noqa: F401 (rules)
+from . import (  # noqa: F401 (rules)
+    _rules_control,
+    _rules_custom,
+    _rules_linear,
+    _rules_nonlinear,
+)
 from ._api import taylor as taylor, time_series as time_series
 from ._core import RULES
 from ._interpreter import propagate as propagate

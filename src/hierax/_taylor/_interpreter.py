@@ -38,15 +38,23 @@ def apply_equation(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     else:
         rule = RULES.get(prim.name)
         if rule is None:
-            raise ctx.unsupported(prim.name)
+            raise ctx.unsupported(eqn)
         outs = rule(ctx, eqn, invals)
     return list(outs) if prim.multiple_results else [outs]
 
 
 def eval_jaxpr(
-    ctx: Context, jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]
+    ctx: Context,
+    jaxpr: Any,
+    consts: Sequence[Any],
+    args: Sequence[Any],
+    wanted: Sequence[bool] | None = None,
 ) -> list[Any]:
-    """Evaluate an open `jaxpr` whose arguments may be `Series`."""
+    """Evaluate an open `jaxpr` whose arguments may be `Series`.
+
+    With `wanted`, only the equations that the wanted outputs depend on run (the
+    others' outputs are returned as None).
+    """
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
@@ -60,11 +68,30 @@ def eval_jaxpr(
         write(v, value)
     for v, value in zip(jaxpr.invars, args, strict=True):
         write(v, value)
-    for eqn in jaxpr.eqns:
+    eqns = jaxpr.eqns if wanted is None else live_equations(jaxpr, wanted)
+    for eqn in eqns:
         outs = apply_equation(ctx, eqn, [read(v) for v in eqn.invars])
         for v, value in zip(eqn.outvars, outs, strict=True):
             write(v, value)
-    return [read(v) for v in jaxpr.outvars]
+    if wanted is None:
+        return [read(v) for v in jaxpr.outvars]
+    return [read(v) if w else None for v, w in zip(jaxpr.outvars, wanted, strict=True)]
+
+
+def live_equations(jaxpr: Any, wanted: Sequence[bool]) -> list[Any]:
+    """The equations of `jaxpr` that the `wanted` outputs depend on, in order
+    (equations with side effects are always kept)."""
+    live = {
+        v
+        for v, w in zip(jaxpr.outvars, wanted, strict=True)
+        if w and not isinstance(v, jex.Literal)
+    }
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        if eqn.effects or any(v in live for v in eqn.outvars):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if not isinstance(v, jex.Literal))
+    return kept[::-1]
 
 
 def eval_closed(ctx: Context, closed: Any, args: Sequence[Any]) -> list[Any]:

@@ -1,5 +1,5 @@
-"""Taylor rules of the primitives that hold inner jaxprs: calls, custom derivatives
-and control flow.
+"""Taylor rules of the primitives that hold inner jaxprs: calls and control flow
+(custom derivatives are in `_rules_custom`).
 
 Calls are inlined: the inner jaxpr is interpreted in place. Loops are lifted: the loop
 runs as before, its carry now holding series, so a `fori_loop` of any trip count
@@ -51,28 +51,22 @@ def _carry_fixed_point(
 # --- calls --------------------------------------------------------------------------
 
 
-@register("jit", "pjit")
+@register("jit")
 def _jit(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-    return eval_closed(ctx, eqn.params["jaxpr"], invals)
+    return eval_closed(ctx.inside(eqn), eqn.params["jaxpr"], invals)
 
 
-@register("closed_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
+@register("closed_call")
 def _call(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-    # Custom derivatives are rules for first derivatives only; the Taylor series of
-    # the primal computation is what the function means.
-    params = eqn.params
-    closed = params.get("call_jaxpr", params.get("fun_jaxpr"))
-    if closed is None:
-        raise ctx.unsupported(eqn.primitive.name, "no inner jaxpr found")
-    return eval_closed(ctx, closed, invals)
+    return eval_closed(ctx.inside(eqn), eqn.params["call_jaxpr"], invals)
 
 
-@register("remat2", "checkpoint", "core_call")
+@register("checkpoint", "core_call")
 def _open_call(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     jaxpr = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
     if hasattr(jaxpr, "consts"):
-        return eval_closed(ctx, jaxpr, invals)
-    return eval_jaxpr(ctx, jaxpr, (), invals)
+        return eval_closed(ctx.inside(eqn), jaxpr, invals)
+    return eval_jaxpr(ctx.inside(eqn), jaxpr, (), invals)
 
 
 # --- loops --------------------------------------------------------------------------
@@ -95,11 +89,12 @@ def _scan(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     ys_avals = [v.aval for v in closed.jaxpr.outvars[num_carry:]]
 
     # Scanned series run over their axis 1: move it in front of the order axis.
+    inner = ctx.inside(eqn)
     xs_raw = [jnp.moveaxis(x.coeffs, 1, 0) if is_series(x) else x for x in xs]
 
     def body(carry: list, x: list) -> tuple[list, list]:
         args = list(consts) + _wrap(carry, carry_flags) + _wrap(x, xs_flags)
-        outs = eval_closed(ctx, closed, args)
+        outs = eval_closed(inner, closed, args)
         new_carry = _raw(ctx, outs[:num_carry], carry_flags, carry_avals)
         ys = _raw(ctx, outs[num_carry:], ys_flags, ys_avals)
         return new_carry, ys
@@ -128,18 +123,19 @@ def _while(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     carry_flags = _carry_fixed_point(
         body_jaxpr.jaxpr, _flags(body_consts), _flags(init), []
     )
+    inner = ctx.inside(eqn)
 
     def cond_fun(carry: list) -> Any:
         # A boolean result, hence computed from primal values: the trip count is
         # taken to be locally constant in the expansion variable.
         (keep_going,) = eval_closed(
-            ctx, cond, list(cond_consts) + _wrap(carry, carry_flags)
+            inner, cond, list(cond_consts) + _wrap(carry, carry_flags)
         )
         return keep_going
 
     def body_fun(carry: list) -> list:
         outs = eval_closed(
-            ctx, body_jaxpr, list(body_consts) + _wrap(carry, carry_flags)
+            inner, body_jaxpr, list(body_consts) + _wrap(carry, carry_flags)
         )
         return _raw(ctx, outs, carry_flags, avals)
 
@@ -152,7 +148,9 @@ def _cond(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     branches = eqn.params["branches"]
     index, operands = invals[0], invals[1:]
     if is_series(index):
-        raise ctx.unsupported("cond", "its branch index depends on the expansion")
+        raise ctx.unsupported(
+            eqn, "its branch index depends on the expansion variable"
+        )
     in_flags = _flags(operands)
     out_flags = [False] * len(eqn.outvars)
     for branch in branches:
@@ -160,10 +158,11 @@ def _cond(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         out_flags = [a or b for a, b in zip(out_flags, branch_flags, strict=True)]
     out_avals = [v.aval for v in eqn.outvars]
     raw_operands = [x.coeffs if is_series(x) else x for x in operands]
+    inner = ctx.inside(eqn)
 
     def make_branch(branch: Any):
         def run(*ops: Any) -> list:
-            outs = eval_closed(ctx, branch, _wrap(ops, in_flags))
+            outs = eval_closed(inner, branch, _wrap(ops, in_flags))
             return _raw(ctx, outs, out_flags, out_avals)
 
         return run

@@ -39,7 +39,7 @@ def linear_rule(positions: Container[int] | None = None) -> Callable:
                 axes.append(0)
             elif is_series(x):
                 raise ctx.unsupported(
-                    eqn.primitive.name,
+                    eqn,
                     f"its operand {i} depends on the expansion variable",
                 )
             else:
