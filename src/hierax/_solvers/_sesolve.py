@@ -1,0 +1,307 @@
+"""`hierax.sesolve`: the Schrödinger equation, solved with the Taylor method on
+diffrax."""
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+from beartype import beartype
+from jaxtyping import Array, ArrayLike, jaxtyped
+
+from .._hierarchies import PropagatorDerivatives
+from ._solution import Solution
+from ._solver import (
+    TaylorSolver,
+    check_taylor_order,
+    order_for_tolerance,
+    truncation_estimate,
+)
+from ._term import SchrodingerTerm
+
+
+_API = "hierax.sesolve"
+# Adjoints that differentiate through the solver's own steps; a backsolve adjoint
+# would integrate an adjoint equation that is not a Schrödinger equation.
+_ADJOINTS = (
+    diffrax.RecursiveCheckpointAdjoint,
+    diffrax.DirectAdjoint,
+    diffrax.ForwardMode,
+)
+# A step never grows more than this between steps (diffrax's default is 10): with
+# the series' own estimate the first proposal is already close.
+_SAFETY = 0.9
+
+
+@jaxtyped(typechecker=beartype)
+def sesolve(
+    hamiltonian: Any,
+    state: ArrayLike,
+    times: ArrayLike,
+    *,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    order: int | None = None,
+    dt: float | None = None,
+    exp_ops: Sequence[ArrayLike] | ArrayLike | None = None,
+    progress: bool = False,
+    dense: bool = False,
+    max_steps: int = 100_000,
+    adjoint: diffrax.AbstractAdjoint | None = None,
+) -> Solution:
+    """Solve the Schrödinger equation $\\dot\\psi = -i H(t)\\,\\psi$ with the Taylor
+    method: each step sums the exact series of the state to order $K$, and the step
+    size comes from the size of the series' last two terms.
+
+    Built on `diffrax.diffeqsolve` with [`hierax.TaylorSolver`][] and
+    [`hierax.SchrodingerTerm`][], so it composes with `jax.jit`, `jax.grad`
+    (through the steps: reverse mode by default, forward mode with
+    `adjoint=diffrax.ForwardMode()`) and `jax.vmap`. Changing `times`, the state
+    or the values of the Hamiltonian's parameters never recompiles.
+
+    **Arguments:**
+
+    - `hamiltonian`: $H(t)$, an `(n, n)` matrix, a callable `t -> (n, n)`, or an
+        operator such as `hierax.Cos(w) * sx + sz`.
+    - `state`: the initial state: a vector `(n,)`, several vectors as columns
+        `(n, m)`, or a propagator `(n, n)` (a square state is a propagator).
+    - `times`: the times at which to save the state, strictly increasing, shape
+        `(T,)` with T >= 2; the solve runs from `times[0]` to `times[-1]`.
+    - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
+        `atol + rtol * |psi|` as in diffrax and QuTiP. For unitary dynamics the
+        final error is typically below `rtol` (see the how-to on tolerances).
+    - `order`: the order K of the series; by default chosen from the tolerance.
+    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`, and
+        `rtol`, `atol` only choose the order.
+    - `exp_ops`: observables whose expectation values to return, a sequence of
+        `(n, n)` matrices or an `(E, n, n)` array. Not for a propagator.
+    - `progress`: print diffrax's text progress meter while solving.
+    - `dense`: keep every step's series, for [`hierax.Solution.evaluate`][]. This
+        stores `max_steps * (K + 1)` copies of the state: lower `max_steps` for big
+        states.
+    - `max_steps`: the most steps the solve may take; it fails past that.
+    - `adjoint`: how to differentiate, `diffrax.RecursiveCheckpointAdjoint()` (the
+        default), `diffrax.DirectAdjoint()` or `diffrax.ForwardMode()`.
+
+    **Returns:**
+
+    A [`hierax.Solution`][]: `times`, `states` of shape `(T, *state.shape)`,
+    `expects` of shape `(E, T)` (or `(E, T, m)` for m states), `stats`.
+
+    !!! example
+
+        ```python
+        sx = jnp.array([[0, 1], [1, 0]])
+        sz = jnp.array([[1, 0], [0, -1]])
+        hamiltonian = 0.5 * sz + hierax.Cos(1.0) * sx
+        solution = hierax.sesolve(
+            hamiltonian, jnp.array([1.0, 0.0]), jnp.linspace(0, 10, 101),
+            exp_ops=[sz],
+        )
+        solution.expects[0]                      # <sigma_z>(t), shape (101,)
+        ```
+    """
+    term = SchrodingerTerm(hamiltonian)
+    n = term.size
+    state = _check_state(state, n)
+    times = _check_times(times)
+    rtol = _check_tolerance(rtol, "rtol")
+    atol = _check_tolerance(atol, "atol")
+    dtype = jnp.result_type(state, 1j)
+    if order is None:
+        order = order_for_tolerance(rtol, dtype)
+    else:
+        order = check_taylor_order(order, _API)
+    if dt is not None:
+        dt = _check_positive(dt, "dt")
+    exp_ops = _check_exp_ops(exp_ops, state, n)
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"`{_API}`: `max_steps` must be an int >= 1, got {max_steps}.")
+    if adjoint is None:
+        adjoint = diffrax.RecursiveCheckpointAdjoint()
+    if not isinstance(adjoint, _ADJOINTS):
+        raise ValueError(
+            f"`{_API}`: `adjoint` must be one of "
+            f"{', '.join('diffrax.' + a.__name__ + '()' for a in _ADJOINTS)}, got "
+            f"{type(adjoint).__name__}: the Taylor solver differentiates through its "
+            "own steps."
+        )
+    return _solve(
+        term,
+        state.astype(dtype),
+        times,
+        jnp.asarray(rtol),
+        jnp.asarray(atol),
+        None if dt is None else jnp.asarray(dt),
+        exp_ops,
+        order=order,
+        max_steps=max_steps,
+        progress=progress,
+        dense=dense,
+        adjoint=adjoint,
+    )
+
+
+@eqx.filter_jit
+def _solve(
+    term: SchrodingerTerm,
+    state: Array,
+    times: Array,
+    rtol: Array,
+    atol: Array,
+    dt: Array | None,
+    exp_ops: Array | None,
+    *,
+    order: int,
+    max_steps: int,
+    progress: bool,
+    dense: bool,
+    adjoint: diffrax.AbstractAdjoint,
+) -> Solution:
+    times = eqx.error_if(
+        times,
+        jnp.any(jnp.diff(times) <= 0),
+        f"`{_API}`: `times` must be strictly increasing.",
+    )
+    t0, t1 = times[0], times[-1]
+    if dt is None:
+        controller = diffrax.PIDController(
+            rtol=rtol, atol=atol, safety=_SAFETY, norm=optx.max_norm
+        )
+        dt0 = _initial_step(term, state, t0, t1, rtol, atol, order)
+    else:
+        controller = diffrax.ConstantStepSize()
+        dt0 = jnp.minimum(dt, t1 - t0)
+    with warnings.catch_warnings():
+        # diffrax warns on every complex state; complex states are what we solve.
+        warnings.filterwarnings("ignore", message="Complex dtype support")
+        solution = diffrax.diffeqsolve(
+            term,
+            TaylorSolver(order),
+            t0,
+            t1,
+            dt0,
+            state,
+            saveat=diffrax.SaveAt(ts=times, dense=dense),
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=max_steps,
+            progress_meter=(
+                diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
+            ),
+        )
+    states = solution.ys
+    expects = None
+    if exp_ops is not None:
+        expects = jnp.einsum(
+            "tn...,enm,tm...->et...",
+            states.conj(),
+            exp_ops.astype(states.dtype),
+            states,
+        )
+    stats = {
+        key: jnp.asarray(solution.stats[key])
+        for key in ("num_steps", "num_accepted_steps", "num_rejected_steps")
+    }
+    stats["max_steps"] = jnp.asarray(max_steps)
+    return Solution(
+        solution.ts,
+        states,
+        expects,
+        stats,
+        order,
+        solution.interpolation if dense else None,
+    )
+
+
+def _initial_step(term, state, t0, t1, rtol, atol, order) -> Array:
+    """The step where the series at `t0` meets the tolerance (the controller's rule
+    applied before the first step rather than after it)."""
+    series = PropagatorDerivatives(term.hamiltonian, order).normalised(t0, state)
+    scale = atol + rtol * jnp.abs(state)
+    # The estimate at h = 1 is the size of the last coefficients; its K-th root
+    # scales it to the step where it equals one.
+    span = t1 - t0
+    error = jnp.max(truncation_estimate(series, span) / scale)
+    h = _SAFETY * span * jnp.where(error > 0, error, 1.0) ** (-1.0 / order)
+    return jax.lax.stop_gradient(jnp.clip(h, span * 1e-6, span))
+
+
+def _check_state(state: Any, n: int) -> Array:
+    state = jnp.asarray(state)
+    if not (
+        jnp.issubdtype(state.dtype, jnp.number) and state.dtype != jnp.bool_
+    ) or state.ndim not in (1, 2):
+        raise ValueError(
+            f"`{_API}`: `state` must be a numeric array of shape ({n},), ({n}, m) or "
+            f"({n}, {n}), got {state.dtype} of shape {tuple(state.shape)}."
+        )
+    if state.shape[0] != n:
+        raise ValueError(
+            f"`{_API}`: `state` has shape {tuple(state.shape)} but the `hamiltonian` "
+            f"is {n}x{n}; the state's first axis must have size {n}."
+        )
+    return state
+
+
+def _check_times(times: Any) -> Array:
+    times = jnp.asarray(times)
+    if jnp.iscomplexobj(times) or times.ndim != 1 or times.shape[0] < 2:
+        raise ValueError(
+            f"`{_API}`: `times` must be a real 1-d array of at least two times, got "
+            f"{times.dtype} of shape {tuple(times.shape)}."
+        )
+    if not jnp.issubdtype(times.dtype, jnp.floating):
+        times = times.astype(jnp.result_type(float))
+    if not isinstance(times, jax.core.Tracer) and np.any(
+        np.diff(np.asarray(times)) <= 0
+    ):
+        raise ValueError(
+            f"`{_API}`: `times` must be strictly increasing, got {np.asarray(times)}."
+        )
+    return times
+
+
+def _check_positive(x: Any, name: str) -> float:
+    try:
+        value = float(x)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        raise TypeError(
+            f"`{_API}`: `{name}` must be a concrete positive number, got {x!r}."
+        ) from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"`{_API}`: `{name}` must be positive and finite, got {x}.")
+    return value
+
+
+def _check_tolerance(x: Any, name: str) -> float:
+    return _check_positive(x, name)
+
+
+def _check_exp_ops(exp_ops: Any, state: Array, n: int) -> Array | None:
+    if exp_ops is None:
+        return None
+    if state.ndim == 2 and state.shape[1] == n:
+        raise ValueError(
+            f"`{_API}`: `exp_ops` needs a state vector `(n,)` or states as columns "
+            f"`(n, m)`; a square `state` of shape {tuple(state.shape)} is a "
+            "propagator, which has no expectation values."
+        )
+    checked = []
+    for i, op in enumerate(exp_ops):
+        op = jnp.asarray(op)
+        if op.shape != (n, n):
+            raise ValueError(
+                f"`{_API}`: `exp_ops[{i}]` has shape {tuple(op.shape)} but the "
+                f"`hamiltonian` is {n}x{n}; each observable must be ({n}, {n})."
+            )
+        checked.append(op)
+    if not checked:
+        return None
+    return jnp.stack(checked)

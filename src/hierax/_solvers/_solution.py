@@ -1,0 +1,78 @@
+"""The result of [`hierax.sesolve`][]."""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Int, Real, Shaped
+
+
+class Solution(eqx.Module):
+    """The states of a solve at the requested times, their expectation values, the
+    work it took, and (with `dense=True`) the solution anywhere in between.
+
+    A `Solution` is a pytree of arrays: it passes through `jax.jit`, and
+    `jax.vmap` over a solve gives one with a leading batch axis on every field.
+    """
+
+    times: Real[Array, " times"]
+    states: Shaped[Array, "times n *rest"]
+    expects: Shaped[Array, "ops times *kets"] | None
+    stats: dict[str, Int[Array, ""]]
+    order: int = eqx.field(static=True)
+    interpolation: diffrax.DenseInterpolation | None
+
+    def __init__(
+        self,
+        times: Array,
+        states: Array,
+        expects: Array | None,
+        stats: dict[str, Array],
+        order: int,
+        interpolation: diffrax.DenseInterpolation | None = None,
+    ):
+        """**Arguments:**
+
+        - `times`: the times of the saved states, shape `(T,)`.
+        - `states`: the states there, shape `(T, *state.shape)`.
+        - `expects`: the expectation values $\\langle \\psi | O | \\psi \\rangle$ of
+            the observables at those times, shape `(E, T)` for a state vector and
+            `(E, T, m)` for m states as columns; `None` without observables.
+        - `stats`: the numbers of steps: `num_steps`, `num_accepted_steps`,
+            `num_rejected_steps`, and `max_steps`.
+        - `order`: the order of the Taylor series used.
+        - `interpolation`: the dense output, or `None` when not requested.
+        """
+        self.times = times
+        self.states = states
+        self.expects = expects
+        self.stats = stats
+        self.order = order
+        self.interpolation = interpolation
+
+    def evaluate(self, t: ArrayLike) -> Array:
+        """The state at any time in the solve's span, from the series of the step
+        that covers it (as accurate as the saved states). Needs `dense=True`.
+
+        **Arguments:**
+
+        - `t`: a time, or an array of times of any shape.
+
+        **Returns:**
+
+        The state(s), shape `(*t.shape, *state.shape)`.
+        """
+        if self.interpolation is None:
+            raise ValueError(
+                "`hierax.Solution.evaluate`: this solution has no dense output; "
+                "solve with `hierax.sesolve(..., dense=True)`."
+            )
+        t = jnp.asarray(t)
+        return _evaluate(self.interpolation, t.reshape(-1)).reshape(
+            t.shape + self.states.shape[1:]
+        )
+
+
+@eqx.filter_jit
+def _evaluate(interpolation: diffrax.DenseInterpolation, ts: Array) -> Array:
+    return jax.vmap(interpolation.evaluate)(ts)

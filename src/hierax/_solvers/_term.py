@@ -1,0 +1,88 @@
+"""The Schrödinger equation as a diffrax term."""
+
+from typing import Any
+
+import diffrax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Complex, PyTree
+
+from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, as_operator
+
+
+class SchrodingerTerm(diffrax.AbstractTerm):
+    """The right-hand side of the Schrödinger equation $\\dot y = -i H(t)\\, y$, for a
+    state vector $y$ of shape `(n,)`, several states as columns `(n, m)`, or a
+    propagator `(n, n)`, as a diffrax term (the control is time, as in
+    `diffrax.ODETerm`).
+
+    Any diffrax solver can use it through its vector field; [`hierax.TaylorSolver`][]
+    uses its structure instead, and steps with the exact Taylor series of the state.
+
+    The trace of the constant part of $H$ is kept apart as an energy shift $c$:
+    $H(t) = H_0(t) + c\\,\\mathbb{1}$ with $H_0$ = `hamiltonian`. A multiple of the
+    identity commutes with everything, so the solver applies it as the exact phase
+    $e^{-ic\\tau}$ and expands only $H_0$ in series: an offset or the mean of large
+    level energies then costs neither step size nor digits.
+    """
+
+    hamiltonian: AbstractTimeOperator
+    energy_shift: Complex[Array, ""]
+
+    def __init__(self, hamiltonian: Any):
+        """**Arguments:**
+
+        - `hamiltonian`: $H(t)$, in any form [`hierax.as_operator`][] accepts: a
+            square matrix, a callable `t -> (n, n)`, or an operator such as
+            `hierax.Cos(w) * sx + sz`.
+        """
+        operator = as_operator(hamiltonian, "hamiltonian", "hierax.SchrodingerTerm")
+        self.hamiltonian, self.energy_shift = _split_constant_trace(operator)
+
+    @property
+    def size(self) -> int:
+        """The dimension $n$ of the Hilbert space."""
+        return self.hamiltonian.size
+
+    def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
+        del args
+        matrix = self.hamiltonian(t)
+        dtype = jnp.result_type(y, matrix, self.energy_shift, 1j)
+        y = y.astype(dtype)
+        return -1j * (matrix.astype(dtype) @ y + self.energy_shift.astype(dtype) * y)
+
+    def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
+        del kwargs
+        return jnp.asarray(t1) - jnp.asarray(t0)
+
+    def prod(self, vf: Array, control: ArrayLike) -> Array:
+        return vf * jnp.asarray(control).astype(vf.dtype)
+
+
+def _split_constant_trace(
+    operator: AbstractTimeOperator,
+) -> tuple[AbstractTimeOperator, Array]:
+    """$H = H_0 + c\\,\\mathbb{1}$ with every constant term of H traceless in $H_0$.
+
+    Only terms with a constant time function are shifted (each by its own trace, so
+    the sum of the shifts is $c$ exactly and no term changes its time function); a
+    callable or a time-dependent term keeps its trace, which is then expanded in
+    series like the rest of H.
+    """
+    if isinstance(operator, OperatorSum):
+        parts = [_split_constant_trace(op) for op in operator.operators]
+        shift = sum((c for _, c in parts[1:]), parts[0][1])
+        return OperatorSum([op for op, _ in parts]), shift
+    if not isinstance(operator, TimeOperator):
+        return operator, jnp.zeros((), jnp.result_type(1j))
+    n = operator.size
+    matrices = operator.matrices
+    dtype = jnp.result_type(matrices, 1j)
+    shift = jnp.zeros((), dtype)
+    shifted = []
+    for coefficient, matrix in zip(operator.coefficients, matrices):
+        if coefficient.is_constant:
+            trace = jnp.trace(matrix) / n
+            shift = shift + (coefficient(0.0) * trace).astype(dtype)
+            matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
+        shifted.append(matrix)
+    return TimeOperator(operator.coefficients, shifted), shift
