@@ -33,7 +33,7 @@ def _single(tree):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--order", type=int, default=12)
     order = parser.parse_args().order
     print(f"relative error (Frobenius) per level k = 0..{order} against SymPy/mpmath")

@@ -27,7 +27,7 @@ import time
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="10^3 entries, for tests")
     parser.add_argument("--size", type=int, default=None, help="batch size")
     parser.add_argument(

@@ -77,7 +77,7 @@ def timed(fn, *args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="small sizes, for tests")
     parser.add_argument("--order", type=int, default=9, help="highest level K")
     args = parser.parse_args(argv)

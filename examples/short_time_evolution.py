@@ -103,7 +103,7 @@ def save_plot(taus, errors, out: pathlib.Path) -> pathlib.Path | None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="fewer points, for tests")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="plot folder")
     args = parser.parse_args(argv)

@@ -46,14 +46,14 @@ class _Parser(html.parser.HTMLParser):
         self.links: list[tuple[str, str]] = []  # (attribute, value)
 
     def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
+        values = {key: value for key, value in attrs if value}
         for key in ("id", "name"):
-            if attrs.get(key) and (key == "id" or tag == "a"):
-                self.ids.add(attrs[key])
-        if tag in ("a", "link") and attrs.get("href"):
-            self.links.append(("href", attrs["href"]))
-        if tag in ("img", "script") and attrs.get("src"):
-            self.links.append(("src", attrs["src"]))
+            if key in values and (key == "id" or tag == "a"):
+                self.ids.add(values[key])
+        if tag in ("a", "link") and "href" in values:
+            self.links.append(("href", values["href"]))
+        if tag in ("img", "script") and "src" in values:
+            self.links.append(("src", values["src"]))
 
 
 @dataclasses.dataclass
@@ -156,6 +156,7 @@ def test_examples_are_served_and_embedded(site):
 
 def _load_hooks():
     spec = importlib.util.spec_from_file_location("hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     return hooks

@@ -1,6 +1,8 @@
 """`hierax.Recursion` against the seed's known values, the naive nested-`jacfwd`
 recursion, and an exact SymPy polynomial recursion."""
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -65,7 +67,7 @@ def test_nonlinear_recursion_against_sympy():
     half = sp.Rational(1, 2)
     exact = []
     for _ in range(9):
-        exact.append([[float(p.eval(half)) for p in row] for row in x])
+        exact.append([[float(p.as_expr().subs(s, half)) for p in row] for row in x])
         square = [
             [x[i][0] * x[0][j] + x[i][1] * x[1][j] for j in range(2)] for i in range(2)
         ]
@@ -134,8 +136,9 @@ def test_bad_order(order):
 
 
 def test_bad_step_and_initial():
+    not_a_function: Any = "not a function"
     with pytest.raises(TypeError, match="step"):
-        Recursion("not a function", SIGMA_X, order=2)
+        Recursion(not_a_function, SIGMA_X, order=2)
     with pytest.raises(ValueError, match="step"):
         Recursion(lambda t, x, dx: x[0], SIGMA_X, order=2)(0.0)
     with pytest.raises(ValueError, match="step"):

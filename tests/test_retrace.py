@@ -7,6 +7,9 @@ compilation every call would. (A test that counts the traces of a user's own
 `jax.jit` around the call could not tell: that jit alone traces once.)
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ import hierax
 from .helpers import SIGMA_X, SIGMA_Y
 
 
-def _counting(runs: list) -> object:
+def _counting(runs: list) -> Callable[[Any], Any]:
     def envelope(t):
         runs.append(None)
         return jnp.exp(-(t**2))

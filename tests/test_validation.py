@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -128,14 +129,18 @@ def test_bad_state():
 def test_bad_callables():
     with pytest.raises(ValueError, match=r"`fn` must return a square matrix.*\(2, 3\)"):
         hierax.FunctionOperator(lambda t: jnp.ones((2, 3)) * t)
+    # Callables and values of the wrong type, on purpose (typed Any for pyright).
+    returns_a_tuple: Any = lambda t: (sx, sx)
+    returns_a_string: Any = lambda t: "not an array"
+    not_callable: Any = 3.0
     with pytest.raises(TypeError, match="`fn` must return one array"):
-        hierax.FunctionOperator(lambda t: (sx, sx))
+        hierax.FunctionOperator(returns_a_tuple)
     with pytest.raises(TypeError, match="`fn` must return a numeric array"):
         hierax.FunctionOperator(lambda t: sx > t)
     with pytest.raises(TypeError, match="calling `fn` on a scalar time failed"):
-        hierax.FunctionOperator(lambda t: "not an array")
+        hierax.FunctionOperator(returns_a_string)
     with pytest.raises(TypeError, match="(`fn` must be callable|parameter 'fn')"):
-        hierax.FunctionOperator(3.0)
+        hierax.FunctionOperator(not_callable)
     # Through HeisenbergHierarchy, a callable of the wrong size is named too.
     with pytest.raises(ValueError, match="observable"):
         hierax.HeisenbergHierarchy(H, lambda t: jnp.eye(3) * t, 2)
@@ -149,7 +154,7 @@ def test_bad_operator_construction():
     with pytest.raises(ValueError, match="2 coefficients but 1 matrices"):
         hierax.TimeOperator([hierax.Cos(), hierax.Sin()], [sx])
     with pytest.raises(ValueError, match="sizes 2 and 3"):
-        H + jnp.eye(3)
+        _ = H + jnp.eye(3)
     with pytest.raises(TypeError, match="`frequency` must be real"):
         hierax.Cos(1j)
     with pytest.raises(ValueError, match="`frequency` must be a scalar"):

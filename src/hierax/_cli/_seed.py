@@ -212,11 +212,14 @@ def run_seed(
             "hierax_first_call_seconds": hierax_first,
             "hierax_steady_state_seconds": hierax_steady,
             "hierax_steady_state_calls": steady_calls,
-            "levels": {"real": levels.real.tolist(), "imag": levels.imag.tolist()},
+            "levels": {
+                "real": np.real(levels).tolist(),
+                "imag": np.imag(levels).tolist(),
+            },
             "offered_scan": {
                 "levels": {
-                    "real": offered.real.tolist(),
-                    "imag": offered.imag.tolist(),
+                    "real": np.real(offered).tolist(),
+                    "imag": np.imag(offered).tolist(),
                 },
                 "relative_difference": offered_diff,
                 "wrong": offered_wrong,
