@@ -29,8 +29,12 @@ def _shape_dtype(tree: Any) -> Any:
 
 class Recursion(eqx.Module):
     """The levels $X_0(t), \\ldots, X_K(t)$ of the recursion
-    $$X_0 = \\text{initial}(t), \\qquad
-    X_k = \\text{step}\\big(t, X_{k-1}, \\tfrac{d}{dt} X_{k-1}\\big),$$
+
+    $$
+    X_0 = \\text{initial}(t), \\qquad
+    X_k = \\text{step}\\big(t, X_{k-1}, \\tfrac{d}{dt} X_{k-1}\\big),
+    $$
+
     for any JAX function `step`, linear or not, on arrays or pytrees of any shape.
 
     Nested differentiation would cost $O(2^K)$ or grow the program with $K$; here
