@@ -1,7 +1,8 @@
 """MkDocs build hooks for the hierax site.
 
 - Serve the runnable scripts of `examples/` with the site, so that pages link to
-  them (`examples/<name>.py`) and readers can download them.
+  them (`examples/<name>.py`) and readers can download them; serve the repository's
+  `LICENSE` as `LICENSE.txt`.
 - Pull the benchmark results into the Benchmarks page at build time, instead of
   keeping a copy in `docs/`: the committed `benchmarks/README.md` and
   `benchmarks/figures/*.png` when they exist, else the output of a local
@@ -41,6 +42,7 @@ def _add(files: Files, path: pathlib.Path, src_uri: str, config) -> None:
 def on_files(files: Files, config) -> Files:
     for script in sorted(EXAMPLES.glob("*.py")):
         _add(files, script, f"examples/{script.name}", config)
+    _add(files, ROOT / "LICENSE", "LICENSE.txt", config)
     for figure in _results()[1]:
         _add(files, figure, f"benchmarks/figures/{figure.name}", config)
     return files

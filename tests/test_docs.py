@@ -5,6 +5,7 @@ import dataclasses
 import html
 import html.parser
 import importlib.util
+import json
 import os
 import pathlib
 import posixpath
@@ -14,6 +15,7 @@ import sys
 import urllib.parse
 
 import pytest
+import yaml
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -44,6 +46,7 @@ class _Parser(html.parser.HTMLParser):
         super().__init__()
         self.ids: set[str] = set()
         self.links: list[tuple[str, str]] = []  # (attribute, value)
+        self.nav_links: list[str] = []  # the site navigation's links
 
     def handle_starttag(self, tag, attrs):
         values = {key: value for key, value in attrs if value}
@@ -52,6 +55,8 @@ class _Parser(html.parser.HTMLParser):
                 self.ids.add(values[key])
         if tag in ("a", "link") and "href" in values:
             self.links.append(("href", values["href"]))
+            if tag == "a" and "md-nav__link" in values.get("class", "").split():
+                self.nav_links.append(values["href"])
         if tag in ("img", "script") and "src" in values:
             self.links.append(("src", values["src"]))
 
@@ -59,9 +64,7 @@ class _Parser(html.parser.HTMLParser):
 @dataclasses.dataclass
 class Site:
     root: pathlib.Path
-    pages: dict[
-        str, _Parser
-    ]  # by path relative to the root, e.g. "api/operators/index.html"
+    pages: dict[str, _Parser]  # by path relative to the root, e.g. "api/operators.html"
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +115,10 @@ def test_no_broken_internal_links(site):
                 if target.startswith(".."):
                     broken.append((page, value, "outside the site"))
                     continue
+                # Opened from disk, a link to a folder shows a directory listing.
                 if (root / target).is_dir() or url.path.endswith("/"):
-                    target = posixpath.join(target, "index.html")
+                    broken.append((page, value, "a folder, not a page"))
+                    continue
             else:
                 target = page
             if not (root / target).is_file():
@@ -126,6 +131,97 @@ def test_no_broken_internal_links(site):
                     broken.append((page, value, "no such anchor"))
     assert not broken, "broken links:\n" + "\n".join(map(str, broken))
     assert checked > 100  # the parser did find the navigation and cross-references
+
+
+def _config() -> dict:
+    # mkdocs.yml uses no YAML tags, so the safe loader reads it.
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+
+
+def test_site_works_opened_from_disk(site):
+    """Pages are files (`page.html`), so every link of the navigation opens a page
+    from `site/index.html` without a server; search comes as a script too."""
+    assert _config()["use_directory_urls"] is False
+    nav_links = set()
+    for page, parser in site.pages.items():
+        if page == "404.html":
+            continue
+        for value in parser.nav_links:
+            path = urllib.parse.urlsplit(value).path
+            if path:
+                nav_links.add(
+                    posixpath.normpath(posixpath.join(posixpath.dirname(page), path))
+                )
+    pages = {page for page in site.pages if page != "404.html"}
+    assert nav_links == pages  # the navigation reaches every page, and only pages
+    assert all(link.endswith(".html") for link in nav_links)
+    index = (site.root / "search" / "search_index.js").read_text(encoding="utf-8")
+    assert index.startswith("var __index = ")
+
+
+def test_site_url_gives_404_page_and_sitemap(site):
+    site_url = _config()["site_url"]
+    assert site_url.startswith("https://") and site_url.endswith("/")
+    sitemap = (site.root / "sitemap.xml").read_text(encoding="utf-8")
+    assert f"<loc>{site_url}installation.html</loc>" in sitemap
+    # The 404 page is served at any missing URL, so its links are absolute (from the
+    # path of site_url, here the root) and must lead to files of the site.
+    base = urllib.parse.urlsplit(site_url).path
+    internal = [
+        value
+        for _, value in site.pages["404.html"].links
+        if not urllib.parse.urlsplit(value).scheme
+    ]
+    assert f"{base}index.html" in internal
+    for value in internal:
+        assert value.startswith(base), value
+        path = urllib.parse.urlsplit(value).path[len(base) :]
+        assert (site.root / path).is_file(), value
+
+
+def _search_tokens(text: str, separator: re.Pattern) -> set[str]:
+    return {token.lower() for token in separator.split(text) if token}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "PropagatorDerivatives",
+        "NestedCommutators",
+        "FunctionCoefficient",
+        "HeisenbergHierarchy",
+        "hierax.TimeOperator",
+        "propagator derivatives",
+    ],
+)
+def test_search_finds_api_names(site, query):
+    """The search index is split the way the site's search splits it (its separator,
+    a JavaScript regular expression that Python reads the same way): every word of
+    a query, CamelCase parts included, must occur in one entry, and for an API name
+    that entry must be its API section."""
+    index = json.loads((site.root / "search" / "search_index.json").read_text())
+    separator = re.compile(index["config"]["separator"])
+    words = _search_tokens(query, separator)
+    assert len(words) >= 2  # CamelCase names split into their words
+    hits = [
+        doc["location"]
+        for doc in index["docs"]
+        if words <= _search_tokens(doc["title"] + " " + doc["text"], separator)
+    ]
+    assert any(location.startswith("api/") for location in hits), hits
+
+
+def test_no_stray_dollar_signs_in_api_pages(site):
+    """Math typesets: a `$` left in the text of an API page is a formula the
+    Markdown did not recognise (e.g. inline `$$` in a docstring)."""
+    for page in site.pages:
+        if not page.startswith("api/"):
+            continue
+        text = (site.root / page).read_text(encoding="utf-8")
+        text = re.sub(r'<(span|div) class="arithmatex">.*?</\1>', "", text, flags=re.S)
+        text = re.sub(r"<(code|pre|script)\b.*?</\1>", "", text, flags=re.S)
+        visible = html.unescape(re.sub(r"<[^>]+>", "", text))
+        assert "$" not in visible, (page, visible[visible.index("$") - 80 :][:160])
 
 
 def test_site_needs_no_network(site):
@@ -147,7 +243,7 @@ def test_examples_are_served_and_embedded(site):
     root = site.root
     for script in (ROOT / "examples").glob("*.py"):
         assert (root / "examples" / script.name).is_file()
-    examples = (root / "examples" / "index.html").read_text(encoding="utf-8")
+    examples = (root / "examples.html").read_text(encoding="utf-8")
     text = html.unescape(re.sub(r"<[^>]+>", "", examples))  # drop highlighting
     # The sources and outputs are embedded by snippets.
     assert text.count("def main(") == 4
@@ -194,6 +290,7 @@ def test_benchmarks_page_pulls_in_results(tmp_path, monkeypatch):
 # Pages whose ```python blocks, run in order, form one self-contained script.
 RUNNABLE_PAGES = [
     "index.md",
+    "faq.md",
     "pytorch.md",
     "how-to/time-dependent.md",
     "how-to/gradients.md",
@@ -238,3 +335,22 @@ def test_code_on_page_runs(page, tmp_path):
         env=env,
     )
     assert result.returncode == 0, f"code on {page} failed:\n{result.stderr}"
+
+
+def test_readme_example_prints_what_it_says(tmp_path):
+    """The comment under the README's `print(...)` is exactly what it prints."""
+    (block,) = PYTHON_BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+    code, printed, comment = block.partition("print(levels[9])\n")
+    assert printed and comment.startswith("# ")
+    expected = [line.removeprefix("# ") for line in comment.splitlines()]
+    script = tmp_path / "readme.py"
+    script.write_text(code + printed)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == expected
