@@ -15,13 +15,11 @@ import optimistix as optx
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, jaxtyped
 
-from .._hierarchies import PropagatorDerivatives
 from ._solution import Solution
 from ._solver import (
     TaylorSolver,
     check_taylor_order,
     order_for_tolerance,
-    truncation_estimate,
 )
 from ._term import SchrodingerTerm
 
@@ -174,7 +172,7 @@ def _solve(
         controller = diffrax.PIDController(
             rtol=rtol, atol=atol, safety=_SAFETY, norm=optx.max_norm
         )
-        dt0 = _initial_step(term, state, t0, t1, rtol, atol, order)
+        dt0 = _initial_step(term, t0, t1, rtol, order)
     else:
         controller = diffrax.ConstantStepSize()
         dt0 = jnp.minimum(dt, t1 - t0)
@@ -220,16 +218,19 @@ def _solve(
     )
 
 
-def _initial_step(term, state, t0, t1, rtol, atol, order) -> Array:
-    """The step where the series at `t0` meets the tolerance (the controller's rule
-    applied before the first step rather than after it)."""
-    series = PropagatorDerivatives(term.hamiltonian, order).normalised(t0, state)
-    scale = atol + rtol * jnp.abs(state)
-    # The estimate at h = 1 is the size of the last coefficients; its K-th root
-    # scales it to the step where it equals one.
+def _initial_step(term, t0, t1, rtol, order) -> Array:
+    """A first step from the size of $H(t_0)$: the series of $e^{-iH\\tau}$ has
+    terms $(\\|H\\|\\tau)^j / j!$, which fall to `rtol` at order K near
+    $\\tau = K\\, \\mathrm{rtol}^{1/K} / (e \\|H\\|)$ (Stirling). The controller
+    corrects it from the first step's own series."""
+    matrix = term.hamiltonian(t0)
+    size = jnp.max(
+        jnp.sum(jnp.abs(matrix), axis=-1)
+    )  # the inf-norm, >= |H|_2 for Hermitian H
+    rtol = rtol.astype(size.dtype)
+    h = _SAFETY * order * rtol ** (1.0 / order) / (math.e * size)
     span = t1 - t0
-    error = jnp.max(truncation_estimate(series, span) / scale)
-    h = _SAFETY * span * jnp.where(error > 0, error, 1.0) ** (-1.0 / order)
+    h = jnp.where(size > 0, h, span).astype(span.dtype)
     return jax.lax.stop_gradient(jnp.clip(h, span * 1e-6, span))
 
 

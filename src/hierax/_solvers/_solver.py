@@ -6,7 +6,6 @@ from typing import Any, ClassVar
 
 import diffrax
 import equinox as eqx
-import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np

@@ -1,0 +1,348 @@
+"""hierax.sesolve, TaylorSolver and SchrodingerTerm against independent solvers:
+scipy's DOP853 at rtol 1e-13, `jax.scipy.linalg.expm` for constant Hamiltonians,
+finite differences for gradients, Python loops for vmap."""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import hierax
+from hierax._solvers import SchrodingerTerm, Solution, TaylorSolver, sesolve
+
+
+SX = np.array([[0, 1], [1, 0]], complex)
+SY = np.array([[0, -1j], [1j, 0]])
+SZ = np.array([[1, 0], [0, -1]], complex)
+
+
+def _kron_at(op, site, sites):
+    out = np.eye(1)
+    for k in range(sites):
+        out = np.kron(out, op if k == site else np.eye(2))
+    return out
+
+
+def _ising(sites):
+    """Nearest-neighbour ZZ couplings and the transverse field, as two matrices."""
+    zz = sum(
+        _kron_at(SZ, k, sites) @ _kron_at(SZ, k + 1, sites) for k in range(sites - 1)
+    )
+    x = sum(_kron_at(SX, k, sites) for k in range(sites))
+    return zz, x
+
+
+def _qubit(amplitude=1.0, offset=0.0):
+    """A driven qubit; every test that can shares this structure (and its compiled
+    solve): the amplitude and the offset are values, not structure."""
+    drift = 0.5 * SZ + offset * np.eye(2)
+    return hierax.TimeOperator(
+        [hierax.Constant(1.0), amplitude * hierax.Cos(1.3)], [drift, SX]
+    )
+
+
+def _three_level():
+    # A ladder with anharmonicity, driven by a Gaussian-envelope carrier.
+    a = np.diag(np.sqrt([1.0, 2.0]), 1)
+    drift = np.diag([0.0, 1.0, 1.7])
+    drive = hierax.Gaussian(2.0, 1.0) * hierax.Cos(1.0)
+    return hierax.TimeOperator([hierax.Constant(1.0), drive], [drift, 0.8 * (a + a.T)])
+
+
+def _ising_driven(sites=5):
+    zz, x = _ising(sites)
+    field = hierax.Constant(1.0) + 0.5 * hierax.Sin(2.0)
+    return hierax.TimeOperator([hierax.Constant(1.0), field], [zz, x])
+
+
+def _reference(hamiltonian, state, times, dense=False):
+    """scipy DOP853 at rtol 1e-13 on the flattened state."""
+    state = np.asarray(state, complex)
+    shape = state.shape
+    matrix = jax.jit(hamiltonian.__call__)
+
+    def rhs(t, y):
+        return (-1j * np.asarray(matrix(t)) @ y.reshape(shape)).reshape(-1)
+
+    times = np.asarray(times)
+    out = solve_ivp(
+        rhs,
+        (times[0], times[-1]),
+        state.reshape(-1),
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-14,
+        t_eval=times,
+        dense_output=dense,
+    )
+    states = out.y.T.reshape((len(times),) + shape)
+    return (states, out.sol) if dense else states
+
+
+def _error(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+RTOL = 1e-10  # the tolerance most tests share (and so share one compiled solve)
+
+
+@pytest.mark.parametrize(
+    "system, state, span, rtol",
+    [
+        (_qubit, np.array([1.0, 0.0]), 12.0, 1e-6),
+        (_qubit, np.array([1.0, 0.0]), 12.0, RTOL),
+        (_three_level, np.array([1.0, 0.0, 0.0]), 6.0, RTOL),
+        (_ising_driven, np.eye(32)[0], 3.0, RTOL),
+    ],
+    ids=["qubit-1e-6", "qubit", "three-level", "ising-5"],
+)
+def test_against_dop853(system, state, span, rtol):
+    hamiltonian = system()
+    times = np.linspace(0.0, span, 5)
+    solution = sesolve(hamiltonian, state, times, rtol=rtol, atol=rtol * 1e-2)
+    reference = _reference(hamiltonian, state, times)
+    assert solution.states.shape == (5,) + state.shape
+    assert _error(solution.states, reference) <= 10 * rtol
+    assert int(solution.stats["num_accepted_steps"]) > 0
+
+
+def test_constant_hamiltonian_against_expm():
+    zz, x = _ising(4)
+    matrix = zz + 0.7 * x
+    propagator = np.eye(16, dtype=complex)
+    times = np.array([0.0, 0.4, 2.5])
+    solution = sesolve(matrix, propagator, times, rtol=RTOL, atol=RTOL * 1e-2)
+    for t, out in zip(times, solution.states):
+        exact = jsl.expm(-1j * t * jnp.asarray(matrix))
+        assert _error(out, exact) <= 10 * RTOL
+
+
+def test_dense_output_between_saved_times():
+    hamiltonian = _three_level()
+    state = np.array([0.0, 1.0, 0.0])
+    times = np.array([0.0, 2.0, 6.0])
+    rtol = RTOL
+    solution = sesolve(
+        hamiltonian,
+        state,
+        times,
+        rtol=rtol,
+        atol=rtol * 1e-2,
+        dense=True,
+        max_steps=500,
+    )
+    _, dense = _reference(hamiltonian, state, times, dense=True)
+    between = np.linspace(0.01, 5.97, 23)
+    out = solution.evaluate(between)
+    assert out.shape == (23, 3)
+    assert _error(out, dense(between).T) <= 10 * rtol
+    assert _error(solution.evaluate(times[1]), solution.states[1]) <= 10 * rtol
+
+
+def test_unitarity_over_ten_thousand_steps():
+    # Fixed steps, each with the series converged to working precision: what is
+    # left is rounding, which must not drift.
+    hamiltonian = _qubit()
+    solution = sesolve(
+        hamiltonian,
+        np.eye(2, dtype=complex),
+        np.array([0.0, 5000.0]),
+        dt=0.5,
+        order=30,
+        max_steps=10_000,
+    )
+    assert int(solution.stats["num_steps"]) == 10_000
+    u = np.asarray(solution.states[-1])
+    assert np.max(np.abs(u.conj().T @ u - np.eye(2))) <= 1e-12
+
+
+def test_energy_offset_is_an_exact_phase():
+    # H + c 1 evolves as e^{-ict} times the evolution under H, at the same cost.
+    state = np.array([1.0, 0.0])
+    times = np.linspace(0.0, 4.0, 5)
+    plain = sesolve(_qubit(), state, times, rtol=RTOL, atol=RTOL * 1e-2)
+    shifted = sesolve(_qubit(offset=300.0), state, times, rtol=RTOL, atol=RTOL * 1e-2)
+    phase = np.exp(-300j * times)[:, None]
+    assert _error(shifted.states, phase * plain.states) <= 10 * RTOL
+    assert int(shifted.stats["num_steps"]) == int(plain.stats["num_steps"])
+    assert SchrodingerTerm(_qubit(offset=300.0)).energy_shift == pytest.approx(300.0)
+    with pytest.raises(ValueError, match="dense=True"):
+        plain.evaluate(0.5)
+
+
+def _population(amplitude, duration, adjoint=None):
+    times = jnp.stack([jnp.zeros_like(duration), duration])
+    solution = sesolve(
+        _qubit(amplitude),
+        jnp.array([1.0, 0.0j]),
+        times,
+        rtol=1e-12,
+        atol=1e-14,
+        adjoint=adjoint,
+    )
+    return jnp.abs(solution.states[-1, 1]) ** 2
+
+
+def test_gradients_against_finite_differences():
+    amplitude, duration, step = 0.8, 3.0, 1e-4
+    reverse = jax.grad(_population, argnums=(0, 1))(amplitude, duration)
+    forward = jax.jacfwd(_population, argnums=(0, 1))(
+        amplitude, duration, diffrax.ForwardMode()
+    )
+    differences = (
+        (
+            _population(amplitude + step, duration)
+            - _population(amplitude - step, duration)
+        )
+        / (2 * step),
+        (
+            _population(amplitude, duration + step)
+            - _population(amplitude, duration - step)
+        )
+        / (2 * step),
+    )
+    for r, f, d in zip(reverse, forward, differences):
+        assert float(r) == pytest.approx(float(d), rel=1e-6, abs=1e-9)
+        assert float(f) == pytest.approx(float(r), rel=1e-10, abs=1e-12)
+
+
+def test_vmap_over_parameters_and_states_equals_loop():
+    amplitudes = jnp.array([0.2, 0.7, 1.1])
+    states = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], complex)
+    times = jnp.linspace(0.0, 2.0, 4)
+
+    def solve(amplitude, state):
+        return sesolve(_qubit(amplitude), state, times, exp_ops=[SZ]).expects
+
+    batched = jax.vmap(solve)(amplitudes, states)
+    looped = jnp.stack([solve(a, s) for a, s in zip(amplitudes, states)])
+    assert batched.shape == (3, 1, 4)
+    assert _error(batched, looped) <= 1e-12
+
+
+class _CountingHamiltonian(eqx.Module):
+    amplitude: jax.Array
+    calls: list = eqx.field(static=True)
+
+    def __call__(self, t):
+        self.calls.append(None)
+        return jnp.asarray(SZ) + self.amplitude * jnp.cos(t) * jnp.asarray(SX)
+
+
+def test_no_retrace_when_times_or_parameters_change():
+    calls = []
+    state = np.array([1.0, 0.0])
+    SchrodingerTerm(_CountingHamiltonian(jnp.asarray(0.5), calls))
+    validation = len(calls)  # the eager check of a callable Hamiltonian
+    sesolve(
+        _CountingHamiltonian(jnp.asarray(0.5), calls), state, np.array([0.0, 0.2, 1.0])
+    )
+    first = len(calls)
+    assert first > validation
+    for amplitude, end in [(0.9, 2.0), (1.4, 3.5)]:
+        before = len(calls)
+        sesolve(
+            _CountingHamiltonian(jnp.asarray(amplitude), calls),
+            state,
+            np.array([0.0, 0.5, end]),
+        )
+        assert len(calls) - before == validation
+
+    # Under a user's jit: one trace for every value of times and parameters, and
+    # times that do not increase are caught at run time.
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def solve(amplitude, times):
+        return sesolve(_qubit(amplitude), jnp.array([1.0, 0.0j]), times).states
+
+    solve(jnp.asarray(0.3), jnp.array([0.0, 1.0, 2.0]))
+    solve(jnp.asarray(0.8), jnp.array([0.5, 1.0, 4.0]))
+    with pytest.raises(Exception, match="strictly increasing"):
+        solve(jnp.asarray(0.8), jnp.array([0.0, 2.0, 1.0]))
+
+
+def test_taylor_solver_in_diffeqsolve_equals_sesolve():
+    hamiltonian = _qubit()
+    state = jnp.array([1.0, 0.0], complex)
+    times = jnp.linspace(0.0, 12.0, 5)
+    ours = sesolve(hamiltonian, state, times, rtol=RTOL, atol=RTOL * 1e-2)
+
+    def solve(y0, ts):
+        return diffrax.diffeqsolve(
+            SchrodingerTerm(hamiltonian),
+            TaylorSolver(ours.order),
+            t0=ts[0],
+            t1=ts[-1],
+            dt0=(ts[-1] - ts[0]) / 100,
+            y0=y0,
+            saveat=diffrax.SaveAt(ts=ts),
+            stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=RTOL * 1e-2),
+        ).ys
+
+    forward = solve(state, times)
+    reference = _reference(hamiltonian, state, times)
+    assert _error(forward, ours.states) <= 10 * RTOL
+    assert _error(forward, reference) <= 10 * RTOL
+    # t1 < t0: diffrax runs a reversed time variable, and the series must follow.
+    back = solve(forward[-1], times[::-1])
+    assert _error(back, reference[::-1]) <= 10 * RTOL
+
+
+def test_several_kets_and_expectation_values():
+    hamiltonian = _qubit()
+    kets = np.array([[1.0, 0.6, 0.0], [0.0, 0.8j, 1.0]])  # three kets as columns
+    times = np.linspace(0.0, 3.0, 5)
+    solution = sesolve(hamiltonian, kets, times, exp_ops=[SZ, SX], rtol=RTOL)
+    assert isinstance(solution, Solution)
+    assert solution.states.shape == (5, 2, 3)
+    assert solution.expects.shape == (2, 5, 3)
+    psi = _reference(hamiltonian, kets, times)
+    for e, op in enumerate([SZ, SX]):
+        exact = np.einsum("tni,nm,tmi->ti", psi.conj(), op, psi)
+        assert _error(solution.expects[e], exact) <= 10 * RTOL
+
+
+def test_float32():
+    hamiltonian = hierax.TimeOperator(
+        [hierax.Constant(np.float32(1.0)), hierax.Cos(np.float32(1.3))],
+        [0.5 * SZ.astype(np.complex64), SX.astype(np.complex64)],
+    )
+    state = np.array([1.0, 0.0], np.complex64)
+    times = np.linspace(0.0, 4.0, 5, dtype=np.float32)
+    solution = sesolve(hamiltonian, state, times, rtol=1e-5, atol=1e-6)
+    assert solution.states.dtype == jnp.complex64
+    reference = _reference(hamiltonian, state, times)
+    assert _error(solution.states, reference) <= 1e-4
+
+
+def test_progress_meter(capfd):
+    sesolve(_qubit(), np.array([1.0, 0.0]), np.array([0.0, 1.0]), progress=True)
+    assert "100.00%" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(state=np.ones(3)), "`state`"),
+        (dict(times=np.array([0.0, 2.0, 1.0])), "`times` must be strictly increasing"),
+        (dict(times=np.array([1.0])), "`times`"),
+        (dict(rtol=0.0), "`rtol`"),
+        (dict(atol=-1e-9), "`atol`"),
+        (dict(dt=0.0), "`dt`"),
+        (dict(exp_ops=[SZ, np.eye(3)]), r"`exp_ops\[1\]`"),
+        (dict(state=np.eye(2), exp_ops=[SZ]), "`exp_ops`"),
+        (dict(order=0), "`order`"),
+        (dict(max_steps=0), "`max_steps`"),
+        (dict(adjoint=diffrax.BacksolveAdjoint()), "`adjoint`"),
+    ],
+)
+def test_bad_input_names_the_argument(kwargs, match):
+    arguments = dict(state=np.array([1.0, 0.0]), times=np.array([0.0, 1.0]))
+    arguments.update(kwargs)
+    state, times = arguments.pop("state"), arguments.pop("times")
+    with pytest.raises(ValueError, match=match):
+        sesolve(_qubit(), state, times, **arguments)
