@@ -51,7 +51,7 @@ def main() -> None:
         )
         e64 = mp_relative_errors(h(t0), reference)
         e32 = mp_relative_errors(h32(jnp.float32(t0)), reference)
-        print(f"\n{system['name']} (t = {system['t0']}, {h.algorithm})")
+        print(f"\n{system['name']} (t = {system['t0']})")
         print("  k  complex128  complex64")
         for k in range(order + 1):
             print(f"{k:3d}  {e64[k]:10.1e}  {e32[k]:9.1e}")
