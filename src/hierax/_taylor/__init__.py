@@ -3,8 +3,10 @@
 from . import (  # noqa: F401 (rules)
     _rules_control,
     _rules_custom,
+    _rules_linalg,
     _rules_linear,
     _rules_nonlinear,
+    _rules_sort,
 )
 from ._api import taylor as taylor, time_series as time_series
 from ._core import RULES

@@ -94,7 +94,6 @@ HINTS: dict[str, str] = {
         "Sampling is not differentiable past first order: draw the sample outside "
         "the expanded function, or hold it fixed with `jax.lax.stop_gradient`."
     ),
-    "cumlogsumexp": "Write it as `jnp.log(jnp.cumsum(jnp.exp(x)))` instead.",
     "eig": (
         "Non-Hermitian eigendecompositions have no rule: for a Hermitian matrix use "
         "`jnp.linalg.eigh`."
@@ -190,7 +189,6 @@ RULES: dict[str, Callable] = {}
 # of the installed JAX or Equinox (tested), so a misspelt rule cannot hide.
 FORMER_NAMES: dict[str, tuple[str, ...]] = {
     "jit": ("pjit",),
-    "checkpoint": ("remat2",),
     "custom_vjp_call": ("custom_vjp_call_jaxpr",),
 }
 

@@ -61,7 +61,7 @@ def _call(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     return eval_closed(ctx.inside(eqn), eqn.params["call_jaxpr"], invals)
 
 
-@register("checkpoint", "core_call")
+@register("remat2")
 def _open_call(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     jaxpr = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
     if hasattr(jaxpr, "consts"):

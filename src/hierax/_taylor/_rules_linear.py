@@ -61,7 +61,6 @@ for _name in (
     "reshape",
     "broadcast_in_dim",
     "squeeze",
-    "expand_dims",
     "rev",
     "concatenate",
     "pad",
@@ -72,7 +71,6 @@ for _name in (
     "convert_element_type",
     "reduce_precision",
     "copy",
-    "copy_p",
     "stack",
     "unstack",
     "reduce_window_sum",
@@ -84,7 +82,18 @@ for _name in (
 
 register("dynamic_slice", "gather")(linear_rule({0}))
 register("dynamic_update_slice")(linear_rule({0, 1}))
-register("scatter", "scatter-add", "scatter_add")(linear_rule({0, 2}))
+register("scatter", "scatter-add")(linear_rule({0, 2}))
+
+# Equinox's loop internals (diffrax's solves): a buffer write and a select whose
+# predicate is a plain boolean.
+register("maybe_set", "select_if_vmap")(linear_rule({1, 2}))
+
+
+@register("nonbatchable")
+def _identity(ctx: Context, eqn: Any, invals: list[Any]) -> Any:
+    # Equinox's marker that a value must not be batched; it is the identity, and the
+    # order axis is not a batch of the user's.
+    return invals[0]
 
 
 class _AllButFirst:

@@ -313,18 +313,29 @@ def _abs(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
 
 @register("max", "min")
 def _max_min(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
+    # As JAX's derivative: the larger (smaller) operand, the mean of both at a tie.
     u, v = _operands(ctx, eqn, invals)
     if eqn.primitive.name == "max":
-        pick_u = u[0] >= v[0]
+        pick_u, pick_v = u[0] > v[0], u[0] < v[0]
     else:
-        pick_u = u[0] <= v[0]
-    return Series(jnp.where(pick_u[None], u, v).at[0].set(_value(eqn, invals)))
+        pick_u, pick_v = u[0] < v[0], u[0] > v[0]
+    out = jnp.where(pick_u[None], u, jnp.where(pick_v[None], v, (u + v) / 2))
+    return Series(out.at[0].set(_value(eqn, invals)))
 
 
 @register("clamp")
 def _clamp(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
+    # `clamp(lo, x, hi) = min(max(x, lo), hi)`, hence hi when lo > hi. The branch
+    # selection is JAX's own derivative's, ties included (they get no derivative).
     lo, x, hi = _operands(ctx, eqn, invals)
-    out = jnp.where((x[0] < lo[0])[None], lo, jnp.where((x[0] > hi[0])[None], hi, x))
+    pick_lo = (lo[0] > x[0]) & (lo[0] < hi[0])
+    pick_x = (x[0] > lo[0]) & (x[0] < hi[0])
+    pick_hi = hi[0] < x[0]
+    out = jnp.where(
+        pick_lo[None],
+        lo,
+        jnp.where(pick_x[None], x, jnp.where(pick_hi[None], hi, jnp.zeros_like(x))),
+    )
     return Series(out.at[0].set(_value(eqn, invals)))
 
 
