@@ -2,8 +2,27 @@
 
 from importlib.metadata import version as _version
 
-from ._coefficients import (
+from ._hierarchies import (
+    AbstractHierarchy as AbstractHierarchy,
+    HeisenbergHierarchy as HeisenbergHierarchy,
+    NestedCommutators as NestedCommutators,
+    PropagatorDerivatives as PropagatorDerivatives,
+)
+from ._operators import (
+    AbstractTimeOperator as AbstractTimeOperator,
+    CallableOperator as CallableOperator,
+    FunctionOperator as FunctionOperator,
+    OperatorSum as OperatorSum,
+    ScaledOperator as ScaledOperator,
+    TimeOperator as TimeOperator,
+    as_operator as as_operator,
+)
+from ._recursion import Recursion as Recursion
+from ._taylor import taylor as taylor
+from ._time_functions import (
     AbstractCoefficient as AbstractCoefficient,
+    AbstractTimeFunction as AbstractTimeFunction,
+    CallableTimeFunction as CallableTimeFunction,
     CoefficientProduct as CoefficientProduct,
     CoefficientSum as CoefficientSum,
     Constant as Constant,
@@ -13,23 +32,9 @@ from ._coefficients import (
     Gaussian as Gaussian,
     Polynomial as Polynomial,
     Sin as Sin,
+    TimeFunctionProduct as TimeFunctionProduct,
+    TimeFunctionSum as TimeFunctionSum,
 )
-from ._hierarchies import (
-    AbstractHierarchy as AbstractHierarchy,
-    HeisenbergHierarchy as HeisenbergHierarchy,
-    NestedCommutators as NestedCommutators,
-    PropagatorDerivatives as PropagatorDerivatives,
-)
-from ._operators import (
-    AbstractTimeOperator as AbstractTimeOperator,
-    FunctionOperator as FunctionOperator,
-    OperatorSum as OperatorSum,
-    ScaledOperator as ScaledOperator,
-    TimeOperator as TimeOperator,
-    as_operator as as_operator,
-)
-from ._recursion import Recursion as Recursion
-from ._taylor import taylor as taylor
 
 
 __version__ = _version("hierax")

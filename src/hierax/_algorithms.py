@@ -1,184 +1,229 @@
-"""The three algorithms behind the hierarchies, on normalised series.
+"""The kernels behind the hierarchies, on normalised series.
 
-All loops over orders are `lax.fori_loop`s over fixed-shape `(K+1, ...)` arrays, so
-the traced program has the same size for every order K, and memory stays
-O(K n^2).
+Every loop over orders is a `lax.fori_loop` over fixed-shape arrays, so the traced
+program has the same size for every order K, and memory stays O(K n^2).
+
+The Heisenberg hierarchy is computed by the direct Taylor recursion of the
+commutator, which is stable: each level's rounding error is bounded relative to the
+level's own size and to the parts of H that act on it. (Propagator conjugation,
+$V^{-1} X V$, is cheaper but cancels digits whenever $\\|H\\|$ exceeds the
+frequencies the observable sees: offsets, spectators, lab-frame energies.)
 """
+
+import math
+from typing import NamedTuple
 
 import jax.lax as lax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
-from ._operators import TermSeries
-from ._series import reversed_window, triangular_cauchy_product
+from ._series import TermSeries, real_dtype
 
 
-def _term_product_coefficient(terms: TermSeries, series: Array, j: Array) -> Array:
-    """Coefficient j of the product $H \\cdot S$ of an operator series H and a series S.
+class Levels(NamedTuple):
+    """Levels carried with a power-of-two exponent each: level k is
+    `values[k] * 2**exponents[k]`, so that no intermediate overflows or underflows
+    before the true value does."""
 
-    With term structure $h_m = \\sum_a c_{a,m} H_a$:
-    $\\sum_m h_m s_{j-m} = \\sum_a H_a (\\sum_m c_{a,m} s_{j-m})$, so the inner sums are
-    scalar-weighted sums of matrices and only A matrix products are needed. A dense
-    part costs one product with inner dimension (K+1) n.
+    values: Array
+    exponents: Array
+
+
+def without_trace(terms: TermSeries) -> TermSeries:
+    """The same series minus its trace part, $H - \\mathrm{tr}(H)/n$: commutators do
+    not change, and a constant offset $cI$ (or the common part of large level
+    energies) no longer enters any product, so it cannot cost digits."""
+    n = terms.matrices.shape[-1]
+    eye = jnp.eye(n, dtype=terms.matrices.dtype)[None]
+    trace = jnp.trace(terms.matrices, axis1=-2, axis2=-1) / n
+    matrices = terms.matrices - trace[:, None, None] * eye
+    dense = terms.dense
+    if dense is not None:
+        dense = dense - (jnp.trace(dense, axis1=-2, axis2=-1) / n)[:, None, None] * eye
+    return TermSeries(terms.coefficients, matrices, dense)
+
+
+def _renormalised(level: Array) -> tuple[Array, Array]:
+    """`level / 2**e` with e the rounded log2 of its largest entry (exact: a power of
+    two), and e. The exponent carries no gradient: any e gives the same product."""
+    rdtype = real_dtype(level.dtype)
+    size = jnp.max(jnp.abs(level))
+    usable = jnp.isfinite(size) & (size > 0)
+    e = jnp.where(usable, jnp.round(jnp.log2(jnp.where(usable, size, 1))), 0)
+    e = lax.stop_gradient(e.astype(rdtype))
+    return level * jnp.exp2(-e).astype(level.dtype), e
+
+
+def _phases(order: int) -> list[tuple[int, int, int]]:
+    """Split levels 1..K into at most 8 phases `(first, last, width)`. Level k needs
+    the coefficients j <= K - k only, so a phase carries what its first level needs
+    (plus one, see `heisenberg_levels`): about 0.56 K^2 coefficient updates in all
+    instead of K^2, with a number of phases, and so a program size, that does not
+    grow with K."""
+    count = min(order, 8)
+    bounds = [1 + (order * i) // count for i in range(count)] + [order + 1]
+    return [
+        (first, stop - 1, order - first + 2)
+        for first, stop in zip(bounds[:-1], bounds[1:], strict=True)
+        if stop > first
+    ]
+
+
+def _toeplitz(coefficients: Array, width: int) -> Array:
+    """`T[a, j, m] = c[a, j - m]` for m <= j < width, else 0: the Cauchy product
+    with each scalar series as one small matrix product."""
+    j = np.arange(width)
+    diff = j[:, None] - j[None, :]
+    taken = coefficients[:, np.clip(diff, 0, None)]
+    return jnp.where(jnp.asarray(diff >= 0), taken, jnp.zeros_like(taken))
+
+
+def commutator_series(
+    generator: TermSeries, level: Array, hermitian: bool
+) -> Array:
+    """Coefficients $j < W$ of $[G(\\sigma), Y(\\sigma)]$ for a series G with term
+    structure and a series Y of width W.
+
+    With $g_m = \\sum_a c_{a,m} G_a + D_m$:
+    $\\sum_m [g_m, y_{j-m}] = \\sum_a [G_a, z_{a,j}] + \\sum_m [D_m, y_{j-m}]$ with
+    $z_{a,j} = \\sum_m c_{a,m} y_{j-m}$ (scalar-weighted sums of matrices), so a term
+    costs two matrix products per coefficient, and one when `hermitian`
+    ($G_a$ anti-Hermitian, as $iH$ is, and every $z$ Hermitian: then
+    $[G_a, z] = G_a z + (G_a z)^\\dagger$).
     """
-    out = jnp.zeros(series.shape[1:], series.dtype)
-    # Contract (term or order axis, matrix inner axis) in one product.
-    if terms.coefficients.shape[0] > 0:
-        inner = jnp.tensordot(_shifted(terms.coefficients, j), series, axes=(1, 0))
-        out = out + jnp.tensordot(terms.matrices, inner, axes=((0, 2), (0, 1)))
-    if terms.dense is not None:
-        window = reversed_window(terms.dense, j)  # window[i] = h_{j-i}, 0 for i > j
-        out = out + jnp.tensordot(window, series, axes=((0, 2), (0, 1)))
+    width = level.shape[0]
+    out = jnp.zeros_like(level)
+    if generator.coefficients.shape[0] > 0:
+        t = _toeplitz(generator.coefficients[:, :width], width)
+        z = jnp.einsum("ajm,mnp->ajnp", t, level)
+        left = jnp.einsum("anm,ajmp->jnp", generator.matrices, z)
+        if hermitian:
+            out = out + left + jnp.conj(jnp.swapaxes(left, -1, -2))
+        else:
+            out = out + left - jnp.einsum("ajnm,amp->jnp", z, generator.matrices)
+    if generator.dense is not None:
+        dense = generator.dense
+
+        def add(m, out):
+            # out[j] += [D_m, y_{j-m}] for j >= m.
+            shifted = jnp.roll(level, m, axis=0)
+            keep = (jnp.arange(width) >= m)[:, None, None]
+            shifted = jnp.where(keep, shifted, jnp.zeros_like(shifted))
+            d = dense[m]
+            return out + (jnp.einsum("nm,jmp->jnp", d, shifted) -
+                          jnp.einsum("jnm,mp->jnp", shifted, d))
+
+        out = lax.fori_loop(0, min(width, dense.shape[0]), add, out)
     return out
 
 
-def _shifted(coefficients: Array, j: Array) -> Array:
-    """`out[a, i] = coefficients[a, j - i]` for i <= j, else 0: the scalar weights of
-    $\\sum_i c_{a,j-i} s_i$. Shifting the (A, K+1) scalars, rather than the (K+1, n, n)
-    matrix series, keeps each step's memory traffic to one read of the series."""
-    return reversed_window(coefficients.T, j).T
+def _derivative(level: Array) -> Array:
+    """Coefficients of $dY/d\\sigma$: $(j+1)\\, y_{j+1}$, zero past the last."""
+    width = level.shape[0]
+    j = jnp.arange(1, width, dtype=real_dtype(level.dtype)).reshape(-1, 1, 1)
+    shifted = level[1:] * j.astype(level.dtype)
+    return jnp.concatenate([shifted, jnp.zeros_like(level[:1])])
 
 
-def _cast(terms: TermSeries, dtype) -> TermSeries:
-    return TermSeries(
-        terms.coefficients.astype(dtype),
-        terms.matrices.astype(dtype),
-        None if terms.dense is None else terms.dense.astype(dtype),
-    )
+def heisenberg_levels(
+    generator: TermSeries, observable: Array, order: int, hermitian: bool
+) -> Levels:
+    """$X_k / k!$ for $k = 0..K$ by the direct Taylor recursion, in scaled time.
+
+    `generator` is the series of $G(\\sigma) = i s H(t + s\\sigma)$ and `observable`
+    that of $X_0(t + s\\sigma)$, shape `(K+1, n, n)`, or `(1, n, n)` when both are
+    constant (then every level is one coefficient: nested commutators). Level k is carried as the series
+    $u^{(k)}_j = s^{k+j} x^{(k)}_j / k!$, which obeys
+    $u^{(k)} = \\big([G, u^{(k-1)}] + d u^{(k-1)}/d\\sigma\\big) / k$, and
+    $u^{(k)}_0 = s^k X_k / k!$; each level is renormalised by a power of two (see
+    `Levels`).
+
+    Level k needs its coefficients $j \\le K - k$, and coefficient j needs
+    coefficients $j$ and $j + 1$ of the level before. Within a phase the carried
+    width is fixed; the top coefficients, which would need one more than is carried,
+    are computed from a zero in its place and are wrong, but every level reads them
+    only for coefficients it does not need, so the needed triangle is exact.
+
+    Cost: about $0.56 K^2$ coefficient updates, each one matrix product per term
+    (`hermitian`) or two.
+    """
+    dtype = observable.dtype
+    rdtype = real_dtype(dtype)
+    level, e0 = _renormalised(observable)
+    values = jnp.zeros((order + 1,) + observable.shape[1:], dtype).at[0].set(level[0])
+    exponents = jnp.zeros((order + 1,), rdtype).at[0].set(e0)
+    exponent = e0
+    constant = observable.shape[0] == 1
+    for first, last, width in [(1, order, 1)] if constant else _phases(order):
+        level = level[:width]
+
+        def body(k, carry):
+            level, exponent, values, exponents = carry
+            grown = commutator_series(generator, level, hermitian) + _derivative(level)
+            grown, e = _renormalised(grown / k.astype(rdtype))
+            exponent = exponent + e
+            return grown, exponent, values.at[k].set(grown[0]), exponents.at[k].set(exponent)
+
+        level, exponent, values, exponents = lax.fori_loop(
+            first, last + 1, body, (level, exponent, values, exponents)
+        )
+    return Levels(values, exponents)
+
+
+def log_factorials(order: int, dtype) -> Array:
+    """$\\log k!$ for k = 0..K, computed once in float64 from exact integers."""
+    j = np.arange(1, order + 1, dtype=np.float64)
+    return jnp.asarray(np.concatenate([[0.0], np.cumsum(np.log(j))]), dtype)
+
+
+def finish_levels(
+    levels: Levels, time_scale: Array | None, normalised: bool
+) -> Array:
+    """The levels as returned: $X_k / k!$ (`normalised`) or $X_k$, from the carried
+    `values * 2**exponents` $= s^k X_k / k!$, with every factor applied in log space
+    (see `times_exp`): a level is inf or 0 only where its true value is."""
+    from ._series import times_exp
+
+    order = levels.values.shape[0] - 1
+    rdtype = real_dtype(levels.values.dtype)
+    k = jnp.arange(order + 1, dtype=rdtype)
+    exponent = levels.exponents * math.log(2.0)
+    if time_scale is not None:
+        exponent = exponent - k * jnp.log(time_scale).astype(rdtype)
+    if not normalised:
+        exponent = exponent + log_factorials(order, rdtype)
+    return times_exp(levels.values, exponent)
 
 
 def propagator_series(terms: TermSeries, initial: Array, order: int) -> Array:
     """Normalised series of the propagator $U(t+\\tau)$, $U' = -i H U$, $U(t)$ =
     `initial`: $u_{j+1} = -\\frac{i}{j+1} \\sum_{m \\le j} h_m u_{j-m}$.
 
+    Each coefficient is a sum whose largest term has the size of the result (no
+    cancellation between large parts), so the recursion is stable as it stands.
+
     **Returns:** shape `(order + 1, *initial.shape)`.
     """
     dtype = initial.dtype
-    terms = _cast(terms, dtype)
+    terms = terms.astype(dtype)
     u = jnp.zeros((order + 1,) + initial.shape, dtype).at[0].set(initial)
+    has_terms = terms.coefficients.shape[0] > 0
 
     def body(j, u):
+        i = jnp.arange(order + 1)
+        # window[i] = u_{j-i} for i <= j, else 0.
+        window = jnp.take(u, jnp.clip(j - i, 0, order), axis=0)
+        keep = (i <= j).reshape((order + 1,) + (1,) * initial.ndim)
+        window = jnp.where(keep, window, jnp.zeros_like(window))
+        total = jnp.zeros(initial.shape, dtype)
+        if has_terms:
+            weights = terms.coefficients  # (A, K+1): sum_i c_{a,i} u_{j-i}
+            inner = jnp.tensordot(weights, window, axes=(1, 0))
+            total = total + jnp.tensordot(terms.matrices, inner, axes=((0, 2), (0, 1)))
+        if terms.dense is not None:
+            total = total + jnp.tensordot(terms.dense, window, axes=((0, 2), (0, 1)))
         scale = (-1j / (j + 1)).astype(dtype)
-        return u.at[j + 1].set(scale * _term_product_coefficient(terms, u, j))
+        return u.at[j + 1].set(scale * total)
 
     return lax.fori_loop(0, order, body, u)
-
-
-def propagator_and_inverse_series(terms: TermSeries, order: int, dtype) -> tuple:
-    """Series of $V(\\tau) = U(t+\\tau)U(t)^{-1}$ and of the transpose of its inverse,
-    $W^T$ with $W = V^{-1}$, in one loop.
-
-    $W$ obeys $W' = i W H$, $W(0) = 1$, so its transpose obeys
-    $(W^T)' = i H^T W^T$, a left multiplication like $V' = -iHV$, so both run the
-    same kernel in the same loop.
-
-    **Returns:** `(v, w_transposed)`, each of shape `(order + 1, n, n)`.
-    """
-    terms = _cast(terms, dtype)
-    n = terms.matrices.shape[-1]
-    # H^T as a series in its own right: the same coefficients, transposed parts.
-    transposed = TermSeries(
-        terms.coefficients,
-        jnp.swapaxes(terms.matrices, -1, -2),
-        None if terms.dense is None else jnp.swapaxes(terms.dense, -1, -2),
-    )
-    start = jnp.zeros((order + 1, n, n), dtype).at[0].set(jnp.eye(n, dtype=dtype))
-
-    # v and w^T are separate carries (no (K+1, 2, n, n) array to split afterwards).
-    def body(j, carry):
-        v, wt = carry
-        scale = (1j / (j + 1)).astype(dtype)
-        v = v.at[j + 1].set(-scale * _term_product_coefficient(terms, v, j))
-        wt = wt.at[j + 1].set(scale * _term_product_coefficient(transposed, wt, j))
-        return v, wt
-
-    return lax.fori_loop(0, order, body, (start, start))
-
-
-def product_series_in_place(terms: TermSeries, series: Array) -> Array:
-    """All coefficients of the product $X(t+\\tau)\\, S(\\tau)$, truncated at K,
-    written over `series` (callers pass a series they no longer need).
-
-    Coefficient j needs $s_0..s_j$ only, so going from j = K down to 0 each slot is
-    overwritten after its last use: no second (K+1, n, n) array.
-    """
-    dtype = series.dtype
-    terms = _cast(terms, dtype)
-    order = series.shape[0] - 1
-
-    def body(i, series):
-        j = order - i
-        return series.at[j].set(_term_product_coefficient(terms, series, j))
-
-    return lax.fori_loop(0, order + 1, body, series)
-
-
-def heisenberg_series(
-    hamiltonian: TermSeries,
-    observable: TermSeries,
-    dtype,
-    observable_is_constant: bool = False,
-    factorial: bool = False,
-) -> Array:
-    """Series $y_k = X_k / k!$ of the Heisenberg hierarchy by propagator conjugation
-    (or $X_k$ itself with `factorial=True`).
-
-    With $V(\\tau) = U(t+\\tau) U(t)^{-1}$ ($V' = -iHV$, $V(0) = 1$), the conjugated
-    observable $Y(\\tau) = V(\\tau)^{-1} X_0(t+\\tau) V(\\tau)$ satisfies
-    $Y' = V^{-1} (i[H, X_0] + X_0') V$, so by induction $Y^{(k)}(0) = X_k(t)$. For a
-    Hermitian H, $V^{-1} = V^\\dagger$; the series of $V^{-1}$ is computed from its
-    own equation $W' = i W H$ instead, so the result is exact for any H.
-
-    Cost: 2A products per order for the two propagators, B per order for
-    $X_0 V$, and about $K^2/2$ for the final Cauchy product. Memory: three
-    (K+1, n, n) arrays at any time, the output included.
-    """
-    order = hamiltonian.coefficients.shape[1] - 1
-    v, v_inverse_t = propagator_and_inverse_series(hamiltonian, order, dtype)
-    if observable_is_constant:
-        # X_0 V, one order at a time into V's own buffer.
-        x0 = observable.full()[0].astype(dtype)
-        w = lax.fori_loop(0, order + 1, lambda j, v: v.at[j].set(x0 @ v[j]), v)
-    else:
-        w = product_series_in_place(observable, v)
-    return triangular_cauchy_product(
-        v_inverse_t, w, left_transposed=True, factorial=factorial
-    )
-
-
-def nested_commutators(
-    generator: Array, operator: Array, order: int, normalised: bool = False
-) -> Array:
-    """$(\\mathrm{ad}_G)^k X = [G, [G, \\ldots, X]]$ for $k = 0..K$, shape
-    `(order + 1, n, n)`: K commutators, the floor for a constant generator.
-
-    The recursion carries $z_k = (\\mathrm{ad}_G)^k X / c_k$, which stays within
-    $\\|X\\|$ in size: with `normalised`, $c_k = k!$ (dividing by k at each step);
-    otherwise $c_k = g^k$ with $g = 2\\|G\\|_F \\ge \\|\\mathrm{ad}_G\\|$, and $g^k$ is
-    applied at the end as a running product, part by part. So a level that overflows
-    reads $\\pm\\infty$, never the $\\infty - \\infty = $ nan that later commutators of
-    an overflowed level would give.
-    """
-    rdtype = jnp.finfo(operator.dtype).dtype
-    # Any g > 0 gives the same result; it only keeps z_k in range, so it carries no
-    # gradient (and the norm's nan gradient at G = 0 never appears).
-    g = lax.stop_gradient(2 * jnp.linalg.norm(generator).astype(rdtype))
-    g = jnp.where(g > 0, g, jnp.ones((), rdtype))
-    ks = jnp.arange(1, order + 1, dtype=rdtype)
-    divisors = ks if normalised else jnp.broadcast_to(g, ks.shape)
-
-    def step(z, divisor):
-        z = (generator @ z - z @ generator) / divisor
-        return z, z
-
-    _, rest = lax.scan(step, operator, divisors)
-    levels = jnp.concatenate([operator[None], rest])
-    if normalised:
-        return levels
-    powers = jnp.cumprod(jnp.concatenate([jnp.ones((1,), rdtype), divisors]))
-    powers = powers.reshape(order + 1, 1, 1)
-    # Exact zeros stay zero where g^k overflows (0 * inf would be nan).
-    scale = lambda part: jnp.where(part == 0, 0, part * powers)
-    if jnp.iscomplexobj(levels):
-        return lax.complex(scale(levels.real), scale(levels.imag))
-    return scale(levels)

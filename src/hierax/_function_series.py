@@ -7,22 +7,23 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from ._taylor import propagate, time_series
+from ._taylor._interpreter import function_name
 
 
-def function_series(
+def callable_series(
     fn: Callable[[Array], Array],
     t: Array,
     order: int,
-    api: str = "hierax",
-    scale: Array | None = None,
+    time_scale: Array | None,
+    api: str,
 ) -> Array:
-    """Normalised Taylor coefficients of `fn` at `t`, shape `(order + 1, *out)`,
-    by [`hierax.taylor`][]'s transform: the traced program does not grow with the
-    order. With `scale`, the series of $s \\mapsto f(t + \\text{scale}\\,s)$ (the input
-    series of time is $(t, \\text{scale}, 0, \\ldots)$)."""
+    """Normalised Taylor coefficients of $\\sigma \\mapsto f(t + s\\sigma)$, shape
+    `(order + 1, *out)`, by [`hierax.taylor`][]'s transform (the input series of
+    time is $(t, s, 0, \\ldots)$), so the traced program does not grow with the
+    order. `api` names the public call in the transform's error messages."""
     t = jnp.asarray(t)
     t = t.astype(jnp.result_type(t, float))
     series = time_series(t, order)
-    if scale is not None and order >= 1:
-        series = series.at[1].set(scale)
-    return jnp.asarray(propagate(fn, series, api=api))
+    if time_scale is not None and order >= 1:
+        series = series.at[1].set(time_scale.astype(series.dtype))
+    return jnp.asarray(propagate(fn, series, api=api, fn_name=function_name(fn)))

@@ -2,56 +2,33 @@
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._coefficients import AbstractCoefficient, Constant, _as_coefficient_or_none
 from ._custom_types import OperatorSeries, OrderLike, TimeLike, typechecked
-from ._function_series import function_series
-from ._series import lower_toeplitz, scalar_cauchy_product
-from ._validation import as_square_matrix, check_order, trace_callable
-
-
-class TermSeries(NamedTuple):
-    """The series of an operator $H(t+\\tau) = \\sum_a f_a(t+\\tau) H_a + D(t+\\tau)$,
-    kept in parts so that algorithms can use the term structure.
-
-    - `coefficients`: `(A, K+1)`, the series of each $f_a$.
-    - `matrices`: `(A, n, n)`, the constant matrices $H_a$.
-    - `dense`: `(K+1, n, n)` or `None`, the series of a part without term structure.
-    """
-
-    coefficients: Array
-    matrices: Array
-    dense: Array | None
-
-    def full(self) -> Array:
-        """The series of the whole operator, `(K+1, n, n)`."""
-        dtype = result_dtype(self)
-        out = jnp.einsum(
-            "ak,anm->knm", self.coefficients.astype(dtype), self.matrices.astype(dtype)
-        )
-        if self.dense is not None:
-            out = out + self.dense.astype(dtype)
-        return out
-
-
-def result_dtype(*parts: Any) -> jnp.dtype:
-    """The common dtype of arrays (and `TermSeries`), never narrower than float32."""
-    leaves = [x for x in jax.tree_util.tree_leaves(parts) if x is not None]
-    return jnp.result_type(*leaves)
+from ._function_series import callable_series
+from ._series import TermSeries, lower_toeplitz, result_dtype, scalar_cauchy_product
+from ._time_functions import (
+    AbstractTimeFunction,
+    Constant,
+    as_time_function,
+    register_operator_product,
+)
+from ._validation import as_square_matrix, as_time, check_order, trace_callable
 
 
 class AbstractTimeOperator(eqx.Module):
     """An $n \\times n$ operator-valued function of time $H(t)$.
 
-    Calling it gives the matrix at a time, [`hierax.AbstractTimeOperator.taylor`][]
-    its normalised Taylor coefficients. Operators add, subtract, and multiply by
-    numbers and by time functions ([`hierax.AbstractCoefficient`][]).
+    Subclasses implement one method, [`hierax.AbstractTimeOperator.term_series`][]
+    (and say their `size` and whether they are constant). Calling the object gives
+    the matrix at a time, `taylor` its normalised Taylor coefficients. Operators
+    add, subtract, and multiply by numbers and by time functions
+    ([`hierax.AbstractTimeFunction`][]).
     """
 
     __array_ufunc__ = None
@@ -67,11 +44,13 @@ class AbstractTimeOperator(eqx.Module):
         """Whether the operator is constant in time (from its structure)."""
 
     @abc.abstractmethod
-    def taylor_terms(
-        self, t: Array, order: OrderLike, scale: Array | None = None
+    def term_series(
+        self, t: Array, order: int, time_scale: Array | None
     ) -> TermSeries:
-        """The series of the operator at `t` to order `order`, in parts; with
-        `scale`, the series of $s \\mapsto H(t + \\text{scale}\\cdot s)$."""
+        """The series of $\\sigma \\mapsto H(t + s\\sigma)$ to order `order`, in
+        parts: time-function coefficients times constant matrices, plus a dense
+        part. Called with arguments already checked, as
+        [`hierax.AbstractTimeFunction.series`][] is."""
 
     @typechecked
     def __call__(self, t: TimeLike) -> Inexact[Array, "n n"]:
@@ -85,7 +64,8 @@ class AbstractTimeOperator(eqx.Module):
 
         The matrix $H(t)$, shape `(n, n)`.
         """
-        return self.taylor_terms(jnp.asarray(t), 0).full()[0]
+        api = f"hierax.{type(self).__name__}(...)(t)"
+        return self.term_series(as_time(t, api, canonical=False), 0, None).full()[0]
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> OperatorSeries:
@@ -100,13 +80,15 @@ class AbstractTimeOperator(eqx.Module):
 
         An array of shape `(order + 1, n, n)` holding $H^{(j)}(t) / j!$.
         """
-        order = check_order(order, f"hierax.{type(self).__name__}.taylor")
-        return self.taylor_terms(jnp.asarray(t), order).full()
+        api = f"hierax.{type(self).__name__}.taylor"
+        order = check_order(order, api)
+        t = as_time(t, api, canonical=False)
+        return self.term_series(t, order, None).full()
 
     def __add__(self, other):
-        if isinstance(other, (int, float, complex)) and other == 0:
+        if _is_zero(other):
             return self
-        other = as_operator(other, "other", "hierax.AbstractTimeOperator.__add__")
+        other = to_operator(other, "other", f"hierax.{type(self).__name__} + ...")
         if other.size != self.size:
             raise ValueError(
                 f"Cannot add operators of sizes {self.size} and {other.size}."
@@ -114,85 +96,85 @@ class AbstractTimeOperator(eqx.Module):
         if isinstance(self, TimeOperator) and isinstance(other, TimeOperator):
             dtype = result_dtype(self.matrices, other.matrices)
             matrices = jnp.concatenate([self.matrices, other.matrices]).astype(dtype)
-            return TimeOperator(self.coefficients + other.coefficients, matrices)
+            return TimeOperator(self.functions + other.functions, matrices)
         return OperatorSum((self, other))
 
     def __radd__(self, other):
-        if isinstance(other, (int, float, complex)) and other == 0:
+        if _is_zero(other):
             return self  # so that `sum(...)` works
-        other = as_operator(other, "other", "hierax.AbstractTimeOperator.__radd__")
-        return other + self
+        return to_operator(other, "other", f"... + hierax.{type(self).__name__}") + self
 
     def __neg__(self):
         return self * -1.0
 
     def __sub__(self, other):
-        return self + (
-            -as_operator(other, "other", "hierax.AbstractTimeOperator.__sub__")
-        )
+        if _is_zero(other):
+            return self
+        api = f"hierax.{type(self).__name__} - ..."
+        return self + (-to_operator(other, "other", api))
 
     def __rsub__(self, other):
-        return as_operator(other, "other", "hierax.AbstractTimeOperator.__rsub__") + (
-            -self
-        )
+        api = f"... - hierax.{type(self).__name__}"
+        return to_operator(other, "other", api) + (-self)
 
     def __mul__(self, other):
-        coefficient = _as_coefficient_or_none(other)
-        if coefficient is None:
-            return NotImplemented
-        return ScaledOperator(coefficient, self)
+        if isinstance(other, AbstractTimeFunction) or _is_number(other):
+            return ScaledOperator(other, self)
+        return NotImplemented
 
     def __rmul__(self, other):
         return self.__mul__(other)
 
 
-def _as_coefficient(x: Any, name: str, api: str) -> AbstractCoefficient:
-    coefficient = _as_coefficient_or_none(x)
-    if coefficient is None:
-        raise TypeError(
-            f"`{api}`: `{name}` must be a time function (e.g. `hierax.Cos()`) or a "
-            f"number, got {type(x).__name__}."
-        )
-    return coefficient
+def _is_number(x: Any) -> bool:
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, (int, float, complex)):
+        return True
+    return hasattr(x, "shape") and hasattr(x, "dtype") and x.shape == ()
+
+
+def _is_zero(x: Any) -> bool:
+    return type(x) in (int, float, complex) and x == 0
 
 
 class TimeOperator(AbstractTimeOperator):
     """A Hamiltonian or observable with term structure,
-    $H(t) = \\sum_{a=1}^{A} f_a(t) H_a$, with closed-form time functions $f_a$ and
-    constant matrices $H_a$.
+    $H(t) = \\sum_{a=1}^{A} f_a(t) H_a$, with time functions $f_a$ and constant
+    matrices $H_a$.
 
     Usually built by arithmetic: `hierax.Cos(2.0) * sx + 0.5 * sz` is a two-term
-    `TimeOperator`. The term structure lets the hierarchies spend $A$ matrix products
-    per order instead of $K$.
+    `TimeOperator`. The term structure lets the hierarchies spend a few matrix
+    products per term and order instead of one per order and order.
     """
 
-    coefficients: tuple[AbstractCoefficient, ...]
+    functions: tuple[AbstractTimeFunction, ...]
     matrices: Inexact[Array, "terms n n"]
 
     def __init__(
         self,
-        coefficients: Sequence[AbstractCoefficient | complex],
+        functions: Sequence[Any],
         matrices: Sequence[ArrayLike] | ArrayLike,
     ):
         """**Arguments:**
 
-        - `coefficients`: the time functions $f_a$ (numbers mean constants).
+        - `functions`: the time functions $f_a$ (numbers mean constants).
         - `matrices`: the matrices $H_a$, a sequence of `(n, n)` arrays or one
             `(A, n, n)` array. Integer and real matrices are promoted.
         """
         api = "hierax.TimeOperator"
-        coefficients = tuple(
-            _as_coefficient(c, f"coefficients[{i}]", api)
-            for i, c in enumerate(coefficients)
+        functions = tuple(
+            as_time_function(f, f"functions[{i}]", api)
+            for i, f in enumerate(functions)
         )
         if hasattr(matrices, "ndim") and matrices.ndim == 3:
             matrices = list(matrices)
         mats = [
             as_square_matrix(m, f"matrices[{i}]", api) for i, m in enumerate(matrices)
         ]
-        if len(mats) != len(coefficients):
+        if len(mats) != len(functions):
             raise ValueError(
-                f"`{api}`: got {len(coefficients)} coefficients but {len(mats)} "
+                f"`{api}`: got {len(functions)} time functions but {len(mats)} "
                 "matrices; give one time function per matrix."
             )
         if len(mats) == 0:
@@ -204,7 +186,7 @@ class TimeOperator(AbstractTimeOperator):
                 f"{[tuple(m.shape) for m in mats]}."
             )
         dtype = jnp.result_type(*mats)
-        self.coefficients = coefficients
+        self.functions = functions
         self.matrices = jnp.stack([m.astype(dtype) for m in mats])
 
     @property
@@ -213,24 +195,24 @@ class TimeOperator(AbstractTimeOperator):
 
     @property
     def is_constant(self) -> bool:
-        return all(c.is_constant for c in self.coefficients)
+        return all(f.is_constant for f in self.functions)
 
-    def taylor_terms(
-        self, t: Array, order: OrderLike, scale: Array | None = None
-    ) -> TermSeries:
-        series = [c.scaled_taylor(t, order, scale) for c in self.coefficients]
+    def term_series(self, t, order, time_scale):
+        series = [f.series(t, order, time_scale) for f in self.functions]
         dtype = jnp.result_type(*series)
         return TermSeries(
             jnp.stack([s.astype(dtype) for s in series]), self.matrices, None
         )
 
 
-class FunctionOperator(AbstractTimeOperator):
+class CallableOperator(AbstractTimeOperator):
     """Any JAX-traceable function of time $t \\mapsto H(t)$, an `(n, n)` array.
 
     The function may be a plain Python function or an Equinox module (so that its
     parameters are trained with the rest of a model). Its Taylor coefficients are
-    exact, computed by [`hierax.taylor`][].
+    exact, computed by [`hierax.taylor`][]'s transform.
+
+    (Formerly `FunctionOperator`; that name remains as an alias for one version.)
     """
 
     fn: Callable[[Array], Array]
@@ -242,9 +224,8 @@ class FunctionOperator(AbstractTimeOperator):
         - `fn`: a callable taking a scalar time array and returning an `(n, n)`
             numeric array.
         """
-        api = "hierax.FunctionOperator"
         self.fn = fn
-        self.n = _check_callable_operator(fn, "fn", api)
+        self.n = check_callable_operator(fn, "fn", "hierax.CallableOperator")
 
     @property
     def size(self) -> int:
@@ -254,10 +235,8 @@ class FunctionOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return False
 
-    def taylor_terms(
-        self, t: Array, order: OrderLike, scale: Array | None = None
-    ) -> TermSeries:
-        dense = function_series(self.fn, t, order, scale=scale)
+    def term_series(self, t, order, time_scale):
+        dense = callable_series(self.fn, t, order, time_scale, "hierax.CallableOperator")
         dtype = dense.dtype
         return TermSeries(
             jnp.zeros((0, order + 1), dtype),
@@ -266,17 +245,23 @@ class FunctionOperator(AbstractTimeOperator):
         )
 
 
-def _check_callable_operator(fn: Callable, name: str, api: str) -> int:
-    """Trace `fn` once on a dummy time and check it returns a square numeric array."""
+def check_callable_operator(fn: Callable, name: str, api: str) -> int:
+    """Trace `fn` once on a dummy time and check it returns a square matrix of a
+    supported dtype; returns n."""
     out = trace_callable(fn, name, api)
     if not isinstance(out, jax.ShapeDtypeStruct):
         raise TypeError(
             f"`{api}`: `{name}` must return one array of shape (n, n), got "
             f"{type(out).__name__}."
         )
-    if out.dtype == jnp.bool_ or not (jnp.issubdtype(out.dtype, jnp.number)):
+    if out.dtype == jnp.bool_ or not jnp.issubdtype(out.dtype, jnp.number):
         raise TypeError(
             f"`{api}`: `{name}` must return a numeric array, got {out.dtype}."
+        )
+    if out.dtype in (jnp.float16, jnp.bfloat16):
+        raise TypeError(
+            f"`{api}`: `{name}` returns {out.dtype}, which hierax does not support; "
+            "return float32/complex64 or float64/complex128."
         )
     if len(out.shape) != 2 or out.shape[0] != out.shape[1] or out.shape[0] == 0:
         raise ValueError(
@@ -290,18 +275,18 @@ class ScaledOperator(AbstractTimeOperator):
     """$f(t)\\,H(t)$: an operator times a time function (what `f * H` builds when $H$
     is not a plain [`hierax.TimeOperator`][])."""
 
-    coefficient: AbstractCoefficient
+    function: AbstractTimeFunction
     operator: AbstractTimeOperator
 
-    def __init__(self, coefficient: AbstractCoefficient | complex, operator):
+    def __init__(self, function: Any, operator: Any):
         """**Arguments:**
 
-        - `coefficient`: the time function or number $f$.
+        - `function`: the time function or number $f$.
         - `operator`: the operator $H$ (anything [`hierax.as_operator`][] accepts).
         """
         api = "hierax.ScaledOperator"
-        self.coefficient = _as_coefficient(coefficient, "coefficient", api)
-        self.operator = as_operator(operator, "operator", api)
+        self.function = as_time_function(function, "function", api)
+        self.operator = to_operator(operator, "operator", api)
 
     @property
     def size(self) -> int:
@@ -309,13 +294,11 @@ class ScaledOperator(AbstractTimeOperator):
 
     @property
     def is_constant(self) -> bool:
-        return self.coefficient.is_constant and self.operator.is_constant
+        return self.function.is_constant and self.operator.is_constant
 
-    def taylor_terms(
-        self, t: Array, order: OrderLike, scale: Array | None = None
-    ) -> TermSeries:
-        c = self.coefficient.scaled_taylor(t, order, scale)
-        inner = self.operator.taylor_terms(t, order, scale)
+    def term_series(self, t, order, time_scale):
+        c = self.function.series(t, order, time_scale)
+        inner = self.operator.term_series(t, order, time_scale)
         dtype = result_dtype(c, inner)
         c = c.astype(dtype)
         # (f g_a) for each term: a Cauchy product of scalar series per term.
@@ -329,9 +312,7 @@ class ScaledOperator(AbstractTimeOperator):
         dense = None
         if inner.dense is not None:
             dense = jnp.einsum(
-                "ik,knm->inm",
-                lower_toeplitz(c),
-                inner.dense.astype(dtype),
+                "ik,knm->inm", lower_toeplitz(c), inner.dense.astype(dtype)
             )
         return TermSeries(coefficients, inner.matrices, dense)
 
@@ -350,7 +331,7 @@ class OperatorSum(AbstractTimeOperator):
         api = "hierax.OperatorSum"
         ops = []
         for i, op in enumerate(operators):
-            op = as_operator(op, f"operators[{i}]", api)
+            op = to_operator(op, f"operators[{i}]", api)
             ops.extend(op.operators if isinstance(op, OperatorSum) else [op])
         if not ops:
             raise ValueError(f"`{api}`: needs at least one operator.")
@@ -369,10 +350,8 @@ class OperatorSum(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return all(op.is_constant for op in self.operators)
 
-    def taylor_terms(
-        self, t: Array, order: OrderLike, scale: Array | None = None
-    ) -> TermSeries:
-        parts = [op.taylor_terms(t, order, scale) for op in self.operators]
+    def term_series(self, t, order, time_scale):
+        parts = [op.term_series(t, order, time_scale) for op in self.operators]
         dtype = result_dtype(parts)
         coefficients = jnp.concatenate([p.coefficients.astype(dtype) for p in parts])
         matrices = jnp.concatenate([p.matrices.astype(dtype) for p in parts])
@@ -381,28 +360,51 @@ class OperatorSum(AbstractTimeOperator):
         return TermSeries(coefficients, matrices, dense)
 
 
-@typechecked
-def as_operator(x: Any, name: str = "operator", api: str = "hierax.as_operator"):
-    """Turn what a user passes as an operator into a [`hierax.AbstractTimeOperator`][].
-
-    **Arguments:**
-
-    - `x`: an operator (returned as is), a square matrix (a constant operator), or a
-        callable `t -> (n, n)` (a [`hierax.FunctionOperator`][]).
-    - `name`, `api`: used in error messages.
-
-    **Returns:**
-
-    An [`hierax.AbstractTimeOperator`][].
-    """
+def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
+    """`x` as an operator, with errors that name the argument `name` of the public
+    call `api`."""
     if isinstance(x, AbstractTimeOperator):
         return x
-    if isinstance(x, AbstractCoefficient):
+    if isinstance(x, AbstractTimeFunction):
         raise TypeError(
             f"`{api}`: `{name}` must be an operator, got the scalar time function "
             f"{type(x).__name__}; multiply it by a matrix, e.g. `{type(x).__name__}"
             "(...) * sigma_x`."
         )
     if callable(x) and not hasattr(x, "shape"):
-        return FunctionOperator(x)
+        check_callable_operator(x, name, api)
+        return CallableOperator(x)
     return TimeOperator((Constant(1.0),), [as_square_matrix(x, name, api)])
+
+
+@typechecked
+def as_operator(x: Any) -> AbstractTimeOperator:
+    """Turn what a user passes as an operator into a [`hierax.AbstractTimeOperator`][].
+
+    **Arguments:**
+
+    - `x`: an operator (returned as is), a square matrix (a constant operator), or a
+        callable `t -> (n, n)` (a [`hierax.CallableOperator`][]).
+
+    **Returns:**
+
+    An [`hierax.AbstractTimeOperator`][].
+    """
+    return to_operator(x, "x", "hierax.as_operator")
+
+
+def _time_function_times(function: AbstractTimeFunction, other: Any) -> Any:
+    """`f * M`: a one-term `TimeOperator` for a matrix M, a `ScaledOperator` for an
+    operator."""
+    if isinstance(other, AbstractTimeOperator):
+        return ScaledOperator(function, other)
+    api = f"hierax.{type(function).__name__} * ..."
+    if callable(other) and not hasattr(other, "shape"):
+        return ScaledOperator(function, to_operator(other, "other", api))
+    return TimeOperator((function,), [as_square_matrix(other, "other", api)])
+
+
+register_operator_product(_time_function_times)
+
+# The name of version 0.1, kept for one version.
+FunctionOperator = CallableOperator

@@ -8,6 +8,7 @@ given K and traces to a program whose size does not depend on K.
 import math
 from typing import NamedTuple
 
+import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +26,59 @@ def power_series(x: Array, order: int) -> Array:
     x = jnp.asarray(x)
     steps = x / jnp.arange(1, order + 1, dtype=real_dtype(jnp.result_type(x, 1.0)))
     return jnp.concatenate([jnp.ones((1,), steps.dtype), jnp.cumprod(steps)])
+
+
+def two_product(a: Array, b: Array) -> tuple[Array, Array]:
+    """`(p, e)` with `p = fl(a * b)` and `a * b = p + e` exactly (Dekker's
+    error-free product, by splitting each factor into two halves whose products are
+    exact). Used where a product feeds a periodic function at large arguments."""
+    p = a * b
+    dtype = p.dtype
+    bits = jnp.finfo(dtype).nmant + 1
+    splitter = jnp.asarray(2.0 ** ((bits + 1) // 2) + 1, dtype)
+
+    def split(x):
+        x = jnp.asarray(x, dtype)
+        c = splitter * x
+        high = c - (c - x)
+        return high, x - high
+
+    a_high, a_low = split(a)
+    b_high, b_low = split(b)
+    e = ((a_high * b_high - p) + a_high * b_low + a_low * b_high) + a_low * b_low
+    # Where the split overflows (|x| near the largest float) keep the plain product.
+    return p, jnp.where(jnp.isfinite(e), e, jnp.zeros_like(e))
+
+
+def _times_real(x: Array, factor: Array) -> Array:
+    """`x * factor` for a real factor, part by part for complex `x`: a complex product
+    would form `inf * 0 = nan` in the other part once one part overflows."""
+    if jnp.iscomplexobj(x):
+        return lax.complex(x.real * factor, x.imag * factor)
+    return x * factor
+
+
+# Steps in which `times_exp` applies a factor e^E: each step's exponent is at most
+# 0.99 of the largest finite exponent, so the factors themselves never overflow, and
+# four steps reach every representable result from every representable input.
+_EXP_STEPS = 4
+
+
+def times_exp(x: Array, exponent: Array) -> Array:
+    """`x * exp(exponent)` (exponent real, broadcast along the leading axis of `x`)
+    without forming an overflowing or underflowing factor: applied in a few equal
+    steps, each clipped to the finite range. The product is inf or 0 only where the
+    true value is, exact zeros stay zero (never `0 * inf = nan`), and no mask is
+    used, so the derivative with respect to `x` is the factor itself even where `x`
+    is exactly zero."""
+    rdtype = real_dtype(x.dtype)
+    exponent = jnp.asarray(exponent).astype(rdtype)
+    exponent = exponent.reshape(exponent.shape + (1,) * (x.ndim - exponent.ndim))
+    limit = 0.99 * math.log(float(np.finfo(rdtype).max))
+    step = jnp.exp(jnp.clip(exponent / _EXP_STEPS, -limit, limit))
+    for _ in range(_EXP_STEPS):
+        x = _times_real(x, step)
+    return x
 
 
 def times_powers(series: Array, scale: Array | None) -> Array:
@@ -64,7 +118,7 @@ def unscale_series(
     if factorial:
         exponent = exponent + jnp.asarray(log_factorial, rdtype)
     step = jnp.exp(exponent / repeats).reshape((-1,) + (1,) * (series.ndim - 1))
-    return lax.fori_loop(0, repeats, lambda _, x: _real_scale(x, step), series)
+    return lax.fori_loop(0, repeats, lambda _, x: _times_real(x, step), series)
 
 
 def lower_toeplitz(c: Array) -> Array:
@@ -105,20 +159,12 @@ class FactorialFactors(NamedTuple):
             exact, part = self.exact.reshape(shape), self.part.reshape(shape)
         else:
             exact, part = self.exact[j], self.part[j]
-        x = _real_scale(x, exact)
+        x = _times_real(x, exact)
         if self.repeats <= 4:
             for _ in range(self.repeats):
-                x = _real_scale(x, part)
+                x = _times_real(x, part)
             return x
-        return lax.fori_loop(0, self.repeats, lambda _, y: _real_scale(y, part), x)
-
-
-def _real_scale(x: Array, factor: Array) -> Array:
-    """`x * factor` for a real factor, part by part for complex `x`: a complex product
-    would form `inf * 0 = nan` in the other part once one part overflows."""
-    if jnp.iscomplexobj(x):
-        return lax.complex(x.real * factor, x.imag * factor)
-    return x * factor
+        return lax.fori_loop(0, self.repeats, lambda _, y: _times_real(y, part), x)
 
 
 def factorial_factors(order: int, dtype, power: int = 1) -> FactorialFactors:
@@ -249,7 +295,52 @@ def triangular_cauchy_product(
     return lax.fori_loop(0, order + 1, gather, right)
 
 
+class TermSeries(NamedTuple):
+    r"""The series of an operator $H(t+s\sigma) = \sum_a f_a(t+s\sigma) H_a +
+    D(t+s\sigma)$, kept in parts so that the kernels can use the term structure.
+
+    - `coefficients`: `(A, K+1)`, the Taylor coefficients of each $f_a$.
+    - `matrices`: `(A, n, n)`, the constant matrices $H_a$.
+    - `dense`: `(K+1, n, n)` or `None`, the series of a part without term structure.
+    """
+
+    coefficients: Array
+    matrices: Array
+    dense: Array | None
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        return result_dtype(self)
+
+    def astype(self, dtype) -> "TermSeries":
+        return TermSeries(
+            self.coefficients.astype(dtype),
+            self.matrices.astype(dtype),
+            None if self.dense is None else self.dense.astype(dtype),
+        )
+
+    def full(self) -> Array:
+        """The series of the whole operator, `(K+1, n, n)`."""
+        dtype = self.dtype
+        out = jnp.einsum(
+            "ak,anm->knm", self.coefficients.astype(dtype), self.matrices.astype(dtype)
+        )
+        if self.dense is not None:
+            out = out + self.dense.astype(dtype)
+        return out
+
+
+def result_dtype(*parts) -> jnp.dtype:
+    """The common dtype of arrays and `TermSeries` (`None` parts are skipped)."""
+    leaves = [x for x in jax.tree_util.tree_leaves(parts) if x is not None]
+    return jnp.result_type(*leaves)
+
+
 __all__ = [
+    "TermSeries",
+    "result_dtype",
+    "times_exp",
+    "two_product",
     "FactorialFactors",
     "factorial_factors",
     "factorial_scale",

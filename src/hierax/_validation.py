@@ -43,11 +43,12 @@ def _is_traced(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
-def as_numeric_array(x: Any, name: str, api: str) -> Array:
+def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array:
     """Convert `x` to a JAX array of a supported numeric dtype.
 
     Integers are promoted to the default float dtype; booleans, strings, objects and
-    half precision are refused.
+    half precision are refused. With `finite`, nan and inf are refused too where the
+    values are known here (traced values are checked by the compiled calls).
     """
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"`{api}`: `{name}` must be numeric, got the boolean {x!r}.")
@@ -91,12 +92,29 @@ def as_numeric_array(x: Any, name: str, api: str) -> Array:
         array = array.astype(jnp.result_type(float))
     elif not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(f"`{api}`: `{name}` must be numeric, got dtype {dtype}.")
+    if finite:
+        check_finite(array, name, api)
     return array
 
 
+def check_finite(array: Any, name: str, api: str) -> None:
+    """Refuse nan or inf in a concrete array, naming the argument and the first bad
+    entry; traced arrays pass (the compiled calls check them with `eqx.error_if`)."""
+    if _is_traced(array):
+        return
+    values = np.asarray(array)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0]) if values.ndim else ()
+        entry = f" at index {where}" if where else ""
+        raise ValueError(
+            f"`{api}`: `{name}` must be finite, got {values[bad].flat[0]}{entry}."
+        )
+
+
 def as_square_matrix(x: Any, name: str, api: str) -> Array:
-    """Convert `x` to a numeric (n, n) array, or raise naming `name`."""
-    array = as_numeric_array(x, name, api)
+    """Convert `x` to a finite numeric (n, n) array, or raise naming `name`."""
+    array = as_numeric_array(x, name, api, finite=True)
     if array.ndim != 2 or array.shape[0] != array.shape[1]:
         raise ValueError(
             f"`{api}`: `{name}` must be a square matrix of shape (n, n), got shape "
@@ -107,34 +125,43 @@ def as_square_matrix(x: Any, name: str, api: str) -> Array:
     return array
 
 
-def as_time(t: Any, api: str) -> Any:
-    """Check a time: a real or complex scalar, finite when its value is known here.
+def as_time(t: Any, api: str, canonical: bool = True) -> Array:
+    """Check a time and return it in one canonical form: a 0-d array of the default
+    float (or complex) dtype, so that a Python float, a NumPy scalar and a JAX array
+    all share one compiled program. The time never sets the precision of a
+    computation (the operators and states do).
 
-    Python numbers are returned as they are (they are traced, never baked in, by the
-    compiled calls); anything else becomes a 0-d array. Traced times are checked
-    inside the computation by `check_time_finite`.
+    With `canonical=False` the dtype is kept (a time function evaluated at a float32
+    time stays float32).
+
+    Refused with an error naming `t`: non-scalars, non-numbers, and values that are
+    not finite, including those that overflow the default dtype (1e39 without x64).
+    Traced times are checked inside the computation by `check_time_finite`.
     """
-    if type(t) in (float, int):
-        if not math.isfinite(t):
-            raise ValueError(f"`{api}`: `t` must be finite, got {t}.")
-        return float(t)
+    if isinstance(t, (bool, np.bool_)):
+        raise TypeError(f"`{api}`: `t` must be a real or complex number, got {t!r}.")
+    if type(t) in (float, int) and not math.isfinite(t):
+        raise ValueError(f"`{api}`: `t` must be finite, got {t}.")
     array = as_numeric_array(t, "t", api)
     if array.ndim != 0:
         raise ValueError(
             f"`{api}`: `t` must be a scalar, got shape {tuple(array.shape)}; use "
             "`jax.vmap` to evaluate at many times."
         )
-    if not _is_traced(array) and not bool(np.isfinite(np.asarray(array))):
-        raise ValueError(f"`{api}`: `t` must be finite, got {np.asarray(array)}.")
-    return array
+    kind = complex if jnp.iscomplexobj(array) else float
+    converted = array.astype(jnp.result_type(kind))
+    if not _is_traced(converted) and not bool(np.isfinite(np.asarray(converted))):
+        overflow = bool(np.isfinite(np.asarray(array))) or type(t) in (float, int)
+        raise ValueError(
+            f"`{api}`: `t` must be finite in {converted.dtype}, got {t!r}"
+            + (" (it overflows: enable x64 or change the unit of time)." if overflow
+               else ".")
+        )
+    return converted if canonical else array
 
 
-def as_time_array(t: Any, api: str) -> Array:
-    """`as_time`, then a strongly typed 0-d array: Python numbers and arrays of one
-    dtype share a trace under `eqx.filter_jit` (which would make a Python number
-    static)."""
-    t = as_time(t, api)
-    return jnp.asarray(t, dtype=jnp.result_type(t))
+# The name of version 0.1 (the Taylor transform imports it).
+as_time_array = as_time
 
 
 def check_time_finite(t: Array, api: str) -> Array:

@@ -1,0 +1,557 @@
+"""Scalar functions of time with closed-form Taylor series.
+
+Every time function answers one question, [`hierax.AbstractTimeFunction.series`][]:
+the normalised Taylor coefficients of $\\sigma \\mapsto f(t + s\\sigma)$ for a time
+scale $s$. The public `taylor` and `__call__` validate their arguments once, in the
+base, and ask `series`.
+"""
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Inexact
+
+from ._custom_types import OrderLike, ScalarSeries, TimeLike, typechecked
+from ._series import (
+    power_series,
+    real_dtype,
+    scalar_cauchy_product,
+    times_exp,
+    two_product,
+)
+from ._function_series import callable_series
+from ._validation import as_numeric_array, as_time, check_order, trace_callable
+
+
+def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:
+    """A scalar parameter: numeric, finite where its value is known, real if asked."""
+    array = as_numeric_array(x, name, api, finite=True)
+    if real and jnp.iscomplexobj(array):
+        raise TypeError(f"`{api}`: `{name}` must be real, got dtype {array.dtype}.")
+    if array.ndim != 0:
+        raise ValueError(
+            f"`{api}`: `{name}` must be a scalar, got shape {tuple(array.shape)}; "
+            "use `jax.vmap` to batch over parameters."
+        )
+    return array
+
+
+class AbstractTimeFunction(eqx.Module):
+    """A scalar function of time $f(t)$ whose Taylor series hierax can compute.
+
+    Subclasses implement one method, [`hierax.AbstractTimeFunction.series`][].
+    Calling the object gives the value, `taylor` the series. Time functions combine
+    with `+`, `-`, `*` and numbers, and a time function times a square matrix is a
+    [`hierax.TimeOperator`][].
+
+    (Formerly `AbstractCoefficient`; that name remains as an alias for one version.)
+    """
+
+    # Let numpy arrays hand `ndarray * f` to us instead of broadcasting.
+    __array_ufunc__ = None
+
+    @abc.abstractmethod
+    def series(self, t: Array, order: int, time_scale: Array | None) -> Array:
+        """The normalised Taylor coefficients of $\\sigma \\mapsto f(t + s\\sigma)$.
+
+        Called with arguments already checked: `t` a finite 0-d array, `order` a
+        non-negative int, `time_scale` $s$ a positive real 0-d array or `None`
+        (meaning 1). Coefficient $j$ is $f^{(j)}(t)\\, s^j / j!$. Fold $s$ into the
+        recurrence rather than multiplying by $s^j$ afterwards: the hierarchies
+        choose $s$ so that these coefficients stay in floating-point range where
+        $f^{(j)}(t) / j!$ alone would not.
+
+        **Returns:** shape `(order + 1,)`.
+        """
+
+    @property
+    @abc.abstractmethod
+    def is_constant(self) -> bool:
+        """Whether $f$ is constant in time (known from its structure, not values)."""
+
+    @typechecked
+    def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
+        """Normalised Taylor coefficients of $f$ at $t$.
+
+        **Arguments:**
+
+        - `t`: the time, a scalar.
+        - `order`: the highest order $K$, a non-negative Python int.
+
+        **Returns:**
+
+        An array of shape `(order + 1,)` holding $f^{(j)}(t) / j!$ for
+        $j = 0, \\ldots, K$.
+        """
+        api = f"hierax.{type(self).__name__}.taylor"
+        order = check_order(order, api)
+        return self.series(as_time(t, api, canonical=False), order, None)
+
+    @typechecked
+    def __call__(self, t: TimeLike) -> Array:
+        """The value of the function.
+
+        **Arguments:**
+
+        - `t`: the time, a scalar.
+
+        **Returns:**
+
+        $f(t)$, a 0-d array.
+        """
+        api = f"hierax.{type(self).__name__}(...)(t)"
+        return self.series(as_time(t, api, canonical=False), 0, None)[0]
+
+    def __add__(self, other):
+        other = _as_time_function_or_none(other)
+        if other is None:
+            return NotImplemented
+        return TimeFunctionSum((self, other))
+
+    def __radd__(self, other):
+        other = _as_time_function_or_none(other)
+        if other is None:
+            return NotImplemented
+        return TimeFunctionSum((other, self))
+
+    def __neg__(self):
+        return TimeFunctionProduct(Constant(-1.0), self)
+
+    def __sub__(self, other):
+        other = _as_time_function_or_none(other)
+        if other is None:
+            return NotImplemented
+        return self + (-other)
+
+    def __rsub__(self, other):
+        other = _as_time_function_or_none(other)
+        if other is None:
+            return NotImplemented
+        return (-self) + other
+
+    def __mul__(self, other):
+        factor = _as_time_function_or_none(other)
+        if factor is not None:
+            return TimeFunctionProduct(self, factor)
+        return _times_operator(self, other)
+
+    def __rmul__(self, other):
+        factor = _as_time_function_or_none(other)
+        if factor is not None:
+            return TimeFunctionProduct(factor, self)
+        return _times_operator(self, other)
+
+
+# `f * M` for a matrix or operator M is an operator. The operators module, which comes
+# after this one, registers the constructor here, so the imports point one way.
+_OPERATOR_PRODUCT: list[Callable[[AbstractTimeFunction, Any], Any]] = []
+
+
+def register_operator_product(fn: Callable[[AbstractTimeFunction, Any], Any]) -> None:
+    _OPERATOR_PRODUCT[:] = [fn]
+
+
+def _times_operator(function: AbstractTimeFunction, other: Any) -> Any:
+    return _OPERATOR_PRODUCT[0](function, other)
+
+
+def _as_time_function_or_none(x: Any) -> "AbstractTimeFunction | None":
+    """A number (or 0-d array) becomes a `Constant`; anything else is not a scalar."""
+    if isinstance(x, AbstractTimeFunction):
+        return x
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float, complex)):
+        return Constant(x)
+    if hasattr(x, "shape") and hasattr(x, "dtype") and x.shape == ():
+        return Constant(x)
+    return None
+
+
+def as_time_function(x: Any, name: str, api: str) -> AbstractTimeFunction:
+    """`x` as a time function (numbers become constants), or a TypeError naming it."""
+    function = _as_time_function_or_none(x)
+    if function is None:
+        raise TypeError(
+            f"`{api}`: `{name}` must be a time function (e.g. `hierax.Cos()`) or a "
+            f"number, got {type(x).__name__}."
+        )
+    return function
+
+
+class Constant(AbstractTimeFunction):
+    """The constant function $f(t) = c$."""
+
+    value: Inexact[Array, ""]
+
+    def __init__(self, value: ArrayLike):
+        """**Arguments:**
+
+        - `value`: the constant $c$, a real or complex scalar.
+        """
+        self.value = _parameter(value, "value", "hierax.Constant")
+
+    @property
+    def is_constant(self) -> bool:
+        return True
+
+    def series(self, t, order, time_scale):
+        value = jnp.asarray(self.value, jnp.result_type(self.value, t))
+        return jnp.zeros((order + 1,), value.dtype).at[0].set(value)
+
+
+class Polynomial(AbstractTimeFunction):
+    """A polynomial $f(t) = \\sum_{i=0}^{D} a_i t^i$ (coefficients in ascending
+    order, as in `numpy.polynomial`)."""
+
+    coefficients: Inexact[Array, " degree_plus_1"]
+
+    def __init__(self, coefficients: ArrayLike):
+        """**Arguments:**
+
+        - `coefficients`: $a_0, \\ldots, a_D$, a 1-d real or complex array.
+        """
+        api = "hierax.Polynomial"
+        array = as_numeric_array(coefficients, "coefficients", api, finite=True)
+        if array.ndim != 1 or array.shape[0] == 0:
+            raise ValueError(
+                f"`{api}`: `coefficients` must be a non-empty 1-d array (a_0, ..., "
+                f"a_D), got shape {tuple(array.shape)}."
+            )
+        self.coefficients = array
+
+    @property
+    def is_constant(self) -> bool:
+        return self.coefficients.shape[0] == 1
+
+    def series(self, t, order, time_scale):
+        a = self.coefficients
+        dtype = jnp.result_type(a, t)
+        a = a.astype(dtype)
+        s = jnp.ones((), dtype) if time_scale is None else time_scale.astype(dtype)
+        width = a.shape[0]
+
+        # Horner's rule on series: q <- q * (t + s sigma) + a_i, from a_D down. No
+        # power of t or s is formed, so nothing overflows before the result does,
+        # and every coefficient keeps its derivative (no mask at exact zeros).
+        def step(q, a_i):
+            shifted = jnp.concatenate([jnp.zeros((1,), dtype), q[:-1]])
+            return (t * q + s * shifted).at[0].add(a_i), None
+
+        q, _ = lax.scan(step, jnp.zeros((width,), dtype), a[::-1])
+        if order < width:
+            return q[: order + 1]
+        return jnp.concatenate([q, jnp.zeros((order + 1 - width,), dtype)])
+
+
+def _phase(rate: Array, t: Array, phase: Array | None) -> tuple[Array, Array]:
+    """`(cos x, sin x)` for $x = \\text{rate}\\cdot t + \\text{phase}$, accurate at
+    large $t$: the product is split into its rounded value and its exact rounding
+    error (Dekker), and the phase is added by the angle-addition formulas, so the
+    angle is never rounded to working precision as one sum."""
+    if jnp.iscomplexobj(t):  # holomorphic use: no splitting for complex times
+        x = rate * t + (0 if phase is None else phase)
+        return jnp.cos(x), jnp.sin(x)
+    p, error = two_product(rate, t)
+    small = error if phase is None else error + phase
+    cos_p, sin_p, cos_e, sin_e = jnp.cos(p), jnp.sin(p), jnp.cos(small), jnp.sin(small)
+    return cos_p * cos_e - sin_p * sin_e, sin_p * cos_e + cos_p * sin_e
+
+
+def _sinusoid(function: "Cos | Sin", t, order, time_scale, quarter_turns: int):
+    """$A\\, (\\omega s)^j / j!\\, \\cos(\\omega t + \\varphi + (j + q)\\pi/2)$, the
+    rotation by quarter turns taken exactly from the cycle (c, -s, -c, s)."""
+    dtype = jnp.result_type(function.amplitude, function.frequency, function.phase, t)
+    cos_x, sin_x = _phase(function.frequency, t, function.phase)
+    cycle = jnp.stack([cos_x, -sin_x, -cos_x, sin_x])
+    turns = (jnp.arange(order + 1) + quarter_turns) % 4
+    rate = function.frequency if time_scale is None else function.frequency * time_scale
+    series = function.amplitude * power_series(rate, order) * cycle[turns]
+    return series.astype(dtype)
+
+
+class Cos(AbstractTimeFunction):
+    """$f(t) = A \\cos(\\omega t + \\varphi)$."""
+
+    frequency: Inexact[Array, ""]
+    phase: Inexact[Array, ""]
+    amplitude: Inexact[Array, ""]
+
+    def __init__(
+        self,
+        frequency: ArrayLike = 1.0,
+        phase: ArrayLike = 0.0,
+        amplitude: ArrayLike = 1.0,
+    ):
+        """**Arguments:**
+
+        - `frequency`: the angular frequency $\\omega$ (real).
+        - `phase`: the phase $\\varphi$ (real).
+        - `amplitude`: the amplitude $A$ (real or complex).
+        """
+        api = "hierax.Cos"
+        self.frequency = _parameter(frequency, "frequency", api, real=True)
+        self.phase = _parameter(phase, "phase", api, real=True)
+        self.amplitude = _parameter(amplitude, "amplitude", api)
+
+    @property
+    def is_constant(self) -> bool:
+        return False
+
+    def series(self, t, order, time_scale):
+        return _sinusoid(self, t, order, time_scale, 0)
+
+
+class Sin(AbstractTimeFunction):
+    """$f(t) = A \\sin(\\omega t + \\varphi)$."""
+
+    frequency: Inexact[Array, ""]
+    phase: Inexact[Array, ""]
+    amplitude: Inexact[Array, ""]
+
+    def __init__(
+        self,
+        frequency: ArrayLike = 1.0,
+        phase: ArrayLike = 0.0,
+        amplitude: ArrayLike = 1.0,
+    ):
+        """**Arguments:**
+
+        - `frequency`: the angular frequency $\\omega$ (real).
+        - `phase`: the phase $\\varphi$ (real).
+        - `amplitude`: the amplitude $A$ (real or complex).
+        """
+        api = "hierax.Sin"
+        self.frequency = _parameter(frequency, "frequency", api, real=True)
+        self.phase = _parameter(phase, "phase", api, real=True)
+        self.amplitude = _parameter(amplitude, "amplitude", api)
+
+    @property
+    def is_constant(self) -> bool:
+        return False
+
+    def series(self, t, order, time_scale):
+        # sin(x) = cos(x - pi/2): three quarter turns ahead.
+        return _sinusoid(self, t, order, time_scale, 3)
+
+
+class Exp(AbstractTimeFunction):
+    """$f(t) = A e^{\\lambda t}$, with a real or complex rate $\\lambda$."""
+
+    rate: Inexact[Array, ""]
+    amplitude: Inexact[Array, ""]
+
+    def __init__(self, rate: ArrayLike, amplitude: ArrayLike = 1.0):
+        """**Arguments:**
+
+        - `rate`: $\\lambda$, real or complex (e.g. `-1j * omega` for a phase factor).
+        - `amplitude`: $A$, real or complex.
+        """
+        api = "hierax.Exp"
+        self.rate = _parameter(rate, "rate", api)
+        self.amplitude = _parameter(amplitude, "amplitude", api)
+
+    @property
+    def is_constant(self) -> bool:
+        return False
+
+    def series(self, t, order, time_scale):
+        dtype = jnp.result_type(self.rate, self.amplitude, t, 1.0)
+        rate = self.rate if time_scale is None else self.rate * time_scale
+        if jnp.iscomplexobj(self.rate) and not jnp.iscomplexobj(t):
+            # e^{a t} e^{i b t}, the phase b t kept exact at large t.
+            cos_x, sin_x = _phase(self.rate.imag, t, None)
+            value = jnp.exp(self.rate.real * t) * lax.complex(cos_x, sin_x)
+        else:
+            value = jnp.exp(self.rate * t)
+        return (self.amplitude * value * power_series(rate, order)).astype(dtype)
+
+
+class Gaussian(AbstractTimeFunction):
+    """$f(t) = A \\exp\\!\\big(-(t - \\mu)^2 / (2 w^2)\\big)$.
+
+    The series uses the probabilists' Hermite recurrence
+    $\\mathrm{He}_{j+1}(x) = x\\,\\mathrm{He}_j(x) - j\\,\\mathrm{He}_{j-1}(x)$ with
+    $x = (t - \\mu)/w$ and the factor $(-1)^j s^j / (w^j j!)$ folded into each step.
+    The recurrence is renormalised as it runs and the Gaussian factor is applied in
+    log space at the end, so far tails and high orders give finite values or
+    honest zeros and infinities, never nan.
+    """
+
+    mean: Inexact[Array, ""]
+    width: Inexact[Array, ""]
+    amplitude: Inexact[Array, ""]
+
+    def __init__(
+        self, mean: ArrayLike = 0.0, width: ArrayLike = 1.0, amplitude: ArrayLike = 1.0
+    ):
+        """**Arguments:**
+
+        - `mean`: the centre $\\mu$ (real).
+        - `width`: the standard deviation $w$ (real, non-zero).
+        - `amplitude`: $A$, real or complex.
+        """
+        api = "hierax.Gaussian"
+        self.mean = _parameter(mean, "mean", api, real=True)
+        self.width = _parameter(width, "width", api, real=True)
+        self.amplitude = _parameter(amplitude, "amplitude", api)
+        if not isinstance(self.width, jax.core.Tracer) and float(self.width) == 0:
+            raise ValueError(f"`{api}`: `width` must be non-zero, got 0.")
+
+    @property
+    def is_constant(self) -> bool:
+        return False
+
+    def series(self, t, order, time_scale):
+        dtype = jnp.result_type(self.mean, self.width, t, 1.0)
+        x = (t - self.mean) / self.width
+        step_scale = (1 if time_scale is None else time_scale) / self.width
+
+        # g_j = (-1)^j He_j(x) s^j / (w^j j!) obeys
+        # g_{j+1} = -(x g_j c + g_{j-1} c^2) / (j + 1), c = s / w. Carried as
+        # (m_{j-1}, m_j) * 2^e with the pair's largest entry kept near 1: the factor
+        # 2^e is exact and carries no gradient (it cancels in g = m 2^e).
+        def step(carry, j):
+            m_prev, m, exponent = carry
+            m_next = -(x * m * step_scale + m_prev * step_scale**2) / (j + 1)
+            size = jnp.maximum(jnp.abs(m), jnp.abs(m_next))
+            shift = lax.stop_gradient(
+                jnp.where(size > 0, jnp.round(jnp.log2(size)), 0.0)
+            )
+            down = jnp.exp2(-shift).astype(dtype)
+            return (m * down, m_next * down, exponent + shift), (m_next * down, shift)
+
+        one = jnp.ones((), dtype)
+        start = (jnp.zeros((), dtype), one, jnp.zeros((), real_dtype(dtype)))
+        js = jnp.arange(order, dtype=real_dtype(dtype))
+        _, (rest, shifts) = lax.scan(step, start, js)
+        m = jnp.concatenate([one[None], rest])
+        exponents = jnp.concatenate([jnp.zeros((1,), shifts.dtype), jnp.cumsum(shifts)])
+        log_factor = exponents * jnp.log(2.0).astype(shifts.dtype) - x**2 / 2
+        return self.amplitude * times_exp(m, log_factor)
+
+
+class TimeFunctionSum(AbstractTimeFunction):
+    """The sum $f(t) = \\sum_i f_i(t)$ of time functions (what `f + g` builds).
+
+    (Formerly `CoefficientSum`; that name remains as an alias for one version.)
+    """
+
+    terms: tuple[AbstractTimeFunction, ...]
+
+    def __init__(self, terms):
+        """**Arguments:**
+
+        - `terms`: a sequence of [`hierax.AbstractTimeFunction`][]s.
+        """
+        flat = []
+        for i, term in enumerate(terms):
+            if isinstance(term, TimeFunctionSum):
+                flat.extend(term.terms)
+            elif isinstance(term, AbstractTimeFunction):
+                flat.append(term)
+            else:
+                raise TypeError(
+                    f"`hierax.TimeFunctionSum`: `terms[{i}]` must be a time "
+                    f"function, got {type(term).__name__}."
+                )
+        self.terms = tuple(flat)
+
+    @property
+    def is_constant(self) -> bool:
+        return all(term.is_constant for term in self.terms)
+
+    def series(self, t, order, time_scale):
+        parts = [term.series(t, order, time_scale) for term in self.terms]
+        dtype = jnp.result_type(*parts)
+        return sum((p.astype(dtype) for p in parts), jnp.zeros((order + 1,), dtype))
+
+
+class TimeFunctionProduct(AbstractTimeFunction):
+    """The product $f(t) = g(t)\\,h(t)$ of two time functions (what `g * h` builds);
+    its series is the Cauchy product of theirs.
+
+    (Formerly `CoefficientProduct`; that name remains as an alias for one version.)
+    """
+
+    left: AbstractTimeFunction
+    right: AbstractTimeFunction
+
+    def __init__(self, left: Any, right: Any):
+        """**Arguments:**
+
+        - `left`, `right`: the two factors (time functions or numbers).
+        """
+        api = "hierax.TimeFunctionProduct"
+        self.left = as_time_function(left, "left", api)
+        self.right = as_time_function(right, "right", api)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.left.is_constant and self.right.is_constant
+
+    def series(self, t, order, time_scale):
+        a = self.left.series(t, order, time_scale)
+        b = self.right.series(t, order, time_scale)
+        if isinstance(self.left, Constant):
+            return a[0] * b
+        if isinstance(self.right, Constant):
+            return a * b[0]
+        dtype = jnp.result_type(a, b)
+        return scalar_cauchy_product(a.astype(dtype), b.astype(dtype))
+
+
+class CallableTimeFunction(AbstractTimeFunction):
+    """Any JAX-traceable scalar function of time, $t \\mapsto f(t)$: a hand-written
+    envelope, or an Equinox module such as a small neural network, whose parameters
+    are then trained with the rest of a model. Its series is exact, computed by
+    [`hierax.taylor`][]'s transform.
+
+    (Formerly `FunctionCoefficient`; that name remains as an alias for one version.)
+    """
+
+    fn: Callable[[Array], Array]
+
+    def __init__(self, fn: Callable[[Array], Array]):
+        """**Arguments:**
+
+        - `fn`: a callable taking a scalar time array and returning a float or
+            complex scalar (a 0-d array, or a 1-element array).
+        """
+        api = "hierax.CallableTimeFunction"
+        out = trace_callable(fn, "fn", api)
+        if not isinstance(out, jax.ShapeDtypeStruct) or out.shape not in ((), (1,)):
+            raise ValueError(
+                f"`{api}`: `fn` must return a scalar, got "
+                f"{getattr(out, 'shape', type(out).__name__)}."
+            )
+        if not jnp.issubdtype(out.dtype, jnp.inexact) or out.dtype in (
+            jnp.float16,
+            jnp.bfloat16,
+        ):
+            raise TypeError(
+                f"`{api}`: `fn` must return float32/64 or complex64/128, got "
+                f"{out.dtype}."
+            )
+        self.fn = fn
+
+    @property
+    def is_constant(self) -> bool:
+        return False
+
+    def series(self, t, order, time_scale):
+        api = "hierax.CallableTimeFunction"
+        out = callable_series(self.fn, t, order, time_scale, api)
+        return out.reshape(order + 1)
+
+
+# The names of version 0.1, kept for one version.
+AbstractCoefficient = AbstractTimeFunction
+CoefficientSum = TimeFunctionSum
+CoefficientProduct = TimeFunctionProduct
+FunctionCoefficient = CallableTimeFunction
