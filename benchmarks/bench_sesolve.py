@@ -1,0 +1,404 @@
+"""`hierax.sesolve` against diffrax, QuTiP and dynamiqs at matched final error.
+
+    .venv/bin/python benchmarks/bench_sesolve.py [--quick] [--out PATH]
+
+Two systems, dense matrices for every method, float64/complex128:
+
+- a driven transmon, 4 levels in the lab frame (5 GHz, anharmonicity -300 MHz,
+  a 50 MHz drive at the qubit frequency), over 2394 carrier periods (`--quick`: 240);
+- a 5-qubit Ising chain $\\sum Z_k Z_{k+1} + h(t) \\sum X_k$ with
+  $h(t) = 1 + 0.5 \\sin 2t$, over $T = 50\\pi$ (`--quick`: $5\\pi$).
+
+The reference final state is QuTiP's vern9 at rtol = atol = 1e-14, checked against
+`hierax.sesolve` at rtol 1e-14 (the spread is printed). For each method a ladder of
+tolerances is run once; at each target final error (1e-6 and 1e-10) the loosest
+tolerance that meets it is timed again: median of several calls, side by side in
+one process, after a compile run for the JAX methods (whose compile time is the first
+call minus a run). Ratios are run time over hierax's. The machine load (`uptime`)
+is printed before and after.
+
+A second table prices diffrax's machinery: `sesolve` with a fixed step against the
+same Taylor steps in a bare `lax.scan` (the 30-line loop of issue 10), per step.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import diffrax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import hierax  # noqa: E402
+
+
+try:  # the solvers are re-exported by hierax once they land in __init__
+    sesolve = hierax.sesolve
+    PropagatorDerivatives = hierax.PropagatorDerivatives
+except AttributeError:
+    from hierax._solvers import sesolve
+
+    PropagatorDerivatives = hierax.PropagatorDerivatives
+
+warnings.filterwarnings("ignore", message="Complex dtype support")
+
+TARGETS = (1e-6, 1e-10)
+LADDER = tuple(10.0**-k for k in range(4, 15))
+
+
+# --- the systems -----------------------------------------------------------------
+
+
+def transmon(quick):
+    """Lab-frame transmon, time in ns, energies in rad/ns."""
+    levels = 4
+    omega, alpha, drive = 2 * np.pi * 5.0, -2 * np.pi * 0.3, 2 * np.pi * 0.05
+    n = np.arange(levels)
+    h0 = np.diag(omega * n + 0.5 * alpha * n * (n - 1)).astype(complex)
+    a = np.diag(np.sqrt(np.arange(1, levels)), 1)
+    h1 = drive * (a + a.T).astype(complex)
+    periods = 240 if quick else 2394
+    return dict(
+        name=f"transmon-4 ({periods} periods)",
+        h0=h0,
+        h1=h1,
+        f=("cos", omega, 0.0),
+        state=np.eye(levels, dtype=complex)[0],
+        span=periods * 2 * np.pi / omega,
+    )
+
+
+def ising(quick, sites=5):
+    sx = np.array([[0, 1], [1, 0]], complex)
+    sz = np.diag([1.0, -1.0]).astype(complex)
+
+    def at(op, k):
+        out = np.eye(1)
+        for j in range(sites):
+            out = np.kron(out, op if j == k else np.eye(2))
+        return out
+
+    zz = sum(at(sz, k) @ at(sz, k + 1) for k in range(sites - 1))
+    x = sum(at(sx, k) for k in range(sites))
+    return dict(
+        name=f"ising-{sites} (T = {5 if quick else 50} pi)",
+        h0=zz.astype(complex),
+        h1=x.astype(complex),
+        f=("1+0.5sin", 2.0, 0.0),
+        state=np.eye(2**sites, dtype=complex)[0],
+        span=(5 if quick else 50) * np.pi,
+    )
+
+
+def coefficient_np(f):
+    kind, w, _ = f
+    if kind == "cos":
+        return lambda t: np.cos(w * t)
+    return lambda t: 1.0 + 0.5 * np.sin(w * t)
+
+
+def coefficient_jnp(f):
+    kind, w, _ = f
+    if kind == "cos":
+        return lambda t: jnp.cos(w * t)
+    return lambda t: 1.0 + 0.5 * jnp.sin(w * t)
+
+
+def coefficient_hierax(f):
+    kind, w, _ = f
+    if kind == "cos":
+        return hierax.Cos(w)
+    return hierax.Constant(1.0) + 0.5 * hierax.Sin(w)
+
+
+# --- the methods: each returns (solve(tol) -> final state, is_jax) ----------------
+
+
+def method_hierax(system):
+    hamiltonian = hierax.TimeOperator(
+        [hierax.Constant(1.0), coefficient_hierax(system["f"])],
+        [system["h0"], system["h1"]],
+    )
+    state = jnp.asarray(system["state"])
+    times = jnp.array([0.0, system["span"]])
+
+    def solve(tol):
+        return sesolve(
+            hamiltonian, state, times, rtol=tol, atol=tol * 1e-2, max_steps=10**6
+        ).states[-1]
+
+    return solve
+
+
+def method_diffrax(system, solver):
+    h0, h1 = jnp.asarray(system["h0"]), jnp.asarray(system["h1"])
+    f = coefficient_jnp(system["f"])
+    term = diffrax.ODETerm(lambda t, y, args: -1j * ((h0 + f(t) * h1) @ y))
+
+    @jax.jit
+    def run(state, rtol, atol):
+        return diffrax.diffeqsolve(
+            term,
+            solver,
+            0.0,
+            system["span"],
+            None,
+            state,
+            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+            max_steps=10**7,
+        ).ys[-1]
+
+    state = jnp.asarray(system["state"])
+    return lambda tol: run(state, tol, tol * 1e-2)
+
+
+def method_qutip(system, name):
+    import qutip
+
+    h = qutip.QobjEvo(
+        [
+            qutip.Qobj(system["h0"]),
+            [qutip.Qobj(system["h1"]), coefficient_np(system["f"])],
+        ]
+    )
+    psi = qutip.Qobj(system["state"].reshape(-1, 1))
+
+    def solve(tol):
+        out = qutip.sesolve(
+            h,
+            psi,
+            [0.0, system["span"]],
+            options=dict(method=name, rtol=tol, atol=tol * 1e-2, nsteps=10**8),
+        )
+        return out.states[-1].full().reshape(-1)
+
+    return solve
+
+
+def method_dynamiqs(system, name):
+    import dynamiqs as dq
+
+    dq.set_precision("double")
+    f = coefficient_jnp(system["f"])
+    h = dq.constant(jnp.asarray(system["h0"])) + dq.modulated(
+        f, jnp.asarray(system["h1"])
+    )
+    state = jnp.asarray(system["state"]).reshape(-1, 1)
+    solver = {"dopri8": dq.method.Dopri8, "tsit5": dq.method.Tsit5}[name]
+
+    def solve(tol):
+        out = dq.sesolve(
+            h,
+            state,
+            jnp.array([0.0, system["span"]]),
+            method=solver(rtol=tol, atol=tol * 1e-2, max_steps=10**7),
+            progress_meter=False,
+        )
+        return jnp.asarray(out.final_state.to_jax()).reshape(-1)
+
+    return solve
+
+
+METHODS = {
+    "hierax Taylor": lambda s: method_hierax(s),
+    "diffrax Dopri8": lambda s: method_diffrax(s, diffrax.Dopri8()),
+    "diffrax Tsit5": lambda s: method_diffrax(s, diffrax.Tsit5()),
+    "QuTiP vern9": lambda s: method_qutip(s, "vern9"),
+    "QuTiP adams": lambda s: method_qutip(s, "adams"),
+    "dynamiqs Dopri8": lambda s: method_dynamiqs(s, "dopri8"),
+    "dynamiqs Tsit5": lambda s: method_dynamiqs(s, "tsit5"),
+}
+
+
+# --- measurement -----------------------------------------------------------------
+
+
+def timed(fn, *args):
+    start = time.perf_counter()
+    out = fn(*args)
+    out = np.asarray(jax.block_until_ready(out))
+    return time.perf_counter() - start, out
+
+
+def median_time(fn, tol, budget):
+    """Median of repeated calls, at least three, until `budget` seconds pass."""
+    times = []
+    while len(times) < 3 or (sum(times) < budget and len(times) < 21):
+        times.append(timed(fn, tol)[0])
+    return statistics.median(times)
+
+
+def error(state, reference):
+    return float(np.linalg.norm(np.asarray(state).reshape(-1) - reference))
+
+
+def bench_system(system, methods, budget, slow_limit):
+    reference = method_qutip(system, "vern9")(1e-14)
+    check = np.asarray(method_hierax(system)(1e-14))
+    print(
+        f"\n## {system['name']}: reference spread (QuTiP vern9 1e-14 vs hierax "
+        f"1e-14) {error(check, reference):.1e}",
+        flush=True,
+    )
+    rows = []
+    for name in methods:
+        try:
+            solve = METHODS[name](system)
+        except ImportError as e:
+            print(f"{name}: not installed ({e})")
+            continue
+        ladder = []
+        first = True
+        for tol in LADDER:
+            seconds, out = timed(solve, tol)
+            if first and name.split()[0] in ("hierax", "diffrax", "dynamiqs"):
+                compile_and_run = seconds
+                seconds, out = timed(solve, tol)
+                ladder.append(dict(compile=compile_and_run - seconds))
+            first = False
+            err = error(out, reference)
+            ladder.append(dict(tol=tol, error=err, seconds=seconds))
+            if err < min(TARGETS) / 10 or seconds > slow_limit:
+                break
+        for target in TARGETS:
+            met = [r for r in ladder if "tol" in r and r["error"] <= target]
+            if not met:
+                rows.append(dict(method=name, target=target, tol=None))
+                continue
+            best = met[0]
+            seconds = median_time(solve, best["tol"], budget)
+            rows.append(
+                dict(
+                    method=name,
+                    target=target,
+                    tol=best["tol"],
+                    error=best["error"],
+                    seconds=seconds,
+                    compile=ladder[0].get("compile"),
+                )
+            )
+        print(f"  {name}: ladder {[(r.get('tol'), r.get('error')) for r in ladder]}")
+    for target in TARGETS:
+        ours = next(
+            (
+                r["seconds"]
+                for r in rows
+                if r["method"] == "hierax Taylor"
+                and r["target"] == target
+                and r.get("tol")
+            ),
+            None,
+        )
+        print(f"\n### final error <= {target:.0e}")
+        print(
+            "| method | tol | final error | run time (median) | ratio to hierax | compile |"
+        )
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            if r["target"] != target:
+                continue
+            if r["tol"] is None:
+                print(f"| {r['method']} | - | not reached | - | - | - |")
+                continue
+            ratio = f"{r['seconds'] / ours:.2f}" if ours else "-"
+            comp = f"{r['compile']:.2f} s" if r.get("compile") is not None else "-"
+            print(
+                f"| {r['method']} | {r['tol']:.0e} | {r['error']:.1e} | "
+                f"{r['seconds'] * 1e3:.1f} ms | {ratio} | {comp} |",
+                flush=True,
+            )
+    return dict(system=system["name"], rows=rows)
+
+
+def bench_machinery(system, order=24, steps=2000):
+    """diffrax's cost per step: `sesolve` with fixed steps against a bare scan of
+    the same Taylor steps."""
+    hamiltonian = hierax.TimeOperator(
+        [hierax.Constant(1.0), coefficient_hierax(system["f"])],
+        [system["h0"], system["h1"]],
+    )
+    state = jnp.asarray(system["state"])
+    span = system["span"]
+    dt = span / steps
+    times = jnp.array([0.0, span])
+    series = PropagatorDerivatives(hamiltonian, order)
+
+    @jax.jit
+    def scan_loop(state):
+        def body(y, k):
+            u = series.normalised(k * dt, y)
+            return jnp.tensordot(dt ** jnp.arange(order + 1), u, axes=1), None
+
+        return jax.lax.scan(body, state, jnp.arange(steps))[0]
+
+    def fixed(state):
+        return sesolve(
+            hamiltonian, state, times, dt=dt * (1 + 1e-12), order=order, max_steps=steps
+        ).states[-1]
+
+    timed(scan_loop, state)
+    timed(fixed, state)
+    t_scan = statistics.median(timed(scan_loop, state)[0] for _ in range(5))
+    t_fixed = statistics.median(timed(fixed, state)[0] for _ in range(5))
+    print(
+        f"\n### diffrax machinery, {system['name']}, order {order}, {steps} fixed steps\n"
+        f"bare lax.scan: {t_scan / steps * 1e6:.1f} us/step; sesolve(dt=...): "
+        f"{t_fixed / steps * 1e6:.1f} us/step; diffrax adds "
+        f"{(t_fixed - t_scan) / steps * 1e6:.1f} us/step ({t_fixed / t_scan:.2f}x)",
+        flush=True,
+    )
+    return dict(system=system["name"], scan=t_scan / steps, sesolve=t_fixed / steps)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short spans")
+    parser.add_argument("--out", default=None, help="write the results as JSON")
+    parser.add_argument(
+        "--methods", default=",".join(METHODS), help="comma-separated subset"
+    )
+    parser.add_argument("--systems", default="transmon,ising")
+    args = parser.parse_args()
+    load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout
+    print(
+        f"# bench_sesolve {'(quick)' if args.quick else ''}\nload before: {load_before}"
+    )
+    methods = args.methods.split(",")
+    budget = 2.0 if args.quick else 8.0
+    slow_limit = 30.0 if args.quick else 120.0
+    results = []
+    machinery = []
+    for key in args.systems.split(","):
+        system = {"transmon": transmon, "ising": ising}[key](args.quick)
+        results.append(bench_system(system, methods, budget, slow_limit))
+        machinery.append(bench_machinery(system))
+    load_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout
+    print(f"\nload after: {load_after}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(
+                dict(
+                    results=results,
+                    machinery=machinery,
+                    load=[load_before, load_after],
+                    quick=args.quick,
+                    python=sys.version,
+                    jax=jax.__version__,
+                ),
+                f,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    main()
