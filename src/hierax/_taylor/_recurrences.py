@@ -193,7 +193,7 @@ def power(u, p, value):
     $u\\,y' = p\\,y\\,u'$, $y_j = \\frac{1}{j u_0}\\sum_{m=1}^{j} ((p+1)m - j)\\,u_m
     y_{j-m}$. Needs $u_0 \\neq 0$."""
     w = order_weights(u)
-    p = jnp.asarray(p, u.dtype)[None]
+    p = jnp.broadcast_to(jnp.asarray(p, u.dtype), u.shape[1:])[None]
     pu = (p + 1) * w * u
     inverse_u0 = 1 / u[0]
 

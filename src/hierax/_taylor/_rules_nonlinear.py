@@ -349,7 +349,7 @@ def _reduce_extremum(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
     hits = u[0] == jnp.expand_dims(value, [a - 1 for a in axes])
     count = jnp.sum(hits, axis=tuple(a - 1 for a in axes))
     total = jnp.sum(jnp.where(hits[None], u, jnp.zeros_like(u)), axis=axes)
-    return Series((total / count.astype(total.dtype)).at[0].set(value))
+    return Series((total / count.astype(total.dtype)[None]).at[0].set(value))
 
 
 @register("reduce_prod")
