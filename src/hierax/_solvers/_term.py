@@ -35,8 +35,9 @@ class SchrodingerTerm(diffrax.AbstractTerm):
             square matrix, a callable `t -> (n, n)`, or an operator such as
             `hierax.Cos(w) * sx + sz`.
         """
-        operator = as_operator(hamiltonian, "hamiltonian", "hierax.SchrodingerTerm")
-        self.hamiltonian, self.energy_shift = _split_constant_trace(operator)
+        self.hamiltonian, self.energy_shift = _split_constant_trace(
+            to_operator(hamiltonian, "hierax.SchrodingerTerm")
+        )
 
     @property
     def size(self) -> int:
@@ -79,10 +80,18 @@ def _split_constant_trace(
     dtype = jnp.result_type(matrices, 1j)
     shift = jnp.zeros((), dtype)
     shifted = []
-    for coefficient, matrix in zip(operator.coefficients, matrices):
-        if coefficient.is_constant:
+    for function, matrix in zip(operator.functions, matrices):
+        if function.is_constant:
             trace = jnp.trace(matrix) / n
-            shift = shift + (coefficient(0.0) * trace).astype(dtype)
+            shift = shift + (function(0.0) * trace).astype(dtype)
             matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
         shifted.append(matrix)
-    return TimeOperator(operator.coefficients, shifted), shift
+    return TimeOperator(operator.functions, shifted), shift
+
+
+def to_operator(x: Any, api: str, name: str = "hamiltonian") -> AbstractTimeOperator:
+    """[`hierax.as_operator`][], with errors that name the caller's argument."""
+    try:
+        return as_operator(x)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"`{api}`: `{name}`: {error}") from error
