@@ -26,6 +26,7 @@ same Taylor steps in a bare `lax.scan` (the 30-line loop of issue 10), per step.
 """
 
 import argparse
+import importlib
 import json
 import statistics
 import subprocess
@@ -45,13 +46,12 @@ import numpy as np  # noqa: E402
 import hierax  # noqa: E402
 
 
-try:  # the solvers are re-exported by hierax once they land in __init__
-    sesolve = hierax.sesolve
-    PropagatorDerivatives = hierax.PropagatorDerivatives
-except AttributeError:
-    from hierax._solvers import sesolve
-
-    PropagatorDerivatives = hierax.PropagatorDerivatives
+# The solvers are re-exported by hierax once they land in its __init__.
+sesolve = (
+    getattr(hierax, "sesolve", None)
+    or importlib.import_module("hierax._solvers").sesolve
+)
+PropagatorDerivatives = hierax.PropagatorDerivatives
 
 warnings.filterwarnings("ignore", message="Complex dtype support")
 
@@ -91,8 +91,8 @@ def ising(quick, sites=5):
             out = np.kron(out, op if j == k else np.eye(2))
         return out
 
-    zz = sum(at(sz, k) @ at(sz, k + 1) for k in range(sites - 1))
-    x = sum(at(sx, k) for k in range(sites))
+    zz = np.sum([at(sz, k) @ at(sz, k + 1) for k in range(sites - 1)], axis=0)
+    x = np.sum([at(sx, k) for k in range(sites)], axis=0)
     return dict(
         name=f"ising-{sites} (T = {5 if quick else 50} pi)",
         h0=zz.astype(complex),
@@ -159,7 +159,7 @@ def method_diffrax(system, solver):
             state,
             stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
             max_steps=10**7,
-        ).ys[-1]
+        ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
 
     state = jnp.asarray(system["state"])
     return lambda tol: run(state, tol, tol * 1e-2)
@@ -190,6 +190,7 @@ def method_qutip(system, name):
 
 def method_dynamiqs(system, name):
     import dynamiqs as dq
+    import dynamiqs.method as dq_method
 
     dq.set_precision("double")
     f = coefficient_jnp(system["f"])
@@ -197,7 +198,7 @@ def method_dynamiqs(system, name):
         f, jnp.asarray(system["h1"])
     )
     state = jnp.asarray(system["state"]).reshape(-1, 1)
-    solver = {"dopri8": dq.method.Dopri8, "tsit5": dq.method.Tsit5}[name]
+    solver = {"dopri8": dq_method.Dopri8, "tsit5": dq_method.Tsit5}[name]
 
     def solve(tol):
         out = dq.sesolve(
@@ -393,7 +394,7 @@ def bench_machinery(system, order=24, steps=2000):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short spans")
     parser.add_argument("--out", default=None, help="write the results as JSON")
     parser.add_argument(

@@ -2,6 +2,8 @@
 scipy's DOP853 at rtol 1e-13, `jax.scipy.linalg.expm` for constant Hamiltonians,
 finite differences for gradients, Python loops for vmap."""
 
+from typing import Any
+
 import diffrax
 import equinox as eqx
 import jax
@@ -59,8 +61,13 @@ def _ising_driven(sites=5):
     return hierax.TimeOperator([hierax.Constant(1.0), field], [zz, x])
 
 
-def _reference(hamiltonian, state, times, dense=False):
-    """scipy DOP853 at rtol 1e-13 on the flattened state."""
+def _reference(hamiltonian, state, times):
+    """scipy DOP853 at rtol 1e-13 on the flattened state, at `times`."""
+    return _dop853(hamiltonian, state, times)[0]
+
+
+def _dop853(hamiltonian, state, times, dense=False):
+    """The states at `times`, and the dense solution when asked."""
     state = np.asarray(state, complex)
     shape = state.shape
     matrix = jax.jit(hamiltonian.__call__)
@@ -79,8 +86,7 @@ def _reference(hamiltonian, state, times, dense=False):
         t_eval=times,
         dense_output=dense,
     )
-    states = out.y.T.reshape((len(times),) + shape)
-    return (states, out.sol) if dense else states
+    return out.y.T.reshape((len(times),) + shape), out.sol
 
 
 def _error(a, b):
@@ -135,10 +141,11 @@ def test_dense_output_between_saved_times():
         dense=True,
         max_steps=500,
     )
-    _, dense = _reference(hamiltonian, state, times, dense=True)
+    _, dense = _dop853(hamiltonian, state, times, dense=True)
     between = np.linspace(0.01, 5.97, 23)
     out = solution.evaluate(between)
     assert out.shape == (23, 3)
+    assert dense is not None
     assert _error(out, dense(between).T) <= 10 * rtol
     assert _error(solution.evaluate(times[1]), solution.states[1]) <= 10 * rtol
 
@@ -216,7 +223,9 @@ def test_vmap_over_parameters_and_states_equals_loop():
     times = jnp.linspace(0.0, 2.0, 4)
 
     def solve(amplitude, state):
-        return sesolve(_qubit(amplitude), state, times, exp_ops=[SZ]).expects
+        expects = sesolve(_qubit(amplitude), state, times, exp_ops=[SZ]).expects
+        assert expects is not None
+        return expects
 
     batched = jax.vmap(solve)(amplitudes, states)
     looped = jnp.stack([solve(a, s) for a, s in zip(amplitudes, states)])
@@ -284,6 +293,7 @@ def test_taylor_solver_in_diffeqsolve_equals_sesolve():
         ).ys
 
     forward = solve(state, times)
+    assert forward is not None
     reference = _reference(hamiltonian, state, times)
     assert _error(forward, ours.states) <= 10 * RTOL
     assert _error(forward, reference) <= 10 * RTOL
@@ -299,7 +309,7 @@ def test_several_kets_and_expectation_values():
     solution = sesolve(hamiltonian, kets, times, exp_ops=[SZ, SX], rtol=RTOL)
     assert isinstance(solution, Solution)
     assert solution.states.shape == (5, 2, 3)
-    assert solution.expects.shape == (2, 5, 3)
+    assert solution.expects is not None and solution.expects.shape == (2, 5, 3)
     psi = _reference(hamiltonian, kets, times)
     for e, op in enumerate([SZ, SX]):
         exact = np.einsum("tni,nm,tmi->ti", psi.conj(), op, psi)
@@ -341,7 +351,9 @@ def test_progress_meter(capfd):
     ],
 )
 def test_bad_input_names_the_argument(kwargs, match):
-    arguments = dict(state=np.array([1.0, 0.0]), times=np.array([0.0, 1.0]))
+    arguments: dict[str, Any] = dict(
+        state=np.array([1.0, 0.0]), times=np.array([0.0, 1.0])
+    )
     arguments.update(kwargs)
     state, times = arguments.pop("state"), arguments.pop("times")
     with pytest.raises(ValueError, match=match):

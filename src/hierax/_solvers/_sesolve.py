@@ -4,7 +4,7 @@ diffrax."""
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import diffrax
 import equinox as eqx
@@ -43,10 +43,10 @@ def sesolve(
     state: ArrayLike,
     times: ArrayLike,
     *,
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
+    rtol: float | int = 1e-8,
+    atol: float | int = 1e-10,
     order: int | None = None,
-    dt: float | None = None,
+    dt: float | int | None = None,
     exp_ops: Sequence[ArrayLike] | ArrayLike | None = None,
     progress: bool = False,
     dense: bool = False,
@@ -194,7 +194,7 @@ def _solve(
                 diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
             ),
         )
-    states = solution.ys
+    states = cast(Array, solution.ys)
     expects = None
     if exp_ops is not None:
         expects = jnp.einsum(
@@ -209,7 +209,7 @@ def _solve(
     }
     stats["max_steps"] = jnp.asarray(max_steps)
     return Solution(
-        solution.ts,
+        cast(Array, solution.ts),
         states,
         expects,
         stats,
@@ -260,11 +260,13 @@ def _check_times(times: Any) -> Array:
         )
     if not jnp.issubdtype(times.dtype, jnp.floating):
         times = times.astype(jnp.result_type(float))
-    if not isinstance(times, jax.core.Tracer) and np.any(
-        np.diff(np.asarray(times)) <= 0
-    ):
+    try:
+        concrete = np.asarray(times, dtype=float)
+    except jax.errors.TracerArrayConversionError:
+        return times  # traced: checked at run time, inside `_solve`
+    if np.any(np.diff(concrete) <= 0):
         raise ValueError(
-            f"`{_API}`: `times` must be strictly increasing, got {np.asarray(times)}."
+            f"`{_API}`: `times` must be strictly increasing, got {concrete}."
         )
     return times
 
