@@ -327,6 +327,10 @@ def test_float32():
     assert solution.states.dtype == jnp.complex64
     reference = _reference(hamiltonian, state, times)
     assert _error(solution.states, reference) <= 1e-4
+    # A complex64 state under a float64 Hamiltonian: the state sets the precision.
+    mixed = sesolve(_qubit(), state, times, rtol=1e-5, atol=1e-6)
+    assert mixed.states.dtype == jnp.complex64
+    assert _error(mixed.states, _reference(_qubit(), state, times)) <= 1e-4
 
 
 def test_progress_meter(capfd):

@@ -112,11 +112,13 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         series = PropagatorDerivatives(term.hamiltonian, self.taylor_order).normalised(
             direction * t0, y0
         )
+        # The state's dtype is the solve's precision (diffrax carries it unchanged).
+        dtype = jnp.result_type(y0, 1j)
         signs = jnp.where(jnp.arange(self.taylor_order + 1) % 2 == 0, 1, direction)
-        coefficients = series * signs.reshape((-1,) + (1,) * y0.ndim).astype(
-            series.dtype
-        )
-        rate = (-1j * direction * term.energy_shift).astype(series.dtype)
+        coefficients = series.astype(dtype) * signs.reshape(
+            (-1,) + (1,) * y0.ndim
+        ).astype(dtype)
+        rate = (-1j * direction * term.energy_shift).astype(dtype)
         h = t1 - t0
         y1 = jnp.exp(rate * h) * horner(coefficients, h)
         y_error = truncation_estimate(coefficients, h) * jnp.abs(jnp.exp(rate * h))
