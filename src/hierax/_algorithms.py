@@ -30,17 +30,33 @@ class Levels(NamedTuple):
     exponents: Array
 
 
+def _diagonal_shift(matrices: Array) -> Array:
+    """For each matrix, the diagonal entry nearest the middle of its diagonal's
+    range: subtracting it removes a constant offset, and each difference
+    $h_{ii} - h_{kk}$ is exact whenever the two are within a factor 2 of each other
+    (Sterbenz), so the shift itself adds no rounding beyond what the commutator's
+    own differences would have. (Subtracting the mean would: for diag(0, 1, 1000)
+    the mean 333.67 is not representable, and 0 - 333.67 and 1 - 333.67 would each
+    be rounded.)"""
+    diagonal = jnp.diagonal(matrices, axis1=-2, axis2=-1)
+    low = jnp.min(diagonal.real, axis=-1, keepdims=True)
+    high = jnp.max(diagonal.real, axis=-1, keepdims=True)
+    middle = low + (high - low) / 2
+    nearest = jnp.argmin(jnp.abs(diagonal.real - middle), axis=-1)
+    return jnp.take_along_axis(diagonal, nearest[..., None], axis=-1)[..., 0]
+
+
 def without_trace(terms: TermSeries) -> TermSeries:
-    """The same series minus its trace part, $H - \\mathrm{tr}(H)/n$: commutators do
-    not change, and a constant offset $cI$ (or the common part of large level
+    """The same series minus a multiple of the identity in each part: commutators
+    do not change, and a constant offset $cI$ (or the common part of large level
     energies) no longer enters any product, so it cannot cost digits."""
     n = terms.matrices.shape[-1]
     eye = jnp.eye(n, dtype=terms.matrices.dtype)[None]
-    trace = jnp.trace(terms.matrices, axis1=-2, axis2=-1) / n
-    matrices = terms.matrices - trace[:, None, None] * eye
+    shift = _diagonal_shift(terms.matrices)
+    matrices = terms.matrices - shift[:, None, None] * eye
     dense = terms.dense
     if dense is not None:
-        dense = dense - (jnp.trace(dense, axis1=-2, axis2=-1) / n)[:, None, None] * eye
+        dense = dense - _diagonal_shift(dense)[:, None, None] * eye
     return TermSeries(terms.coefficients, matrices, dense)
 
 

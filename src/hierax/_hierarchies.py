@@ -68,6 +68,27 @@ def _is_hermitian(operator: AbstractTimeOperator) -> bool:
     return False
 
 
+def _checked_time(module: eqx.Module, t: Array, api: str) -> Array:
+    """Inside the compiled call: an error at run time, naming the call, if `t` or any
+    parameter or matrix of the module is not finite (values a user's jit or vmap
+    hides from the eager checks)."""
+    t = check_time_finite(t, api)
+    leaves = [
+        x
+        for x in jax.tree_util.tree_leaves(module)
+        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
+    if not leaves:
+        return t
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+    return eqx.error_if(
+        t,
+        ~finite,
+        f"`{api}`: every parameter and matrix must be finite (a nan or inf reached "
+        "the compiled call).",
+    )
+
+
 def _hermitian_matrices(terms: TermSeries) -> Array:
     """Inside the compiled call: whether the term matrices are exactly Hermitian."""
     m = terms.matrices
@@ -87,9 +108,12 @@ _TIME_SCALE_DOC = """`time_scale`: optional $s > 0$: the unit of time in which t
             end. The result does not depend on it; it only keeps the carried
             numbers in floating-point range. By default it is chosen at each call
             from a cheap estimate of how fast the series grow (the norms of the
-            Hamiltonian's parts and its drive frequencies), so physical units
-            (energies of $10^{10}$ rad/s, times in seconds) work as they are. A
-            traced value: changing it never recompiles."""
+            Hamiltonian's parts and its drive frequencies) and rounded to a power
+            of two, so physical units (energies of $10^{10}$ rad/s, times in
+            seconds) work as they are. An explicit value is used as given within a
+            factor 16 of the automatic one and clipped to that window outside it
+            (where float32 would lose levels to underflow or overflow). A traced
+            value: changing it never recompiles."""
 
 
 def _check_time_scale(scale: Any, api: str) -> Array | None:
@@ -108,17 +132,25 @@ def _check_time_scale(scale: Any, api: str) -> Array | None:
 
 
 def _time_scale(module: Any, rate: Any, dtype: Any, api: str) -> Array:
-    """The module's explicit time scale (checked when traced), or the automatic one
-    from the growth estimate `rate()` (evaluated only then)."""
+    """The unit of time of a call: automatic from the growth estimate `rate()`, or
+    the module's explicit one (checked when traced), kept within a factor
+    `_WINDOW` of the automatic choice, outside which the carried numbers would leave
+    floating-point range (zeros or infinities in float32). Within the window it is
+    used exactly as given."""
     rdtype = jnp.finfo(dtype).dtype
+    automatic = default_time_scale(rate(), module.order, dtype)
     if module.time_scale is None:
-        return default_time_scale(rate(), module.order, dtype)
+        return automatic
     scale = module.time_scale.astype(rdtype)
-    return eqx.error_if(
+    scale = eqx.error_if(
         scale,
         ~(jnp.isfinite(scale) & (scale > 0)),
         f"`{api}`: `time_scale` must be positive and finite.",
     )
+    return jnp.clip(scale, automatic / _WINDOW, automatic * _WINDOW)
+
+
+_WINDOW = 16.0
 
 
 def _scaled_generator(h: TermSeries, scale: Array, dtype: Any) -> TermSeries:
@@ -247,7 +279,7 @@ HeisenbergHierarchy.__init__.__doc__ = HeisenbergHierarchy.__init__.__doc__.repl
 
 def _heisenberg_levels(hierarchy: HeisenbergHierarchy, t: Array) -> Levels:
     api = "hierax.HeisenbergHierarchy(...)(t)"
-    t = check_time_finite(t, api)
+    t = _checked_time(hierarchy, t, api)
     order = hierarchy.order
     hamiltonian, observable = hierarchy.hamiltonian, hierarchy.observable
     constant = hamiltonian.is_constant and observable.is_constant
@@ -393,7 +425,7 @@ def _propagate_impl(
     derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
 ) -> Array:
     api = "hierax.PropagatorDerivatives(...)(t, state)"
-    t = check_time_finite(t, api)
+    t = _checked_time(derivatives, t, api)
     state = eqx.error_if(
         state, ~jnp.all(jnp.isfinite(state)), f"`{api}`: `state` must be finite."
     )
