@@ -44,7 +44,7 @@ GRID = jnp.linspace(0.0, T, 65)
 
 def hierarchy_of(mlp: eqx.nn.MLP) -> hierax.HeisenbergHierarchy:
     """The hierarchy of sigma_z under the pulse: the MLP is a time function."""
-    pulse = hierax.FunctionCoefficient(mlp)
+    pulse = hierax.CallableTimeFunction(mlp)
     return hierax.HeisenbergHierarchy(
         pulse * sx + 0.5 * sz, sz, order=max(TRAINED_LEVELS)
     )

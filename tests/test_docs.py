@@ -293,6 +293,7 @@ RUNNABLE_PAGES = [
     "faq.md",
     "pytorch.md",
     "how-to/time-dependent.md",
+    "how-to/time-evolution.md",
     "how-to/gradients.md",
     "how-to/batching.md",
     "how-to/precision.md",

@@ -98,7 +98,7 @@ def test_integer_and_real_matrices_are_promoted():
         (float("inf"), ValueError, "`t` must be finite"),
         (jnp.asarray(jnp.inf), ValueError, "`t` must be finite"),
         (jnp.ones(3), ValueError, "`t` must be a scalar"),
-        (True, TypeError, "`t` must be numeric"),
+        (True, TypeError, "`t` must be a real or complex number, got True"),
         ("1.0", TypeError, "(`t` must be a numeric|parameter 't')"),
     ],
 )
@@ -151,7 +151,7 @@ def test_bad_callables():
 def test_bad_operator_construction():
     with pytest.raises(ValueError, match="same shape"):
         hierax.TimeOperator([hierax.Cos(), hierax.Sin()], [sx, jnp.eye(3)])
-    with pytest.raises(ValueError, match="2 coefficients but 1 matrices"):
+    with pytest.raises(ValueError, match="2 time functions but 1 matrices"):
         hierax.TimeOperator([hierax.Cos(), hierax.Sin()], [sx])
     with pytest.raises(ValueError, match="sizes 2 and 3"):
         _ = H + jnp.eye(3)
