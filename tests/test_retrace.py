@@ -30,7 +30,7 @@ def _counting(runs: list) -> Callable[[Any], Any]:
 @pytest.mark.parametrize("hierarchy", ["heisenberg", "propagator"])
 def test_assert_max_traces_guard(hierarchy):
     runs: list = []
-    envelope = hierax.FunctionCoefficient(_counting(runs))
+    envelope = hierax.CallableTimeFunction(_counting(runs))
 
     def call(frequency, t):
         hamiltonian = envelope * SIGMA_Y + hierax.Cos(frequency) * SIGMA_X

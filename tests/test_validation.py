@@ -128,24 +128,24 @@ def test_bad_state():
 
 def test_bad_callables():
     with pytest.raises(ValueError, match=r"`fn` must return a square matrix.*\(2, 3\)"):
-        hierax.FunctionOperator(lambda t: jnp.ones((2, 3)) * t)
+        hierax.CallableOperator(lambda t: jnp.ones((2, 3)) * t)
     # Callables and values of the wrong type, on purpose (typed Any for pyright).
     returns_a_tuple: Any = lambda t: (sx, sx)
     returns_a_string: Any = lambda t: "not an array"
     not_callable: Any = 3.0
     with pytest.raises(TypeError, match="`fn` must return one array"):
-        hierax.FunctionOperator(returns_a_tuple)
+        hierax.CallableOperator(returns_a_tuple)
     with pytest.raises(TypeError, match="`fn` must return a numeric array"):
-        hierax.FunctionOperator(lambda t: sx > t)
+        hierax.CallableOperator(lambda t: sx > t)
     with pytest.raises(TypeError, match="calling `fn` on a scalar time failed"):
-        hierax.FunctionOperator(returns_a_string)
+        hierax.CallableOperator(returns_a_string)
     with pytest.raises(TypeError, match="(`fn` must be callable|parameter 'fn')"):
-        hierax.FunctionOperator(not_callable)
+        hierax.CallableOperator(not_callable)
     # Through HeisenbergHierarchy, a callable of the wrong size is named too.
     with pytest.raises(ValueError, match="observable"):
         hierax.HeisenbergHierarchy(H, lambda t: jnp.eye(3) * t, 2)
     with pytest.raises(ValueError, match="`fn` must return a scalar"):
-        hierax.FunctionCoefficient(lambda t: jnp.ones(3) * t)
+        hierax.CallableTimeFunction(lambda t: jnp.ones(3) * t)
 
 
 def test_bad_operator_construction():

@@ -210,7 +210,7 @@ def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> 
 
     def callable_operator(order: int) -> Callable[[], Any]:
         # A fresh lambda per order: a new static structure, so a fresh compile.
-        operator = hierax.FunctionOperator(lambda s: jnp.cos(s) * sy)
+        operator = hierax.CallableOperator(lambda s: jnp.cos(s) * sy)
         hierarchy = hierax.HeisenbergHierarchy(operator, sx, order)
         return lambda: hierarchy(t)
 
