@@ -366,7 +366,7 @@ def test_time_scale_is_traced_and_checked():
     hamiltonian = _CountingCos(jnp.asarray(1.0), traces) * sy
     for scale in (2.0, 3.0, 5.0):
         hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=scale)(0.5)
-    assert len(traces) == 1  # an explicit scale: no probe, one compile
+    assert traces == [3, 9]  # one compile: the series and the time-scale probe
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="`time_scale` must be positive and finite"):
             hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=bad)

@@ -43,11 +43,11 @@ OPERATORS = {
         + (hierax.Exp(-0.4) * hierax.Sin(2.0)) * sx
         + 0.3 * sx
     ),
-    "function-operator": lambda: hierax.FunctionOperator(_plain),
+    "function-operator": lambda: hierax.CallableOperator(_plain),
     "mixed-sum": lambda: (
-        hierax.FunctionOperator(lambda t: jnp.cos(1.3 * t) * sy)
+        hierax.CallableOperator(lambda t: jnp.cos(1.3 * t) * sy)
         + hierax.Polynomial(jnp.array([0.5, -1.0, 0.25])) * sz
-        + hierax.Exp(-0.4) * hierax.FunctionOperator(lambda t: jnp.sin(2 * t) * sx)
+        + hierax.Exp(-0.4) * hierax.CallableOperator(lambda t: jnp.sin(2 * t) * sx)
         + 0.3 * sx
     ),
     "plain-callable": lambda: hierax.as_operator(_plain),
@@ -102,7 +102,7 @@ def test_function_operator_with_equinox_module_is_trainable():
             return self.amplitude * jnp.tanh(t) * sx + sz
 
     def loss(pulse):
-        levels = hierax.HeisenbergHierarchy(hierax.FunctionOperator(pulse), sy, 4)(0.2)
+        levels = hierax.HeisenbergHierarchy(hierax.CallableOperator(pulse), sy, 4)(0.2)
         return jnp.sum(jnp.abs(levels[2]) ** 2)
 
     pulse = Pulse(jnp.asarray(0.8))

@@ -60,7 +60,7 @@ CASES = [
     ),
     (
         "function",
-        lambda: hierax.FunctionCoefficient(lambda s: jnp.tanh(s) * jnp.exp(-s)),
+        lambda: hierax.CallableTimeFunction(lambda s: jnp.tanh(s) * jnp.exp(-s)),
         sp.tanh(t) * sp.exp(-t),
     ),
 ]
@@ -108,11 +108,36 @@ def test_float32_stays_float32():
 
 @pytest.mark.parametrize("name,make,expr", CASES, ids=[c[0] for c in CASES])
 def test_scaled_series(name, make, expr):
-    """`scaled_taylor` is the series of s -> f(t + scale s): c_j scale^j, with the
-    scale folded into each closed form's recurrence."""
+    """`series(t, order, s)` is the series of sigma -> f(t + s sigma): c_j s^j, with
+    the scale folded into each closed form's recurrence."""
     f = make()
     series = np.asarray(f.taylor(float(T0), 8))
-    scaled = np.asarray(f.scaled_taylor(float(T0), 8, jnp.asarray(3.0)))
+    scaled = np.asarray(f.series(jnp.asarray(float(T0)), 8, jnp.asarray(3.0)))
     np.testing.assert_allclose(
         scaled, series * 3.0 ** np.arange(9), rtol=1e-12, atol=1e-14
     )
+
+
+def test_former_names_are_aliases():
+    assert hierax.AbstractCoefficient is hierax.AbstractTimeFunction
+    assert hierax.FunctionCoefficient is hierax.CallableTimeFunction
+    assert hierax.CoefficientSum is hierax.TimeFunctionSum
+    assert hierax.CoefficientProduct is hierax.TimeFunctionProduct
+    assert hierax.FunctionOperator is hierax.CallableOperator
+
+
+def test_polynomial_gradient_at_zero_coefficients():
+    """Horner's rule on series: a coefficient that is exactly zero still carries
+    its derivative, with and without a time scale (d c_j / d a_2 = binom(2, j)
+    t^(2-j) s^j)."""
+    t, s = 0.7, 3.0
+
+    def coefficient(a2, j, scale):
+        f = hierax.Polynomial(jnp.stack([0.3, 1.0, a2]))
+        return f.series(jnp.asarray(t), 4, scale)[j]
+
+    for scale in (None, jnp.asarray(s)):
+        factor = 1.0 if scale is None else s
+        for j, want in ((0, t**2), (1, 2 * t * factor), (2, factor**2), (3, 0.0)):
+            got = jax.grad(coefficient)(jnp.asarray(0.0), j, scale)
+            np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
