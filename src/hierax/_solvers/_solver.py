@@ -1,5 +1,5 @@
 """The Taylor method as a diffrax solver: each step sums the exact series of the
-state, from [`hierax.PropagatorDerivatives`][]."""
+state, carried in the step's own time scale."""
 
 import math
 from typing import Any, ClassVar
@@ -11,18 +11,18 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
-from .._hierarchies import PropagatorDerivatives
+from .._operators import AbstractTimeOperator
 from ._term import SchrodingerTerm
 
 
 class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
     """Dense output over one step of [`hierax.TaylorSolver`][]: the step's own series,
-    $y(t_0 + s) = e^{r s} \\sum_j a_j s^j$, as accurate anywhere in the step as at
-    its end."""
+    $y(t_0 + \\theta h) = e^{r \\theta} \\sum_j v_j \\theta^j$ for
+    $0 \\le \\theta \\le 1$, as accurate anywhere in the step as at its end."""
 
     t0: Array
     t1: Array
-    coefficients: Inexact[Array, "order_plus_1 n *rest"]
+    terms: Inexact[Array, "order_plus_1 n *rest"]
     rate: Array
 
     def evaluate(
@@ -31,19 +31,24 @@ class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
         del left
         if t1 is not None:
             return self.evaluate(t1) - self.evaluate(t0)
-        s = jnp.asarray(t0) - self.t0
-        return jnp.exp(self.rate * s) * horner(self.coefficients, s)
+        span = self.t1 - self.t0
+        theta = (jnp.asarray(t0) - self.t0) / jnp.where(span == 0, 1, span)
+        return jnp.exp(self.rate * theta) * horner(self.terms, theta)
 
 
 class TaylorSolver(diffrax.AbstractAdaptiveSolver):
     """The Taylor method of order $K$ for the Schrödinger equation: a step from $t$
-    to $t + h$ sums the exact normalised series of the state,
-    $y(t + h) \\approx \\sum_{j=0}^{K} y_j h^j$, $y_j = y^{(j)}(t)/j!$, which
-    [`hierax.PropagatorDerivatives`][] computes from $y(t)$ with a few matrix
-    products per order.
+    to $t + h$ sums the exact series of the state,
+    $y(t + h) \\approx \\sum_{j=0}^{K} v_j$, $v_j = y^{(j)}(t)\\, h^j / j!$. The
+    terms follow the recursion of [`hierax.PropagatorDerivatives`][] in the step's
+    own time scale, $v_{j+1} = -\\frac{ih}{j+1} \\sum_{m \\le j} h_m v_{j-m}$ with
+    $h_m$ the series of $\\tau \\mapsto H(t + h\\tau)$
+    (`AbstractTimeOperator.term_series`): a few matrix products per
+    order, and no power of $h$ or factorial is ever formed, so nothing overflows or
+    underflows in float32.
 
     The error estimate is the size of the last two terms,
-    $\\max(|y_{K-1}| h^{K-1}, |y_K| h^K)$ elementwise (Jorba and Zou's control), so
+    $\\max(|v_{K-1}|, |v_K|)$ elementwise (Jorba and Zou's control), so
     a `diffrax.PIDController` with its default integral control sets the next step
     to where those terms meet the tolerance. Dense output (`SaveAt(ts=...)`,
     `SaveAt(dense=True)`) evaluates the step's own series, so saving at many times
@@ -109,20 +114,13 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         del args, solver_state, made_jump
         term, direction = _unwrap(terms)
         # diffrax integrates in s = direction * t; the series is in physical time.
-        series = PropagatorDerivatives(term.hamiltonian, self.taylor_order).normalised(
-            direction * t0, y0
-        )
-        # The state's dtype is the solve's precision (diffrax carries it unchanged).
-        dtype = jnp.result_type(y0, 1j)
-        signs = jnp.where(jnp.arange(self.taylor_order + 1) % 2 == 0, 1, direction)
-        coefficients = series.astype(dtype) * signs.reshape(
-            (-1,) + (1,) * y0.ndim
-        ).astype(dtype)
-        rate = (-1j * direction * term.energy_shift).astype(dtype)
-        h = t1 - t0
-        y1 = jnp.exp(rate * h) * horner(coefficients, h)
-        y_error = truncation_estimate(coefficients, h) * jnp.abs(jnp.exp(rate * h))
-        dense_info = dict(coefficients=coefficients, rate=rate)
+        step = direction * (t1 - t0)
+        v = step_terms(term.hamiltonian, direction * t0, step, y0, self.taylor_order)
+        rate = (-1j * step * term.energy_shift).astype(v.dtype)
+        phase = jnp.exp(rate)
+        y1 = phase * jnp.sum(v, axis=0)
+        y_error = truncation_estimate(v) * jnp.abs(phase)
+        dense_info = dict(terms=v, rate=rate)
         return y1, y_error, dense_info, None, diffrax.RESULTS.successful
 
     def func(self, terms, t0, y0, args):
@@ -147,31 +145,72 @@ def _unwrap(terms: Any) -> tuple[SchrodingerTerm, Array]:
     return terms, direction
 
 
-def horner(coefficients: Array, s: ArrayLike) -> Array:
-    """$\\sum_j a_j s^j$ by Horner's rule (no power $s^j$ is formed, so nothing
-    overflows for long steps in float32)."""
-    s = jnp.asarray(s).astype(coefficients.dtype)
-    body = lambda total, a: (total * s + a, None)
-    total, _ = lax.scan(body, coefficients[-1], coefficients[:-1], reverse=True)
+def step_terms(
+    hamiltonian: AbstractTimeOperator, t: Array, step: Array, y0: Array, order: int
+) -> Array:
+    """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of $\\dot y = -iH y$,
+    $y(t) = y_0$, for a step $h$ of either sign: shape `(order + 1, *y0.shape)`.
+
+    With $\\tau = t + h\\sigma$, $dy/d\\sigma = -ih\\, H(t + h\\sigma)\\, y$, so
+    $v_{j+1} = -\\frac{ih}{j+1} \\sum_m h_m v_{j-m}$ with $h_m$ the series of
+    $H(t + h\\sigma)$: the series at scale $|h|$ with odd orders negated for
+    $h < 0$. A loop over orders of fixed shape, so the traced program does not grow
+    with K; the state's dtype sets the precision.
+    """
+    dtype = jnp.result_type(y0, 1j)
+    size = jnp.abs(step)
+    series = hamiltonian.term_series(t, order, jnp.where(size > 0, size, 1))
+    signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step)).astype(dtype)
+    # -i h / (j + 1) goes into the weights, so each order costs the products only.
+    factor = (-1j * step).astype(dtype)
+    coefficients = series.coefficients.astype(dtype) * (signs * factor)[None, :]
+    # (A, n, n) -> (n, A n): the products of all terms as one matrix-vector product.
+    terms, n = series.matrices.shape[0], series.matrices.shape[-1]
+    stacked = jnp.transpose(series.matrices.astype(dtype), (1, 0, 2)).reshape(
+        n, terms * n
+    )
+    dense = None
+    if series.dense is not None:
+        shape = (-1,) + (1,) * (series.dense.ndim - 1)
+        dense = series.dense.astype(dtype) * (signs * factor).reshape(shape)
+    lags = jnp.arange(order + 1)
+    v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0.astype(dtype))
+
+    def body(j, v):
+        # weights[a, i] = c_{a, j - i} for i <= j: the Cauchy product's window.
+        valid = lags <= j
+        index = jnp.where(valid, j - lags, 0)
+        out = jnp.zeros(y0.shape, dtype)
+        if coefficients.shape[0] > 0:
+            weights = jnp.where(valid[None, :], coefficients[:, index], 0)
+            inner = jnp.tensordot(weights, v, axes=(1, 0))
+            out = out + stacked @ inner.reshape((terms * n,) + y0.shape[1:])
+        if dense is not None:
+            window = jnp.where(
+                valid.reshape((-1,) + (1,) * (dense.ndim - 1)), dense[index], 0
+            )
+            out = out + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
+        return v.at[j + 1].set(out / (j + 1).astype(dtype))
+
+    return lax.fori_loop(0, order, body, v)
+
+
+def horner(terms: Array, theta: ArrayLike) -> Array:
+    """$\\sum_j v_j \\theta^j$ by Horner's rule."""
+    theta = jnp.asarray(theta).astype(terms.dtype)
+    body = lambda total, v: (total * theta + v, None)
+    total, _ = lax.scan(body, terms[-1], terms[:-1], reverse=True)
     return total
 
 
-def truncation_estimate(coefficients: Array, h: ArrayLike) -> Array:
-    """$\\max(|a_{K-1}|\\,|h|^{K-1}, |a_K|\\,|h|^K)$ elementwise (the last term alone
-    for K = 1), formed in logarithms so that no power of h overflows. It steers the
-    step size only, so it carries no gradient."""
-    coefficients = lax.stop_gradient(coefficients)
-    log_h = jnp.log(jnp.abs(lax.stop_gradient(jnp.asarray(h))))
-    order = coefficients.shape[0] - 1
-
-    def term(j):
-        size = jnp.abs(coefficients[j])
-        # log(0) = -inf gives exp(-inf) = 0: a vanishing coefficient is no error.
-        return jnp.exp(jnp.log(size) + j * log_h.astype(size.dtype))
-
+def truncation_estimate(terms: Array) -> Array:
+    """$\\max(|v_{K-1}|, |v_K|)$ elementwise (the last term alone for K = 1). It
+    steers the step size only, so it carries no gradient."""
+    terms = lax.stop_gradient(terms)
+    order = terms.shape[0] - 1
     if order == 1:
-        return term(1)
-    return jnp.maximum(term(order - 1), term(order))
+        return jnp.abs(terms[1])
+    return jnp.maximum(jnp.abs(terms[order - 1]), jnp.abs(terms[order]))
 
 
 def order_for_tolerance(tolerance: float, dtype: Any) -> int:
