@@ -64,7 +64,9 @@ def jet_coefficients(fn, coefficients):
     """The same coefficients from `jet`, which takes and returns derivatives."""
     factorial = [math.factorial(j) for j in range(1, ORDER + 1)]
     primals = [c[0] for c in coefficients]
-    series = [[c[j] * factorial[j - 1] for j in range(1, ORDER + 1)] for c in coefficients]
+    series = [
+        [c[j] * factorial[j - 1] for j in range(1, ORDER + 1)] for c in coefficients
+    ]
     out, terms = jet(fn, primals, series)
     structure = jax.tree.structure(out)
     stacked = [

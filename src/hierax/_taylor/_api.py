@@ -83,5 +83,5 @@ def taylor(
     order = check_order(order, _API)
     if not callable(fn):
         raise TypeError(f"`{_API}(fn=...)` must be callable, got {type(fn).__name__}.")
-    t = as_time_array(t, _API)
+    t = as_time_array(t, _API, canonical=False)
     return _taylor(fn, t, order)

@@ -148,9 +148,7 @@ def _cond(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
     branches = eqn.params["branches"]
     index, operands = invals[0], invals[1:]
     if is_series(index):
-        raise ctx.unsupported(
-            eqn, "its branch index depends on the expansion variable"
-        )
+        raise ctx.unsupported(eqn, "its branch index depends on the expansion variable")
     in_flags = _flags(operands)
     out_flags = [False] * len(eqn.outvars)
     for branch in branches:

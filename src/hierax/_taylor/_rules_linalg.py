@@ -171,9 +171,7 @@ def _lu(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         return lower.at[j].set(lj), upper.at[j].set(uj)
 
     zero = jnp.zeros_like(pa)
-    lower, upper = lax.fori_loop(
-        1, ctx.order + 1, body, (zero, zero.at[0].set(u0))
-    )
+    lower, upper = lax.fori_loop(1, ctx.order + 1, body, (zero, zero.at[0].set(u0)))
     out = (lower + upper).at[0].set(lu0)
     return [Series(out), pivots, permutation]
 
@@ -193,8 +191,9 @@ def _cholesky(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
     def body(j: Any, lower: Any) -> Any:
         r = a.coeffs[j] - _window_sum(_without_zeroth(lower), lower, j, product)
         y = _solve_lower(l0, r, unit=False)
-        x = _solve_lower(l0, y, unit=False, left=False, transpose_a=True,
-                         conjugate_a=True)
+        x = _solve_lower(
+            l0, y, unit=False, left=False, transpose_a=True, conjugate_a=True
+        )
         return lower.at[j].set(l0 @ (x * half))
 
     lower = jnp.zeros_like(a.coeffs).at[0].set(l0)
@@ -238,12 +237,16 @@ def _eigh(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         # diag(Q_j) = -(1/j) sum_{m=1}^{j-1} (j - m) diag(Q_m^H Q_{j-m})
         scale = (j - weights).reshape((-1,) + (1,) * (q.ndim - 1))
         norm = jnp.sum(jnp.conj(qm) * scale * reversed_window(q, j), axis=(0, -2))
-        qj = jnp.where(off, r / gap, 0) - jnp.vectorize(jnp.diag, signature="(n)->(n,n)")(
-            norm / j
-        )
+        qj = jnp.where(off, r / gap, 0) - jnp.vectorize(
+            jnp.diag, signature="(n)->(n,n)"
+        )(norm / j)
         return q.at[j].set(qj.astype(q.dtype)), w.at[j].set(wj)
 
-    q = jnp.zeros_like(b).at[0].set(jnp.broadcast_to(jnp.eye(n, dtype=b.dtype), b.shape[1:]))
+    q = (
+        jnp.zeros_like(b)
+        .at[0]
+        .set(jnp.broadcast_to(jnp.eye(n, dtype=b.dtype), b.shape[1:]))
+    )
     w = lift(ctx.order, w0)
     q, w = lax.fori_loop(1, ctx.order + 1, body, (q, w))
     v = (v0[None] @ q).at[0].set(v0)
