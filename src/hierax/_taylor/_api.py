@@ -83,5 +83,8 @@ def taylor(
     order = check_order(order, _API)
     if not callable(fn):
         raise TypeError(f"`{_API}(fn=...)` must be callable, got {type(fn).__name__}.")
+    # The time keeps its precision (a float32 time gives float32 coefficients), as
+    # one strongly typed array, so Python and NumPy scalars share a compilation.
     t = as_time_array(t, _API, canonical=False)
+    t = jnp.asarray(t, dtype=t.dtype)
     return _taylor(fn, t, order)
