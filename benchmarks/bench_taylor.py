@@ -1,6 +1,17 @@
 """Compile and run time of `hierax.taylor` against `jax.experimental.jet`, side by side.
 
     .venv/bin/python benchmarks/bench_taylor.py [--quick] [--out PATH]
+        [--function matrix|softmax|gelu|logsumexp]
+    .venv/bin/python benchmarks/bench_taylor.py --diffrax [--order 10]
+    .venv/bin/python benchmarks/bench_taylor.py --check [--order 10]
+
+`--function` picks the function expanded (the neural-network ones act on a vector of
+16 entries, `f(t * w)`). `--diffrax` times a diffrax solve's coefficients against
+nested `jax.jvp`s of the same solve (compile and run, side by side, the nested jvp in
+a child process with `--jet-timeout`). `--check` is the slow cross-check the test
+suite leaves out: linear algebra, sorting and cumulative ops against nested `jax.jvp`
+at `--order` (default 10), maximum relative error per case. Every mode prints the
+machine's load (`uptime`) first.
 
 The function expanded is a 4x4 complex matrix function of about twenty primitives
 (sin, exp, tanh, cos, sqrt, division, matrix products, conjugate transpose). For each
@@ -45,8 +56,18 @@ SIGMA_Y = jnp.array([[0.0, -1j], [1j, 0.0]])
 T = 0.7
 
 
+W = jnp.linspace(-1.5, 2.0, 16)
+FUNCTION = "matrix"
+
+
 def make_function():
     """A fresh closure each time, so no trace or compile is ever reused."""
+    if FUNCTION == "softmax":
+        return lambda t: jax.nn.softmax(jnp.sin(t * W))
+    if FUNCTION == "gelu":
+        return lambda t: jax.nn.gelu(t * W)
+    if FUNCTION == "logsumexp":
+        return lambda t: jax.scipy.special.logsumexp(jnp.cos(t * W) * W)
 
     def matrix_function(t):
         a = jnp.sin(t * H)
@@ -112,7 +133,32 @@ def main():
     parser.add_argument("--jet-timeout", type=float, default=300.0)
     parser.add_argument("--jet-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--function",
+        default="matrix",
+        choices=["matrix", "softmax", "gelu", "logsumexp"],
+    )
+    parser.add_argument("--diffrax", action="store_true")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--order", type=int, default=10)
+    parser.add_argument("--nested-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global FUNCTION
+    FUNCTION = args.function
+    if args.jet_child is None and args.nested_child is None:
+        print(
+            "load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout
+        )
+    if args.nested_child is not None:
+        compile_s, run_s, out = measure(
+            lambda: jax.jit(_nested(_diffrax_solve, args.nested_child)), args.calls
+        )
+        print(json.dumps({"compile_s": compile_s, "run_s": run_s, "out": _encode(out)}))
+        return
+    if args.diffrax:
+        return _bench_diffrax(args)
+    if args.check:
+        return _check(args.order)
     if args.jet_child is not None:
         compile_s, run_s, out = measure(lambda: jets(args.jet_child), args.calls)
         print(json.dumps({"compile_s": compile_s, "run_s": run_s, "out": _encode(out)}))
@@ -124,7 +170,7 @@ def main():
     calls = 20 if args.quick else 200
 
     n_primitives = len(jax.make_jaxpr(make_function())(T).eqns)
-    print(f"matrix function: {n_primitives} primitives, 4x4 complex128, t = {T}")
+    print(f"function {FUNCTION}: {n_primitives} primitives, t = {T}")
     print(f"jax {jax.__version__} on {jax.default_backend()}, {platform.machine()}")
 
     # All of ours first, then jet (in child processes), so neither disturbs the other.
@@ -203,7 +249,7 @@ def _jet_in_child(order, calls, timeout):
     """jet's compile time explodes with the order: measure it in a child process
     that is killed after `timeout` seconds (None then)."""
     command = [sys.executable, os.path.abspath(__file__), "--jet-child", str(order)]
-    command += ["--calls", str(calls)]
+    command += ["--calls", str(calls), "--function", FUNCTION]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, check=True
@@ -273,6 +319,110 @@ def _summary(rows, recursion_rows):
         max(r["compile_s"] for r in recursion_rows), 3
     )
     return summary
+
+
+# --- diffrax: a solve's coefficients against nested jvp ------------------------------
+
+
+def _diffrax_solve(t):
+    import diffrax
+
+    term = diffrax.ODETerm(lambda s, y, a: -a * y + jnp.sin(s) * y[::-1])
+    solution = diffrax.diffeqsolve(
+        term,
+        diffrax.Tsit5(),
+        0.0,
+        1.0,
+        0.05,
+        jnp.array([1.0, 2.0]) * jnp.cos(t),
+        args=0.5 + t,
+        adjoint=diffrax.ForwardMode(),
+    )
+    return solution.ys[-1]
+
+
+def _nested(fn, order):
+    """Normalised coefficients from `order` nested `jax.jvp`s."""
+
+    def derivative(g):
+        return lambda s: jax.jvp(g, (s,), (jnp.ones_like(s),))[1]
+
+    def coefficients(t):
+        out, g = [], fn
+        for j in range(order + 1):
+            out.append(g(t) / math.factorial(j))
+            g = derivative(g)
+        return jnp.stack(out)
+
+    return coefficients
+
+
+def _bench_diffrax(args):
+    order, calls = args.order, 5 if args.quick else 20
+    c, r, ours_out = measure(
+        lambda: jax.jit(lambda t: taylor(_diffrax_solve, t, order)), calls
+    )
+    print(f"diffrax Tsit5, 20 steps, order {order}")
+    print(f"  hierax.taylor : compile {c:.2f} s, run {1e3 * r:.3f} ms")
+    command = [sys.executable, os.path.abspath(__file__), "--nested-child", str(order)]
+    command += ["--calls", str(calls)]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=args.jet_timeout,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        print(f"  nested jvp    : compile did not finish in {args.jet_timeout} s")
+        return
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    nested_out = jnp.asarray(result["out"]["real"])
+    error = jnp.max(jnp.abs(ours_out - nested_out) / jnp.abs(nested_out))
+    print(
+        f"  nested jvp    : compile {result['compile_s']:.2f} s, "
+        f"run {1e3 * result['run_s']:.3f} ms"
+    )
+    print(
+        f"  compile ratio nested/ours {result['compile_s'] / c:.1f}, run ratio "
+        f"{result['run_s'] / r:.1f}; max relative difference {float(error):.2e}"
+    )
+
+
+# --- the slow cross-check ---------------------------------------------------------
+
+
+def _check(order):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))
+    from tests.test_taylor_rules import LINALG
+
+    print(f"hierax.taylor against {order} nested jax.jvp, t = 0.3")
+    for name, fn in LINALG.items():
+        start = time.perf_counter()
+        ours_out = taylor(fn, 0.3, order)
+        reference = jax.jit(
+            lambda t, fn=fn: jax.tree.map(
+                lambda *leaves: jnp.stack(leaves),
+                *[_nested_leaf(fn, j)(t) for j in range(order + 1)],
+            )
+        )(jnp.asarray(0.3))
+        errors = [
+            float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+            for a, b in zip(jax.tree.leaves(ours_out), jax.tree.leaves(reference))
+        ]
+        print(
+            f"  {name:<22} max relative error {max(errors):.1e} "
+            f"({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
+
+
+def _nested_leaf(fn, j):
+    g = fn
+    for _ in range(j):
+        g = (lambda h: lambda s: jax.jvp(h, (s,), (jnp.ones_like(s),))[1])(g)
+    return lambda t: jax.tree.map(lambda x: x / math.factorial(j), g(t))
 
 
 if __name__ == "__main__":

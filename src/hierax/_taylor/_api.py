@@ -44,19 +44,33 @@ def taylor(
     size of the largest intermediate.
 
     `fn` may close over arrays and Equinox modules, return any pytree of arrays, and
-    use `jax.jit`, `jax.custom_jvp`/`jax.custom_vjp` (the primal computation is
-    expanded), `lax.scan`, `lax.fori_loop`, `lax.while_loop` and `lax.cond` whose
-    trip counts and branch indices do not depend on $t$. A primitive without a
-    Taylor rule raises `NotImplementedError` naming it; nothing is silently wrong.
+    use `jax.jit`, `lax.scan`, `lax.fori_loop`, `lax.while_loop` and `lax.cond`
+    whose trip counts and branch indices do not depend on $t$ (they are taken at
+    $t$), linear solves, LU, Cholesky and Hermitian eigendecompositions
+    (`jnp.linalg.solve`, `inv`, `det`, `slogdet`, `cholesky`, `eigh`,
+    `jax.scipy.linalg.expm`, ...), sorting and cumulative reductions, and
+    `diffrax.diffeqsolve`. A primitive without a Taylor rule raises
+    `NotImplementedError` naming the function you called, your source line and what
+    to do; nothing is silently wrong.
+
+    A `jax.custom_jvp` function is expanded through its JVP rule, as nested
+    `jax.jvp` does, so `softplus`, `logaddexp`, `log_sigmoid`, `sinc`, `xlogy` and
+    the like are exact at their guard points (their primal bodies branch there). A
+    `jax.custom_vjp` function defines reverse mode only: its primal computation is
+    expanded.
 
     Non-analytic points are the user's responsibility: `abs`, `sign`, `max`,
-    `min`, `clamp`, `floor`, `round`, comparisons and `jnp.where` use the branch
-    selected at $t$ itself, so the coefficients are those of the active branch and
-    are meaningless exactly at a kink (for instance $|x|$ at $x = 0$); $\\sqrt{x}$
-    and non-integer powers $x^p$ are singular at $x = 0$ and give infinities or
-    NaNs there; $\\log$ at 0 likewise. Integer powers are exact everywhere. With a
-    complex `t`, `fn` must be holomorphic: `conj`, `real`, `imag` and `abs` act
-    coefficient by coefficient, which is right only for real time.
+    `min`, `clamp`, `floor`, `round`, comparisons, `jnp.where`, `sort` and running
+    extrema use the branch selected at $t$ itself (at exact ties `max`, `min` and
+    `clamp` follow JAX's derivative), so the coefficients are those of the active
+    branch and are meaningless exactly at a kink (for instance $|x|$ at $x = 0$);
+    $\\sqrt{x}$ and non-integer powers $x^p$ are singular at $x = 0$ and give
+    infinities or NaNs there; $\\log$ at 0 likewise. Eigenvectors are not analytic
+    where eigenvalues cross: `eigh` at a repeated eigenvalue raises at run time.
+    Integer powers are exact everywhere. With a complex `t`, `fn` must be
+    holomorphic: `conj`, `real`, `imag` and `abs` act coefficient by coefficient,
+    which is right only for real time. Adaptive ODE solves give the coefficients of
+    the discretised solution, as `jax.jvp` does (see the Taylor transform page).
 
     **Arguments:**
 
