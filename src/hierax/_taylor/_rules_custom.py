@@ -88,6 +88,11 @@ def _custom_jvp(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
                     for g, value in zip(guesses, values, strict=True)
                 ]
 
+    if any(is_series(x) for x in invals[:num_consts]):
+        # The function closes over time-dependent values, which its rule does not
+        # receive as inputs: expand the primal body (exact away from guard points).
+        return eval_closed(ctx.inside(eqn), params["call_jaxpr"], invals)
+
     if order == 0:
         return [
             Series(lift(0, value)) if flag else value
