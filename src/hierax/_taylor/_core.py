@@ -14,8 +14,6 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._series import real_dtype as real_dtype
-
 
 class Series:
     """The Taylor coefficients of one variable, shape `(K + 1, *aval.shape)`."""
