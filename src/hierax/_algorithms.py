@@ -57,18 +57,17 @@ def without_trace(terms: TermSeries) -> TermSeries:
     dense = terms.dense
     if dense is not None:
         dense = dense - _diagonal_shift(dense)[:, None, None] * eye
-    return TermSeries(terms.coefficients, matrices, dense)
+    return TermSeries(terms.coefficients, matrices, dense, terms.constant)
 
 
-def _renormalised(level: Array) -> tuple[Array, Array]:
-    """`level / 2**e` with e the rounded log2 of its largest entry (exact: a power of
-    two), and e. The exponent carries no gradient: any e gives the same product."""
+def _exponent(level: Array) -> Array:
+    """The rounded log2 of the largest entry of `level` (0 if it is 0 or not
+    finite). It carries no gradient: any power of two gives the same product."""
     rdtype = real_dtype(level.dtype)
     size = jnp.max(jnp.abs(level))
     usable = jnp.isfinite(size) & (size > 0)
     e = jnp.where(usable, jnp.round(jnp.log2(jnp.where(usable, size, 1))), 0)
-    e = lax.stop_gradient(e.astype(rdtype))
-    return level * jnp.exp2(-e).astype(level.dtype), e
+    return lax.stop_gradient(e.astype(rdtype))
 
 
 def _phases(order: int) -> list[tuple[int, int, int]]:
@@ -95,29 +94,42 @@ def _toeplitz(coefficients: Array, width: int) -> Array:
     return jnp.where(jnp.asarray(diff >= 0), taken, jnp.zeros_like(taken))
 
 
-def commutator_series(
-    generator: TermSeries, level: Array, hermitian: bool
-) -> Array:
+def commutator_series(generator: TermSeries, level: Array, hermitian: bool) -> Array:
     """Coefficients $j < W$ of $[G(\\sigma), Y(\\sigma)]$ for a series G with term
     structure and a series Y of width W.
 
     With $g_m = \\sum_a c_{a,m} G_a + D_m$:
     $\\sum_m [g_m, y_{j-m}] = \\sum_a [G_a, z_{a,j}] + \\sum_m [D_m, y_{j-m}]$ with
-    $z_{a,j} = \\sum_m c_{a,m} y_{j-m}$ (scalar-weighted sums of matrices), so a term
-    costs two matrix products per coefficient, and one when `hermitian`
-    ($G_a$ anti-Hermitian, as $iH$ is, and every $z$ Hermitian: then
-    $[G_a, z] = G_a z + (G_a z)^\\dagger$).
+    $z_{a,j} = \\sum_m c_{a,m} y_{j-m}$ (scalar-weighted sums of matrices; for the
+    terms that are constant by structure, merged into one matrix first, simply
+    $c_{a,0} y_j$). A term then costs two matrix products per coefficient, and one
+    when `hermitian` ($G_a$ anti-Hermitian, as $iH$ is, and every $z$ Hermitian:
+    $[G_a, z] = -(z G_a + (z G_a)^\\dagger)$). The products are right
+    multiplications of the stacked coefficients, `(W n, n) @ (n, n)`, so each is one
+    matrix product in the layout the series already has.
     """
     width = level.shape[0]
+    constant = generator.constant_flags()
+    fixed = [a for a, c in enumerate(constant) if c]
+    varying = [a for a, c in enumerate(constant) if not c]
+    pairs = []  # (matrices (B, n, n), z (B, W, n, n))
+    if fixed:
+        idx = np.asarray(fixed)
+        merged = jnp.einsum(
+            "a,anm->nm", generator.coefficients[idx, 0], generator.matrices[idx]
+        )
+        pairs.append((merged[None], level[None]))
+    if varying:
+        idx = np.asarray(varying)
+        t = _toeplitz(generator.coefficients[idx, :width], width)
+        pairs.append((generator.matrices[idx], _weighted_sums(t, level)))
     out = jnp.zeros_like(level)
-    if generator.coefficients.shape[0] > 0:
-        t = _toeplitz(generator.coefficients[:, :width], width)
-        z = jnp.einsum("ajm,mnp->ajnp", t, level)
-        left = jnp.einsum("anm,ajmp->jnp", generator.matrices, z)
+    for matrices, z in pairs:
+        right = jnp.einsum("ajmp,apq->ajmq", z, matrices).sum(0)
         if hermitian:
-            out = out + left + jnp.conj(jnp.swapaxes(left, -1, -2))
+            out = out - right - jnp.conj(jnp.swapaxes(right, -1, -2))
         else:
-            out = out + left - jnp.einsum("ajnm,amp->jnp", z, generator.matrices)
+            out = out + jnp.einsum("anm,ajmp->ajnp", matrices, z).sum(0) - right
     if generator.dense is not None:
         dense = generator.dense
 
@@ -127,11 +139,21 @@ def commutator_series(
             keep = (jnp.arange(width) >= m)[:, None, None]
             shifted = jnp.where(keep, shifted, jnp.zeros_like(shifted))
             d = dense[m]
-            return out + (jnp.einsum("nm,jmp->jnp", d, shifted) -
-                          jnp.einsum("jnm,mp->jnp", shifted, d))
+            left = jnp.einsum("nm,jmp->jnp", d, shifted)
+            return out + left - jnp.einsum("jnm,mp->jnp", shifted, d)
 
         out = lax.fori_loop(0, min(width, dense.shape[0]), add, out)
     return out
+
+
+def _weighted_sums(t: Array, level: Array) -> Array:
+    """`z[a, j] = sum_m t[a, j, m] level[m]`; real weights act on the real and
+    imaginary parts separately (half the arithmetic of a complex product)."""
+    if jnp.iscomplexobj(t) or not jnp.iscomplexobj(level):
+        return jnp.einsum("ajm,mnp->ajnp", t.astype(level.dtype), level)
+    real = jnp.einsum("ajm,mnp->ajnp", t, level.real)
+    imag = jnp.einsum("ajm,mnp->ajnp", t, level.imag)
+    return lax.complex(real, imag)
 
 
 def _derivative(level: Array) -> Array:
@@ -166,23 +188,30 @@ def heisenberg_levels(
     """
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
-    level, e0 = _renormalised(observable)
-    values = jnp.zeros((order + 1,) + observable.shape[1:], dtype).at[0].set(level[0])
+    # The carried level is `raw * 2**-pending` (true scaled level times 2**-exponent):
+    # the power of two is applied inside the next level's arithmetic, so
+    # renormalising costs one reduction and no pass of its own.
+    e0 = _exponent(observable)
+    values = jnp.zeros((order + 1,) + observable.shape[1:], dtype)
+    values = values.at[0].set(observable[0] * jnp.exp2(-e0).astype(dtype))
     exponents = jnp.zeros((order + 1,), rdtype).at[0].set(e0)
-    exponent = e0
+    level, exponent, pending = observable, e0, e0
     constant = observable.shape[0] == 1
     for first, last, width in [(1, order, 1)] if constant else _phases(order):
         level = level[:width]
 
         def body(k, carry):
-            level, exponent, values, exponents = carry
+            level, exponent, pending, values, exponents = carry
+            factor = (jnp.exp2(-pending) / k.astype(rdtype)).astype(dtype)
             grown = commutator_series(generator, level, hermitian) + _derivative(level)
-            grown, e = _renormalised(grown / k.astype(rdtype))
+            grown = grown * factor
+            e = _exponent(grown)
             exponent = exponent + e
-            return grown, exponent, values.at[k].set(grown[0]), exponents.at[k].set(exponent)
+            values = values.at[k].set(grown[0] * jnp.exp2(-e).astype(dtype))
+            return grown, exponent, e, values, exponents.at[k].set(exponent)
 
-        level, exponent, values, exponents = lax.fori_loop(
-            first, last + 1, body, (level, exponent, values, exponents)
+        level, exponent, pending, values, exponents = lax.fori_loop(
+            first, last + 1, body, (level, exponent, pending, values, exponents)
         )
     return Levels(values, exponents)
 

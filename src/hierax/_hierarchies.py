@@ -154,11 +154,22 @@ _WINDOW = 16.0
 
 
 def _scaled_generator(h: TermSeries, scale: Array, dtype: Any) -> TermSeries:
-    """The series of $G(\\sigma) = i s H(t + s\\sigma)$, traceless: $s$ goes into the
-    scalar coefficients, $i$ into the matrices."""
-    h = without_trace(h.astype(dtype))
+    """The series of $G(\\sigma) = i s H(t + s\\sigma)$, shifted by a multiple of
+    the identity (see `without_trace`): $s$ goes into the scalar coefficients (kept
+    real where they are), $i$ into the matrices."""
+    rdtype = jnp.finfo(dtype).dtype
+    complex_coefficients = jnp.iscomplexobj(h.coefficients)
+    coefficients = h.coefficients.astype(dtype if complex_coefficients else rdtype)
+    h = without_trace(
+        TermSeries(
+            coefficients,
+            h.matrices.astype(dtype),
+            None if h.dense is None else h.dense.astype(dtype),
+            h.constant,
+        )
+    )
     dense = None if h.dense is None else 1j * scale * h.dense
-    return TermSeries(h.coefficients * scale, 1j * h.matrices, dense)
+    return TermSeries(h.coefficients * scale, 1j * h.matrices, dense, h.constant)
 
 
 class HeisenbergHierarchy(AbstractHierarchy):

@@ -201,7 +201,10 @@ class TimeOperator(AbstractTimeOperator):
         series = [f.series(t, order, time_scale) for f in self.functions]
         dtype = jnp.result_type(*series)
         return TermSeries(
-            jnp.stack([s.astype(dtype) for s in series]), self.matrices, None
+            jnp.stack([s.astype(dtype) for s in series]),
+            self.matrices,
+            None,
+            tuple(f.is_constant for f in self.functions),
         )
 
 
@@ -314,7 +317,10 @@ class ScaledOperator(AbstractTimeOperator):
             dense = jnp.einsum(
                 "ik,knm->inm", lower_toeplitz(c), inner.dense.astype(dtype)
             )
-        return TermSeries(coefficients, inner.matrices, dense)
+        constant = tuple(
+            c and self.function.is_constant for c in inner.constant_flags()
+        )
+        return TermSeries(coefficients, inner.matrices, dense, constant)
 
 
 class OperatorSum(AbstractTimeOperator):
@@ -357,7 +363,8 @@ class OperatorSum(AbstractTimeOperator):
         matrices = jnp.concatenate([p.matrices.astype(dtype) for p in parts])
         denses = [p.dense.astype(dtype) for p in parts if p.dense is not None]
         dense = sum(denses[1:], denses[0]) if denses else None
-        return TermSeries(coefficients, matrices, dense)
+        constant = tuple(c for p in parts for c in p.constant_flags())
+        return TermSeries(coefficients, matrices, dense, constant)
 
 
 def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:

@@ -302,11 +302,19 @@ class TermSeries(NamedTuple):
     - `coefficients`: `(A, K+1)`, the Taylor coefficients of each $f_a$.
     - `matrices`: `(A, n, n)`, the constant matrices $H_a$.
     - `dense`: `(K+1, n, n)` or `None`, the series of a part without term structure.
+    - `constant`: static flags, one per term, true where $f_a$ is constant by
+        structure (its coefficients above order 0 vanish): the kernels merge those
+        terms into one matrix. Empty means unknown (every term time-dependent).
     """
 
     coefficients: Array
     matrices: Array
     dense: Array | None
+    constant: tuple[bool, ...] = ()
+
+    def constant_flags(self) -> tuple[bool, ...]:
+        count = self.coefficients.shape[0]
+        return self.constant if len(self.constant) == count else (False,) * count
 
     @property
     def dtype(self) -> jnp.dtype:
@@ -317,6 +325,7 @@ class TermSeries(NamedTuple):
             self.coefficients.astype(dtype),
             self.matrices.astype(dtype),
             None if self.dense is None else self.dense.astype(dtype),
+            self.constant,
         )
 
     def full(self) -> Array:
@@ -331,8 +340,13 @@ class TermSeries(NamedTuple):
 
 
 def result_dtype(*parts) -> jnp.dtype:
-    """The common dtype of arrays and `TermSeries` (`None` parts are skipped)."""
-    leaves = [x for x in jax.tree_util.tree_leaves(parts) if x is not None]
+    """The common dtype of arrays and `TermSeries` (`None` parts and the static
+    flags are skipped)."""
+    leaves = [
+        x
+        for x in jax.tree_util.tree_leaves(parts)
+        if x is not None and not isinstance(x, bool)
+    ]
     return jnp.result_type(*leaves)
 
 
