@@ -43,12 +43,23 @@ def _per_level(got, reference):
     return mp_relative_errors(np.asarray(got), reference)
 
 
+def _check_estimate(estimate, observed, dtype=np.float64):
+    """The error estimate is never below the observed error, and within 1000x of
+    max(observed, 10 eps)."""
+    estimate = np.asarray(estimate)
+    floor = 10 * np.finfo(dtype).eps
+    assert estimate.shape == observed.shape
+    assert np.all(estimate >= observed), (estimate, observed)
+    assert np.all(estimate <= 1000 * np.maximum(observed, floor)), (estimate, observed)
+
+
 @pytest.mark.parametrize("offset", [1e2, 1e4, 1e6])
 def test_offset_changes_nothing(offset, seed_reference):
     """H + cI has the same hierarchy as H: exact to rounding at every level."""
     h = hierax.HeisenbergHierarchy(hierax.Cos() * SIGMA_Y + offset * I2, SIGMA_X, 30)
     errors = _per_level(h(1.0), seed_reference)
     assert np.all(errors[:13] <= 1e-11) and np.all(errors <= 1e-9), errors
+    _check_estimate(h.error_estimate(1.0), errors)
 
 
 @pytest.mark.parametrize("offset", [1e2, 1e3])
@@ -86,6 +97,7 @@ def test_far_detuned_spectator_costs_no_digits(detuning, seed_reference):
                  for m in seed_reference]
     errors = _per_level(h(1.0), reference)
     assert np.all(errors[:13] <= 1e-11) and np.all(errors <= 1e-9), errors
+    _check_estimate(h.error_estimate(1.0), errors)
 
 
 def _ladder(levels: int) -> sp.Matrix:
@@ -123,11 +135,12 @@ def test_lab_frame_transmon_and_resonator():
     hamiltonian = as_np(h_static) + hierax.Cos(
         float(two_pi * 5), amplitude=float(amplitude)
     ) * as_np(drive)
-    levels = hierax.HeisenbergHierarchy(hamiltonian, as_np(x), 12)(float(t0))
-    errors = _per_level(levels, reference)
+    h = hierax.HeisenbergHierarchy(hamiltonian, as_np(x), 12)
+    errors = _per_level(h(float(t0)), reference)
     # The input energies are rounded to 1e-16 relative (~5e-15 rad/ns absolute):
     # that, not the algorithm, bounds what any method can reach here.
     assert np.all(errors <= 1e-11), errors
+    _check_estimate(h.error_estimate(float(t0)), errors)
 
 
 def test_si_units_through_the_normalised_levels():
@@ -145,10 +158,11 @@ def test_si_units_through_the_normalised_levels():
     want = reference / factorials[:, None, None] * (1e9 ** np.arange(order + 1))[:, None, None]
     w, r = float(omega) * 1e9, float(rabi) * 1e9  # rad/s
     hamiltonian = (w / 2) * SIGMA_Z + hierax.Cos(w, amplitude=r) * SIGMA_X
-    got = hierax.HeisenbergHierarchy(hamiltonian, jnp.asarray([[0.0, 1], [0, 0]]), order)
-    got = np.asarray(got.normalised(3.7e-9))
+    h = hierax.HeisenbergHierarchy(hamiltonian, jnp.asarray([[0.0, 1], [0, 0]]), order)
+    got = np.asarray(h.normalised(3.7e-9))
     errors = relative_error(got, want, per_level=True)
     assert np.all(errors <= 1e-11), errors
+    _check_estimate(h.error_estimate(3.7e-9), errors)
 
 
 # --------------------------------------------------------------------------------
@@ -427,3 +441,32 @@ def test_hermitian_flag_refuses_swapped_matrices():
     )
     with pytest.raises(Exception, match="non-Hermitian"):
         jax.block_until_ready(swapped(0.5))
+
+
+def test_error_estimate_in_complex64_and_for_propagators(seed_reference):
+    """complex64 seed (K = 10) against the 30-digit oracle; the propagator series of
+    a qubit with an offset against an mpmath recursion."""
+    sy32, sx32 = jnp.asarray(SIGMA_Y, jnp.complex64), jnp.asarray(SIGMA_X, jnp.float32)
+    h = hierax.HeisenbergHierarchy(hierax.Cos(jnp.float32(1)) * sy32, sx32, 10)
+    observed = _per_level(h(jnp.float32(1)), seed_reference[:11])
+    _check_estimate(h.error_estimate(jnp.float32(1)), observed, np.float32)
+
+    # u_{j+1} = -i/(j+1) sum_m h_m u_{j-m} in mpmath, H = cos(t) sy + 100 I.
+    mp.mp.dps = 30
+    order, t0 = 12, mp.mpf(1)
+    sy = mp.matrix([[0, -1j], [1j, 0]])
+    h_series = [
+        mp.cos(t0 + j * mp.pi / 2) / mp.factorial(j) * sy + (100 if j == 0 else 0) * mp.eye(2)
+        for j in range(order + 1)
+    ]
+    u = [mp.matrix([[0, 1], [1, 0]])]
+    for j in range(order):
+        total = mp.matrix(2, 2)
+        for m in range(j + 1):
+            total += h_series[m] * u[j - m]
+        u.append(-1j / (j + 1) * total)
+    derivatives = [m * mp.factorial(k) for k, m in enumerate(u)]
+    d = hierax.PropagatorDerivatives(hierax.Cos() * SIGMA_Y + 100 * I2, order)
+    observed = _per_level(d(1.0, SIGMA_X), derivatives)
+    assert np.all(observed <= 1e-13), observed
+    _check_estimate(d.error_estimate(1.0, SIGMA_X), observed)

@@ -18,16 +18,18 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._series import TermSeries, real_dtype
+from ._series import TermSeries, real_dtype, times_exp
 
 
 class Levels(NamedTuple):
     """Levels carried with a power-of-two exponent each: level k is
     `values[k] * 2**exponents[k]`, so that no intermediate overflows or underflows
-    before the true value does."""
+    before the true value does; `errors[k]` estimates its relative rounding error
+    (when asked for)."""
 
     values: Array
     exponents: Array
+    errors: Array | None = None
 
 
 def _diagonal_shift(matrices: Array) -> Array:
@@ -94,7 +96,23 @@ def _toeplitz(coefficients: Array, width: int) -> Array:
     return jnp.where(jnp.asarray(diff >= 0), taken, jnp.zeros_like(taken))
 
 
-def commutator_series(generator: TermSeries, level: Array, hermitian: bool) -> Array:
+def _norm(x: Array, axes: tuple[int, ...] | None = None) -> Array:
+    return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axes))
+
+
+def _operator_norm_bound(matrices: Array) -> Array:
+    """A cheap bound on the spectral norm of each matrix, the smaller of its
+    Frobenius norm and $\\sqrt{\\|G\\|_1 \\|G\\|_\\infty}$ (tight for diagonal and
+    permutation-like matrices): it bounds $\\|G z\\|_F / \\|z\\|_F$."""
+    a = jnp.abs(matrices)
+    one = jnp.max(jnp.sum(a, axis=-2), axis=-1)
+    infinity = jnp.max(jnp.sum(a, axis=-1), axis=-1)
+    return jnp.minimum(_norm(matrices, (-2, -1)), jnp.sqrt(one * infinity))
+
+
+def commutator_series(
+    generator: TermSeries, level: Array, hermitian: bool, magnitude: bool = False
+) -> Array | tuple[Array, Array]:
     """Coefficients $j < W$ of $[G(\\sigma), Y(\\sigma)]$ for a series G with term
     structure and a series Y of width W.
 
@@ -107,6 +125,10 @@ def commutator_series(generator: TermSeries, level: Array, hermitian: bool) -> A
     $[G_a, z] = -(z G_a + (z G_a)^\\dagger)$). The products are right
     multiplications of the stacked coefficients, `(W n, n) @ (n, n)`, so each is one
     matrix product in the layout the series already has.
+
+    With `magnitude`, also returns $\\sum_a p \\|G_a\\|_2 \\|z_a\\|_F$ ($p$ the
+    number of products computed per term, 1 or 2; norms over the whole series): the
+    size of what the products add up, which bounds their rounding error.
     """
     width = level.shape[0]
     constant = generator.constant_flags()
@@ -124,7 +146,12 @@ def commutator_series(generator: TermSeries, level: Array, hermitian: bool) -> A
         t = _toeplitz(generator.coefficients[idx, :width], width)
         pairs.append((generator.matrices[idx], _weighted_sums(t, level)))
     out = jnp.zeros_like(level)
+    size = jnp.zeros((), real_dtype(level.dtype))
     for matrices, z in pairs:
+        if magnitude:
+            products = 1 if hermitian else 2
+            bound = _operator_norm_bound(matrices)
+            size = size + products * jnp.sum(bound * _norm(z, (1, 2, 3)))
         right = jnp.einsum("ajmp,apq->ajmq", z, matrices).sum(0)
         if hermitian:
             out = out - right - jnp.conj(jnp.swapaxes(right, -1, -2))
@@ -143,7 +170,10 @@ def commutator_series(generator: TermSeries, level: Array, hermitian: bool) -> A
             return out + left - jnp.einsum("jnm,mp->jnp", shifted, d)
 
         out = lax.fori_loop(0, min(width, dense.shape[0]), add, out)
-    return out
+        if magnitude:
+            bound = _operator_norm_bound(dense[:width])
+            size = size + 2 * jnp.sum(bound) * _norm(level)
+    return (out, size) if magnitude else out
 
 
 def _weighted_sums(t: Array, level: Array) -> Array:
@@ -165,7 +195,11 @@ def _derivative(level: Array) -> Array:
 
 
 def heisenberg_levels(
-    generator: TermSeries, observable: Array, order: int, hermitian: bool
+    generator: TermSeries,
+    observable: Array,
+    order: int,
+    hermitian: bool,
+    estimate: bool = False,
 ) -> Levels:
     """$X_k / k!$ for $k = 0..K$ by the direct Taylor recursion, in scaled time.
 
@@ -185,6 +219,13 @@ def heisenberg_levels(
 
     Cost: about $0.56 K^2$ coefficient updates, each one matrix product per term
     (`hermitian`) or two.
+
+    With `estimate`, `Levels.errors` holds a running estimate of each level's
+    relative rounding error: level k adds $u\\,(M_k / \\|u^{(k)}\\| + 2)$, $u$ the unit
+    roundoff,
+    where $M_k$ is the size of what its products and derivative add up (so a level
+    that cancels, small against its parts, is charged for it), to the estimate of
+    level k-1.
     """
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
@@ -196,24 +237,41 @@ def heisenberg_levels(
     values = values.at[0].set(observable[0] * jnp.exp2(-e0).astype(dtype))
     exponents = jnp.zeros((order + 1,), rdtype).at[0].set(e0)
     level, exponent, pending = observable, e0, e0
+    # Unit roundoff u = eps / 2: a product of matrices errs by about u times the
+    # size of what it adds up, and the level's own additions and division by k
+    # add about 2u relative.
+    unit = float(np.finfo(rdtype).eps) / 2
+    errors = jnp.zeros((order + 1,), rdtype).at[0].set(unit)
     constant = observable.shape[0] == 1
     for first, last, width in [(1, order, 1)] if constant else _phases(order):
         level = level[:width]
 
         def body(k, carry):
-            level, exponent, pending, values, exponents = carry
+            level, exponent, pending, values, exponents, errors = carry
             factor = (jnp.exp2(-pending) / k.astype(rdtype)).astype(dtype)
-            grown = commutator_series(generator, level, hermitian) + _derivative(level)
-            grown = grown * factor
+            derivative = _derivative(level)
+            if estimate:
+                grown, size = commutator_series(generator, level, hermitian, True)
+                size = size + _norm(derivative)
+            else:
+                grown = commutator_series(generator, level, hermitian)
+            grown = (grown + derivative) * factor
             e = _exponent(grown)
+            if estimate:
+                size = size * jnp.abs(factor)
+                own = _norm(grown)
+                local = jnp.where(size > 0, unit * (size / own + 2), 0)
+                errors = errors.at[k].set(errors[k - 1] + local)
             exponent = exponent + e
             values = values.at[k].set(grown[0] * jnp.exp2(-e).astype(dtype))
-            return grown, exponent, e, values, exponents.at[k].set(exponent)
+            exponents = exponents.at[k].set(exponent)
+            return grown, exponent, e, values, exponents, errors
 
-        level, exponent, pending, values, exponents = lax.fori_loop(
-            first, last + 1, body, (level, exponent, pending, values, exponents)
+        carry = (level, exponent, pending, values, exponents, errors)
+        level, exponent, pending, values, exponents, errors = lax.fori_loop(
+            first, last + 1, body, carry
         )
-    return Levels(values, exponents)
+    return Levels(values, exponents, errors)
 
 
 def log_factorials(order: int, dtype) -> Array:
@@ -222,23 +280,32 @@ def log_factorials(order: int, dtype) -> Array:
     return jnp.asarray(np.concatenate([[0.0], np.cumsum(np.log(j))]), dtype)
 
 
-def finish_levels(
-    levels: Levels, time_scale: Array | None, normalised: bool
-) -> Array:
-    """The levels as returned: $X_k / k!$ (`normalised`) or $X_k$, from the carried
-    `values * 2**exponents` $= s^k X_k / k!$, with every factor applied in log space
-    (see `times_exp`): a level is inf or 0 only where its true value is."""
-    from ._series import times_exp
-
+def level_factors(levels: Levels, normalised: bool) -> Array:
+    """The natural log of the factor each carried level is multiplied by on the
+    way out (`finish_levels`)."""
     order = levels.values.shape[0] - 1
     rdtype = real_dtype(levels.values.dtype)
-    k = jnp.arange(order + 1, dtype=rdtype)
     exponent = levels.exponents * math.log(2.0)
-    if time_scale is not None:
-        exponent = exponent - k * jnp.log(time_scale).astype(rdtype)
     if not normalised:
         exponent = exponent + log_factorials(order, rdtype)
-    return times_exp(levels.values, exponent)
+    return exponent
+
+
+def finish_errors(levels: Levels, normalised: bool) -> Array:
+    """The relative error estimate per returned level: the carried estimate plus the
+    rounding of the log-space factor, $\epsilon\,(1 + |\log\text{factor}|)$."""
+    rdtype = real_dtype(levels.values.dtype)
+    eps = float(np.finfo(rdtype).eps)
+    factors = jnp.abs(level_factors(levels, normalised))
+    assert levels.errors is not None
+    return levels.errors + eps * (1 + factors)
+
+
+def finish_levels(levels: Levels, normalised: bool) -> Array:
+    """The levels as returned: $X_k / k!$ (`normalised`) or $X_k$, from the carried
+    `values * 2**exponents` $= X_k / k!$, with every factor applied in log space
+    (see `times_exp`): a level is inf or 0 only where its true value is."""
+    return times_exp(levels.values, level_factors(levels, normalised))
 
 
 def propagator_series(terms: TermSeries, initial: Array, order: int) -> Array:
@@ -272,3 +339,31 @@ def propagator_series(terms: TermSeries, initial: Array, order: int) -> Array:
         return u.at[j + 1].set(scale * total)
 
     return lax.fori_loop(0, order, body, u)
+
+
+def propagator_errors(terms: TermSeries, series: Array) -> Array:
+    """A running estimate of the relative rounding error of each coefficient of
+    `propagator_series`: coefficient j+1 is a sum of products $h_m u_{j-m}$, each
+    carrying the error of its $u$ plus the product's own rounding
+    ($\\sqrt{n}\\,\\epsilon$), weighed by its size against the result's. Scalars
+    only: O(K^2) on the norms."""
+    rdtype = real_dtype(series.dtype)
+    order = series.shape[0] - 1
+    unit = float(np.finfo(rdtype).eps) * math.sqrt(series.shape[1])
+    sizes = _norm(series, tuple(range(1, series.ndim)))
+    h = jnp.sum(
+        jnp.abs(terms.coefficients) * _norm(terms.matrices, (1, 2))[:, None], axis=0
+    ).astype(rdtype)
+    if terms.dense is not None:
+        h = h + _norm(terms.dense, (1, 2)).astype(rdtype)
+    i = jnp.arange(order + 1)
+
+    def body(j, errors):
+        # Sum over m <= j of |h_m| |u_{j-m}| (err_{j-m} + unit).
+        window = jnp.where(i <= j, jnp.take(sizes * (errors + unit), jnp.clip(j - i, 0, order)), 0)
+        total = jnp.sum(h * window)
+        own = (j + 1) * sizes[j + 1]
+        return errors.at[j + 1].set(jnp.where(total > 0, total / own, 0))
+
+    start = jnp.zeros((order + 1,), rdtype).at[0].set(float(np.finfo(rdtype).eps))
+    return lax.fori_loop(0, order, body, start)

@@ -7,11 +7,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Complex, Inexact
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
 from ._algorithms import (
     Levels,
+    finish_errors,
     finish_levels,
+    propagator_errors,
     heisenberg_levels,
     propagator_series,
     without_trace,
@@ -282,13 +284,49 @@ class HeisenbergHierarchy(AbstractHierarchy):
         t = as_time(t, "hierax.HeisenbergHierarchy(...).normalised(t)")
         return _heisenberg(self, t, normalised=True)
 
+    @typechecked
+    def error_estimate(self, t: TimeLike) -> Float[Array, " order_plus_1"]:
+        """An estimate of each level's relative rounding error at `t`, computed
+        alongside the levels (about the cost of one more call).
+
+        Level k's estimate is that of level k-1 plus the rounding committed at
+        level k: the unit roundoff $\\epsilon/2$ times the size of what its matrix
+        products and derivative add up against the size of the level itself, plus
+        two roundings of its own (so a level
+        that is small against its parts is charged for the cancellation), plus the
+        rounding of the final factor $k!/s^k$ applied in log space. It holds for
+        the relative error $\\|X_k - \\tilde X_k\\|_F / \\|X_k\\|_F$ of the
+        levels and of their normalised values alike.
+
+        What it does not model: amplification of earlier rounding by parts of $H$
+        that commute with the exact levels but not with the rounding errors (a
+        far-detuned spectator written in a basis that mixes it with the rest);
+        there the rounding of the input matrices themselves limits every method.
+        A level that is exactly zero because everything it is computed from is
+        zero gets 0; a level that cancels to exactly zero gets inf. For a level
+        that overflows (reads inf), the estimate describes the value before the
+        overflow.
+
+        **Arguments:**
+
+        - `t`: the time, a real (or complex) scalar.
+
+        **Returns:**
+
+        An array of shape `(order + 1,)`, real, in the hierarchy's precision.
+        """
+        t = as_time(t, "hierax.HeisenbergHierarchy(...).error_estimate(t)")
+        return _heisenberg_errors(self, t)
+
 
 HeisenbergHierarchy.__init__.__doc__ = HeisenbergHierarchy.__init__.__doc__.replace(
     "TIME_SCALE", _TIME_SCALE_DOC
 )
 
 
-def _heisenberg_levels(hierarchy: HeisenbergHierarchy, t: Array) -> Levels:
+def _heisenberg_levels(
+    hierarchy: HeisenbergHierarchy, t: Array, estimate: bool = False
+) -> Levels:
     api = "hierax.HeisenbergHierarchy(...)(t)"
     t = _checked_time(hierarchy, t, api)
     order = hierarchy.order
@@ -326,19 +364,24 @@ def _heisenberg_levels(hierarchy: HeisenbergHierarchy, t: Array) -> Levels:
             f"`{api}`: the hierarchy was built for Hermitian matrices and they have "
             "been replaced by non-Hermitian ones; build a new HeisenbergHierarchy.",
         )
-    levels = heisenberg_levels(generator, series, order, hermitian)
+    levels = heisenberg_levels(generator, series, order, hermitian, estimate)
     if constant:
         return levels
-    return Levels(levels.values, levels.exponents - jnp.arange(order + 1) * jnp.log2(
-        scale.astype(levels.exponents.dtype)
-    ))
+    k = jnp.arange(order + 1, dtype=levels.exponents.dtype)
+    exponents = levels.exponents - k * jnp.log2(scale.astype(k.dtype))
+    return Levels(levels.values, exponents, levels.errors)
 
 
 def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool):
-    return finish_levels(_heisenberg_levels(hierarchy, t), None, normalised)
+    return finish_levels(_heisenberg_levels(hierarchy, t), normalised)
+
+
+def _heisenberg_errors_impl(hierarchy: HeisenbergHierarchy, t: Array):
+    return finish_errors(_heisenberg_levels(hierarchy, t, estimate=True), False)
 
 
 _heisenberg = module_jit(_heisenberg_impl)
+_heisenberg_errors = module_jit(_heisenberg_errors_impl)
 
 
 class PropagatorDerivatives(AbstractHierarchy):
@@ -416,6 +459,29 @@ class PropagatorDerivatives(AbstractHierarchy):
         t = as_time(t, api)
         return _propagate(self, t, self._check_state(state, api), normalised=True)
 
+    @typechecked
+    def error_estimate(
+        self, t: TimeLike, state: ArrayLike
+    ) -> Float[Array, " order_plus_1"]:
+        """An estimate of the relative rounding error of each derivative
+        $U^{(k)}(t)$ (and of $U^{(k)}/k!$), computed alongside: coefficient k is a
+        sum of products $h_m u_{k-1-m}$, each carrying the estimate of its $u$ plus
+        its own rounding ($\\sqrt{n}\\,\\epsilon$), weighed by its size against the
+        result's; plus the rounding of the final factor applied in log space.
+
+        **Arguments:**
+
+        - `t`: the time, a scalar.
+        - `state`: $U(t)$, shape `(n,)`, `(n, n)` or `(n, m)`.
+
+        **Returns:**
+
+        An array of shape `(order + 1,)`, real.
+        """
+        api = "hierax.PropagatorDerivatives(...).error_estimate(t, state)"
+        t = as_time(t, api)
+        return _propagator_errors(self, t, self._check_state(state, api))
+
     def _check_state(self, state: Any, api: str) -> Array:
         state = as_numeric_array(state, "state", api, finite=True)
         n = self.hamiltonian.size
@@ -432,9 +498,9 @@ PropagatorDerivatives.__init__.__doc__ = PropagatorDerivatives.__init__.__doc__.
 )
 
 
-def _propagate_impl(
-    derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
-) -> Array:
+def _propagator_levels(
+    derivatives: PropagatorDerivatives, t: Array, state: Array, estimate: bool
+) -> Levels:
     api = "hierax.PropagatorDerivatives(...)(t, state)"
     t = _checked_time(derivatives, t, api)
     state = eqx.error_if(
@@ -450,13 +516,28 @@ def _propagate_impl(
     rdtype = jnp.finfo(dtype).dtype
     scale = scale.astype(rdtype)
     h = h.astype(dtype)
-    h = TermSeries(h.coefficients * scale, h.matrices, None if h.dense is None else h.dense * scale)
+    dense = None if h.dense is None else h.dense * scale
+    h = TermSeries(h.coefficients * scale, h.matrices, dense, h.constant)
     series = propagator_series(h, state.astype(dtype), order)
+    errors = propagator_errors(h, series) if estimate else None
     # Coefficient k is s^k U^(k) / k!; carried as one level each, exponent -k log2 s.
     exponents = -jnp.arange(order + 1, dtype=rdtype) * jnp.log2(scale)
-    return finish_levels(Levels(series, exponents), None, normalised)
+    return Levels(series, exponents, errors)
 
 
+def _propagate_impl(
+    derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
+) -> Array:
+    return finish_levels(_propagator_levels(derivatives, t, state, False), normalised)
+
+
+def _propagator_errors_impl(
+    derivatives: PropagatorDerivatives, t: Array, state: Array
+) -> Array:
+    return finish_errors(_propagator_levels(derivatives, t, state, True), False)
+
+
+_propagator_errors = module_jit(_propagator_errors_impl)
 _propagate = module_jit(_propagate_impl)
 
 
@@ -511,7 +592,7 @@ def _nested_impl(commutators: NestedCommutators) -> Array:
         TermSeries(jnp.ones((1, 1), dtype), g[None], None)
     )
     levels = heisenberg_levels(generator, x[None], commutators.order, hermitian=False)
-    return finish_levels(levels, None, normalised=False)
+    return finish_levels(levels, normalised=False)
 
 
 _nested = module_jit(_nested_impl)
