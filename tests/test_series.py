@@ -1,41 +1,19 @@
-"""The series arithmetic against plain NumPy loops."""
+"""The series layer against plain NumPy and exact arithmetic."""
 
 import math
+from fractions import Fraction
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from hierax._series import (
-    factorial_scale,
     power_series,
     scalar_cauchy_product,
-    triangular_cauchy_product,
+    times_exp,
+    two_product,
 )
-
-
-@pytest.mark.parametrize("order,n", [(0, 3), (1, 3), (6, 3), (7, 3), (7, 100)])
-@pytest.mark.parametrize("transposed", [False, True])
-def test_triangular_cauchy_product(order, n, transposed):
-    # n = 100 takes the one-product-at-a-time path; the others the batched one.
-    rng = np.random.default_rng(order + n)
-    left = rng.normal(size=(order + 1, n, n)) + 1j * rng.normal(size=(order + 1, n, n))
-    right = rng.normal(size=(order + 1, n, n)) + 1j * rng.normal(size=(order + 1, n, n))
-    expected = np.stack(
-        [sum(left[m] @ right[k - m] for m in range(k + 1)) for k in range(order + 1)]
-    )
-    given = np.swapaxes(left, 1, 2) if transposed else left
-    got = triangular_cauchy_product(
-        jnp.asarray(given), jnp.asarray(right), left_transposed=transposed
-    )
-    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * n)
-    scaled = triangular_cauchy_product(
-        jnp.asarray(given), jnp.asarray(right), transposed, factorial=True
-    )
-    factorials = np.array([math.factorial(k) for k in range(order + 1)], float)
-    np.testing.assert_allclose(
-        scaled, expected * factorials[:, None, None], rtol=1e-12, atol=1e-10 * n
-    )
 
 
 def test_scalar_series():
@@ -51,12 +29,28 @@ def test_scalar_series():
     )
 
 
-def test_factorial_scale_round_trip_and_overflow():
-    x = jnp.linspace(1.0, 2.0, 171)  # 170! is the last finite factorial
-    np.testing.assert_allclose(factorial_scale(factorial_scale(x), -1), x, rtol=1e-12)
-    big = np.asarray(factorial_scale(jnp.ones(400)))
-    assert big[170] == pytest.approx(float(math.factorial(170)), rel=1e-15)
-    assert np.isinf(big[171]) and not np.any(np.isnan(big))
-    tiny = np.asarray(factorial_scale(jnp.full(400, 1e-300)))  # 1e-300 * 200! is finite
-    expected = math.exp(math.lgamma(201) - 300 * math.log(10))
-    assert tiny[200] == pytest.approx(expected, rel=1e-11)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_two_product_is_error_free(dtype):
+    """p + e equals a * b exactly (checked with rationals)."""
+    rng = np.random.default_rng(0)
+    for a, b in rng.uniform(-1e6, 1e6, size=(20, 2)).astype(dtype):
+        p, e = two_product(jnp.asarray(a), jnp.asarray(b))
+        exact = Fraction(float(a)) * Fraction(float(b))
+        assert Fraction(float(p)) + Fraction(float(e)) == exact
+
+
+def test_times_exp_reaches_every_representable_result():
+    """Factors far beyond the float range, applied to values at the other end:
+    the finite true results come out right, overflow reads inf, and zeros stay
+    zero (no 0 * inf = nan), with the factor as the derivative at zero."""
+    values = jnp.asarray([1e-300, 1e300, 0.0, 1.0 + 1e-300j, 2.0])
+    exponent = jnp.asarray([1300.0, -1300.0, 5000.0, 1000.0, 800.0])
+    got = np.asarray(times_exp(values.astype(complex), exponent))
+    want_log = np.log(1e-300) + 1300.0
+    np.testing.assert_allclose(got[0].real, math.exp(want_log), rtol=1e-12)
+    np.testing.assert_allclose(got[1].real, math.exp(np.log(1e300) - 1300.0), rtol=1e-12)
+    assert got[2] == 0
+    assert np.isinf(got[3].real) and not np.isnan(got[3]).any()
+    assert np.isinf(got[4].real)
+    grad = jax.grad(lambda x: times_exp(x[None], jnp.asarray([3.0]))[0])(0.0)
+    np.testing.assert_allclose(grad, math.exp(3.0), rtol=1e-14)
