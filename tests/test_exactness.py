@@ -68,7 +68,9 @@ def test_offset_inside_the_constant_matrix_of_a_qutrit(offset):
     (the input itself still holds the digits for c <= 1e3), and also as a separate
     term of 1e6."""
     h0 = sp.diag(sp.Rational(3, 10), -sp.Rational(1, 5), sp.Rational(1, 2))
-    h1 = sp.Matrix([[0, 1, sp.Rational(1, 5)], [1, 0, sp.I], [sp.Rational(1, 5), -sp.I, 0]])
+    h1 = sp.Matrix(
+        [[0, 1, sp.Rational(1, 5)], [1, 0, sp.I], [sp.Rational(1, 5), -sp.I, 0]]
+    )
     x = sp.Matrix([[0, 1, 0], [1, 0, 1], [0, 1, 0]])
     cos = sp.cos(sp.Rational(13, 10) * t_sym)
     reference = sympy_levels(
@@ -93,8 +95,10 @@ def test_far_detuned_spectator_costs_no_digits(detuning, seed_reference):
         I2, SIGMA_Z
     )
     h = hierax.HeisenbergHierarchy(hamiltonian, jnp.kron(SIGMA_X, I2), 30)
-    reference = [mp.matrix(np.kron(np.array(m.tolist(), dtype=object), np.eye(2)).tolist())
-                 for m in seed_reference]
+    reference = [
+        mp.matrix(np.kron(np.array(m.tolist(), dtype=object), np.eye(2)).tolist())
+        for m in seed_reference
+    ]
     errors = _per_level(h(1.0), reference)
     assert np.all(errors[:13] <= 1e-11) and np.all(errors <= 1e-9), errors
     _check_estimate(h.error_estimate(1.0), errors)
@@ -127,7 +131,10 @@ def test_lab_frame_transmon_and_resonator():
     )
     drive = _kron(b + b.T, c2)
     amplitude = two_pi * sp.Rational(2, 100)
-    h_terms = [(sp.Integer(1), h_static), (amplitude * sp.cos(two_pi * 5 * t_sym), drive)]
+    h_terms = [
+        (sp.Integer(1), h_static),
+        (amplitude * sp.cos(two_pi * 5 * t_sym), drive),
+    ]
     x = _kron(b, c2)
     t0 = sp.Rational(37, 10)
     reference = sympy_levels(h_terms, [(sp.Integer(1), x)], t0, 12)
@@ -148,14 +155,21 @@ def test_si_units_through_the_normalised_levels():
     normalised levels agree after the change of unit, X_k/k! [SI] =
     X_k/k! [ns] * 1e9^k."""
     omega, rabi = 2 * sp.pi * 5, 2 * sp.pi * sp.Rational(2, 100)  # rad/ns
-    h_terms = [(omega / 2, sp.Matrix([[1, 0], [0, -1]])), (rabi * sp.cos(omega * t_sym), SX)]
+    h_terms = [
+        (omega / 2, sp.Matrix([[1, 0], [0, -1]])),
+        (rabi * sp.cos(omega * t_sym), SX),
+    ]
     lowering = sp.Matrix([[0, 1], [0, 0]])
     order = 12
     reference = mp_to_numpy(
         sympy_levels(h_terms, [(sp.Integer(1), lowering)], sp.Rational(37, 10), order)
     )
     factorials = np.cumprod(np.concatenate([[1.0], np.arange(1.0, order + 1)]))
-    want = reference / factorials[:, None, None] * (1e9 ** np.arange(order + 1))[:, None, None]
+    want = (
+        reference
+        / factorials[:, None, None]
+        * (1e9 ** np.arange(order + 1))[:, None, None]
+    )
     w, r = float(omega) * 1e9, float(rabi) * 1e9  # rad/s
     hamiltonian = (w / 2) * SIGMA_Z + hierax.Cos(w, amplitude=r) * SIGMA_X
     h = hierax.HeisenbergHierarchy(hamiltonian, jnp.asarray([[0.0, 1], [0, 0]]), order)
@@ -182,7 +196,11 @@ def test_constant_complex64_levels_are_not_zero():
     normalisation used to underflow to 0."""
     cases = [
         (np.asarray(SIGMA_Y) + 100 * np.eye(2), np.asarray(SIGMA_X), 20),
-        (np.diag([0.0, 1.0, 1000.0]), np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0.0]]), 30),
+        (
+            np.diag([0.0, 1.0, 1000.0]),
+            np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0.0]]),
+            30,
+        ),
     ]
     for hmat, x, order in cases:
         levels = hierax.HeisenbergHierarchy(
@@ -206,7 +224,9 @@ def test_overflow_reads_inf_never_nan_or_zero():
     at high order: X_k reads inf past float32's range, not 0."""
     levels = np.asarray(
         hierax.HeisenbergHierarchy(
-            jnp.asarray(SIGMA_Y, jnp.complex64), jnp.asarray(SIGMA_X, jnp.complex64), 400
+            jnp.asarray(SIGMA_Y, jnp.complex64),
+            jnp.asarray(SIGMA_X, jnp.complex64),
+            400,
         )(0.0)
     )
     size = np.abs(levels).max(axis=(1, 2))
@@ -241,7 +261,8 @@ def test_gradients_at_exact_zeros():
 
     g0 = np.zeros((2, 2))
     np.testing.assert_allclose(
-        jax.grad(commutator_entry)(jnp.asarray(g0)), _fd_gradient(commutator_entry, g0),
+        jax.grad(commutator_entry)(jnp.asarray(g0)),
+        _fd_gradient(commutator_entry, g0),
         atol=1e-8,
     )
 
@@ -257,11 +278,15 @@ def test_gradients_at_exact_zeros():
     def polynomial_level(a2, derivatives=False):
         f = hierax.Polynomial(jnp.stack([0.3, 1.0, a2]))
         if derivatives:
-            return jnp.real(hierax.PropagatorDerivatives(f * SIGMA_Y, 5)(0.7, SIGMA_X)[4, 0, 1])
-        return jnp.real(hierax.HeisenbergHierarchy(f * SIGMA_Y, SIGMA_X, 5)(0.7)[4, 0, 1])
+            return jnp.real(
+                hierax.PropagatorDerivatives(f * SIGMA_Y, 5)(0.7, SIGMA_X)[4, 0, 1]
+            )
+        return jnp.real(
+            hierax.HeisenbergHierarchy(f * SIGMA_Y, SIGMA_X, 5)(0.7)[4, 0, 1]
+        )
 
     for derivatives in (False, True):
-        fn = lambda a: polynomial_level(a, derivatives)  # noqa: E731
+        fn = lambda a, d=derivatives: polynomial_level(a, d)  # noqa: E731
         grad = jax.grad(fn)(jnp.asarray(0.0))
         fd = _fd_gradient(fn, np.asarray(0.0))
         np.testing.assert_allclose(grad, fd, rtol=1e-6)
@@ -279,7 +304,11 @@ class _Ramp(hierax.AbstractTimeFunction):
 
     def series(self, t, order, time_scale):
         s = 1.0 if time_scale is None else time_scale
-        out = jnp.zeros((order + 1,), jnp.result_type(self.slope, t)).at[0].set(self.slope * t)
+        out = (
+            jnp.zeros((order + 1,), jnp.result_type(self.slope, t))
+            .at[0]
+            .set(self.slope * t)
+        )
         return out.at[1].set(self.slope * s) if order >= 1 else out
 
 
@@ -310,7 +339,9 @@ def test_cos_sin_exact_at_large_times(dtype, times, tol):
         got_cos = np.asarray(hierax.Cos(dtype(1), dtype(0.3)).taylor(t, 3))
         got_sin = np.asarray(hierax.Sin(dtype(2)).taylor(t, 3))
         for j in range(4):
-            want_cos = mp.cos(exact_t + mp.mpf(float(dtype(0.3))) + j * mp.pi / 2) / mp.factorial(j)
+            want_cos = mp.cos(
+                exact_t + mp.mpf(float(dtype(0.3))) + j * mp.pi / 2
+            ) / mp.factorial(j)
             want_sin = 2**j * mp.sin(2 * exact_t + j * mp.pi / 2) / mp.factorial(j)
             assert abs(got_cos[j] - float(want_cos)) <= tol, (t, j)
             assert abs(got_sin[j] - float(want_sin)) <= tol * 2**j, (t, j)
@@ -340,9 +371,12 @@ def test_gaussian_far_tail_is_finite():
     """A narrow Gaussian pulse (far tail at t = 1) in complex64 at K = 25 and in x64
     at K = 140: finite everywhere, X_0 included, and the float32 levels agree with
     x64 where they are in float32's range."""
+
     def hierarchy(width, order, f32):
         cast = (lambda m: jnp.asarray(m, jnp.complex64)) if f32 else jnp.asarray  # noqa: E731
-        ham = hierax.Gaussian(width=jnp.float32(width) if f32 else width) * cast(SIGMA_X)
+        ham = hierax.Gaussian(width=jnp.float32(width) if f32 else width) * cast(
+            SIGMA_X
+        )
         return hierax.HeisenbergHierarchy(ham + cast(SIGMA_Z), cast(SIGMA_Y), order)
 
     levels32 = np.asarray(hierarchy(0.05, 25, True)(jnp.float32(1.0)))
@@ -364,7 +398,9 @@ def test_time_scale_extremes_in_float32():
     hamiltonian = hierax.Cos(jnp.float32(1)) * sy32
     auto = np.asarray(hierax.HeisenbergHierarchy(hamiltonian, sx32, 9)(jnp.float32(1)))
     for scale in (1e-6, 1e-4, 0.25, 3e4, 1e6):
-        h = hierax.HeisenbergHierarchy(hamiltonian, sx32, 9, time_scale=jnp.float32(scale))
+        h = hierax.HeisenbergHierarchy(
+            hamiltonian, sx32, 9, time_scale=jnp.float32(scale)
+        )
         levels = np.asarray(h(jnp.float32(1)))
         assert np.all(np.isfinite(levels)), scale
         assert np.all(relative_error(levels, auto, per_level=True) <= 1e-5), scale
@@ -406,13 +442,33 @@ def test_time_overflowing_float32_is_refused(tmp_path):
         (lambda: hierax.Constant(jnp.nan), "value"),
         (lambda: hierax.Polynomial(jnp.array([1.0, jnp.nan])), "coefficients"),
         (lambda: hierax.Gaussian(width=0.0), "width"),
-        (lambda: hierax.TimeOperator([1.0], [jnp.array([[jnp.nan, 0], [0, 1]])]), "matrices"),
-        (lambda: hierax.HeisenbergHierarchy(SIGMA_Z, jnp.array([[1, jnp.inf], [0, 1]]), 3),
-         "observable"),
-        (lambda: hierax.PropagatorDerivatives(SIGMA_Z, 3)(0.0, jnp.array([1.0, jnp.nan])),
-         "state"),
+        (
+            lambda: hierax.TimeOperator([1.0], [jnp.array([[jnp.nan, 0], [0, 1]])]),
+            "matrices",
+        ),
+        (
+            lambda: hierax.HeisenbergHierarchy(
+                SIGMA_Z, jnp.array([[1, jnp.inf], [0, 1]]), 3
+            ),
+            "observable",
+        ),
+        (
+            lambda: hierax.PropagatorDerivatives(SIGMA_Z, 3)(
+                0.0, jnp.array([1.0, jnp.nan])
+            ),
+            "state",
+        ),
     ],
-    ids=["cos", "exp", "constant", "polynomial", "gaussian", "matrix", "observable", "state"],
+    ids=[
+        "cos",
+        "exp",
+        "constant",
+        "polynomial",
+        "gaussian",
+        "matrix",
+        "observable",
+        "state",
+    ],
 )
 def test_non_finite_inputs_are_refused(make, name):
     with pytest.raises(ValueError, match=f"`{name}"):
@@ -456,7 +512,8 @@ def test_error_estimate_in_complex64_and_for_propagators(seed_reference):
     order, t0 = 12, mp.mpf(1)
     sy = mp.matrix([[0, -1j], [1j, 0]])
     h_series = [
-        mp.cos(t0 + j * mp.pi / 2) / mp.factorial(j) * sy + (100 if j == 0 else 0) * mp.eye(2)
+        mp.cos(t0 + j * mp.pi / 2) / mp.factorial(j) * sy
+        + (100 if j == 0 else 0) * mp.eye(2)
         for j in range(order + 1)
     ]
     u = [mp.matrix([[0, 1], [1, 0]])]

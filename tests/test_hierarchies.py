@@ -368,7 +368,9 @@ def test_time_scale_is_traced_and_checked():
         hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=scale)(0.5)
     assert traces == [3, 9]  # one compile: the series and the time-scale probe
     for bad in (0.0, -1.0, float("inf"), float("nan")):
-        with pytest.raises(ValueError, match="`time_scale` must be positive and finite"):
+        with pytest.raises(
+            ValueError, match="`time_scale` must be positive and finite"
+        ):
             hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=bad)
     with pytest.raises(ValueError, match="`time_scale` must be a real scalar"):
         hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=jnp.ones(2))

@@ -48,7 +48,9 @@ def test_times_exp_reaches_every_representable_result():
     got = np.asarray(times_exp(values.astype(complex), exponent))
     want_log = np.log(1e-300) + 1300.0
     np.testing.assert_allclose(got[0].real, math.exp(want_log), rtol=1e-12)
-    np.testing.assert_allclose(got[1].real, math.exp(np.log(1e300) - 1300.0), rtol=1e-12)
+    np.testing.assert_allclose(
+        got[1].real, math.exp(np.log(1e300) - 1300.0), rtol=1e-12
+    )
     assert got[2] == 0
     assert np.isinf(got[3].real) and not np.isnan(got[3]).any()
     assert np.isinf(got[4].real)

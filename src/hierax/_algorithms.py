@@ -205,7 +205,8 @@ def heisenberg_levels(
 
     `generator` is the series of $G(\\sigma) = i s H(t + s\\sigma)$ and `observable`
     that of $X_0(t + s\\sigma)$, shape `(K+1, n, n)`, or `(1, n, n)` when both are
-    constant (then every level is one coefficient: nested commutators). Level k is carried as the series
+    constant (then every level is one coefficient: nested commutators). Level k is
+    carried as the series
     $u^{(k)}_j = s^{k+j} x^{(k)}_j / k!$, which obeys
     $u^{(k)} = \\big([G, u^{(k-1)}] + d u^{(k-1)}/d\\sigma\\big) / k$, and
     $u^{(k)}_0 = s^k X_k / k!$; each level is renormalised by a power of two (see
@@ -360,7 +361,9 @@ def propagator_errors(terms: TermSeries, series: Array) -> Array:
 
     def body(j, errors):
         # Sum over m <= j of |h_m| |u_{j-m}| (err_{j-m} + unit).
-        window = jnp.where(i <= j, jnp.take(sizes * (errors + unit), jnp.clip(j - i, 0, order)), 0)
+        window = jnp.where(
+            i <= j, jnp.take(sizes * (errors + unit), jnp.clip(j - i, 0, order)), 0
+        )
         total = jnp.sum(h * window)
         own = (j + 1) * sizes[j + 1]
         return errors.at[j + 1].set(jnp.where(total > 0, total / own, 0))

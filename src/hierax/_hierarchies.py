@@ -13,8 +13,8 @@ from ._algorithms import (
     Levels,
     finish_errors,
     finish_levels,
-    propagator_errors,
     heisenberg_levels,
+    propagator_errors,
     propagator_series,
     without_trace,
 )
@@ -22,7 +22,6 @@ from ._custom_types import OrderLike, TimeLike, typechecked
 from ._jit import module_jit
 from ._operators import (
     AbstractTimeOperator,
-    CallableOperator,
     OperatorSum,
     ScaledOperator,
     TimeOperator,
@@ -34,7 +33,6 @@ from ._validation import (
     as_numeric_array,
     as_square_matrix,
     as_time,
-    check_finite,
     check_order,
     check_time_finite,
 )
@@ -588,9 +586,7 @@ def _nested_impl(commutators: NestedCommutators) -> Array:
     g, x = commutators.generator.astype(dtype), commutators.operator.astype(dtype)
     ok = jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(x))
     x = eqx.error_if(x, ~ok, f"`{api}`: `generator` and `operator` must be finite.")
-    generator = without_trace(
-        TermSeries(jnp.ones((1, 1), dtype), g[None], None)
-    )
+    generator = without_trace(TermSeries(jnp.ones((1, 1), dtype), g[None], None))
     levels = heisenberg_levels(generator, x[None], commutators.order, hermitian=False)
     return finish_levels(levels, normalised=False)
 

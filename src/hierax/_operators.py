@@ -44,9 +44,7 @@ class AbstractTimeOperator(eqx.Module):
         """Whether the operator is constant in time (from its structure)."""
 
     @abc.abstractmethod
-    def term_series(
-        self, t: Array, order: int, time_scale: Array | None
-    ) -> TermSeries:
+    def term_series(self, t: Array, order: int, time_scale: Array | None) -> TermSeries:
         """The series of $\\sigma \\mapsto H(t + s\\sigma)$ to order `order`, in
         parts: time-function coefficients times constant matrices, plus a dense
         part. Called with arguments already checked, as
@@ -164,8 +162,7 @@ class TimeOperator(AbstractTimeOperator):
         """
         api = "hierax.TimeOperator"
         functions = tuple(
-            as_time_function(f, f"functions[{i}]", api)
-            for i, f in enumerate(functions)
+            as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
         )
         if hasattr(matrices, "ndim") and matrices.ndim == 3:
             matrices = list(matrices)
@@ -239,7 +236,9 @@ class CallableOperator(AbstractTimeOperator):
         return False
 
     def term_series(self, t, order, time_scale):
-        dense = callable_series(self.fn, t, order, time_scale, "hierax.CallableOperator")
+        dense = callable_series(
+            self.fn, t, order, time_scale, "hierax.CallableOperator"
+        )
         dtype = dense.dtype
         return TermSeries(
             jnp.zeros((0, order + 1), dtype),

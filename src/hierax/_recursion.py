@@ -12,10 +12,11 @@ from beartype import beartype
 from jaxtyping import Array, PyTree, Shaped, jaxtyped
 
 from ._custom_types import TimeLike
+from ._jit import module_jit
 from ._taylor import propagate, time_series
 from ._taylor._interpreter import function_name
 from ._taylor._recurrences import derivative
-from ._validation import as_numeric_array, as_time_array, check_order, check_time_finite
+from ._validation import as_numeric_array, as_time, check_order, check_time_finite
 
 
 _API = "hierax.Recursion"
@@ -108,9 +109,8 @@ class Recursion(eqx.Module):
         All levels $X_0(t), \\ldots, X_K(t)$, with the structure of $X_0$ and each
         leaf stacked on a leading axis of length $K + 1$.
         """
-        return self._levels(as_time_array(t, _API))
+        return _levels(self, as_time(t, _API))
 
-    @eqx.filter_jit
     def _levels(self, t: Array) -> PyTree[Array]:
         order = self.order
         t = check_time_finite(t, _API)
@@ -119,6 +119,11 @@ class Recursion(eqx.Module):
             x = propagate(
                 self.initial, ts, api=_API, fn_name=function_name(self.initial)
             )
+            if not jax.tree_util.tree_leaves(x):
+                raise ValueError(
+                    f"`{_API}`: `initial(t)` must return an array or a pytree of "
+                    f"arrays, got {jax.eval_shape(self.initial, t)!r}."
+                )
         else:
             x = jax.tree_util.tree_map(
                 lambda a: jnp.zeros((order + 1,) + a.shape, a.dtype).at[0].set(a),
@@ -189,3 +194,7 @@ def _describe(tree: Any) -> str:
         lambda a: f"{getattr(a, 'dtype', type(a).__name__)}{list(jnp.shape(a))}", tree
     )
     return str(shapes)
+
+
+# One compile policy for every public call (see `_jit.module_jit`).
+_levels = module_jit(Recursion._levels)

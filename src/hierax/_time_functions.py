@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Inexact
 
 from ._custom_types import OrderLike, ScalarSeries, TimeLike, typechecked
+from ._function_series import callable_series
 from ._series import (
     power_series,
     real_dtype,
@@ -24,7 +25,6 @@ from ._series import (
     times_exp,
     two_product,
 )
-from ._function_series import callable_series
 from ._validation import as_numeric_array, as_time, check_order, trace_callable
 
 

@@ -51,8 +51,10 @@ def growth_rate(hamiltonian: TermSeries, observable: TermSeries | None) -> Array
     for part, commutes in ((hamiltonian, True), (observable, False)):
         if part is None:
             continue
-        norms = _norms(part.matrices) if commutes else jnp.sqrt(
-            jnp.sum(jnp.abs(part.matrices) ** 2, axis=(-2, -1))
+        norms = (
+            _norms(part.matrices)
+            if commutes
+            else jnp.sqrt(jnp.sum(jnp.abs(part.matrices) ** 2, axis=(-2, -1)))
         )
         if part.coefficients.shape[0]:
             acting = norms > 0
@@ -86,7 +88,9 @@ def target_product(order: int, dtype) -> float:
     info = np.finfo(real_dtype(dtype))
     log_max = math.log(float(info.max))
     log_tiny = math.log(float(info.tiny))
-    lower = max(1.0, math.exp((math.lgamma(order + 1) + 0.5 * log_tiny) / max(order, 1)))
+    lower = max(
+        1.0, math.exp((math.lgamma(order + 1) + 0.5 * log_tiny) / max(order, 1))
+    )
     return min(lower, log_max / 8)
 
 

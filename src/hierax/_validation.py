@@ -154,8 +154,11 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Array:
         overflow = bool(np.isfinite(np.asarray(array))) or type(t) in (float, int)
         raise ValueError(
             f"`{api}`: `t` must be finite in {converted.dtype}, got {t!r}"
-            + (" (it overflows: enable x64 or change the unit of time)." if overflow
-               else ".")
+            + (
+                " (it overflows: enable x64 or change the unit of time)."
+                if overflow
+                else "."
+            )
         )
     return converted if canonical else array
 
