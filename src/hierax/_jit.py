@@ -6,6 +6,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def module_jit(fn: Callable) -> Callable:
@@ -30,7 +31,8 @@ def module_jit(fn: Callable) -> Callable:
         if all(
             isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(module)
         ) and all(
-            isinstance(leaf, jax.Array) or type(leaf) in (float, int, complex)
+            isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+            or type(leaf) in (float, int, complex)
             for leaf in jax.tree_util.tree_leaves(rest)
         ):
             key = tuple(sorted(static))

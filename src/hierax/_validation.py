@@ -125,7 +125,7 @@ def as_square_matrix(x: Any, name: str, api: str) -> Array:
     return array
 
 
-def as_time(t: Any, api: str, canonical: bool = True) -> Array:
+def as_time(t: Any, api: str, canonical: bool = True) -> Array | np.generic:
     """Check a time and return it in one canonical form: a 0-d array of the default
     float (or complex) dtype, so that a Python float, a NumPy scalar and a JAX array
     all share one compiled program. The time never sets the precision of a
@@ -140,8 +140,22 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Array:
     """
     if isinstance(t, (bool, np.bool_)):
         raise TypeError(f"`{api}`: `t` must be a real or complex number, got {t!r}.")
-    if type(t) in (float, int) and not math.isfinite(t):
-        raise ValueError(f"`{api}`: `t` must be finite, got {t}.")
+    if type(t) in (float, int):
+        # The common case, kept cheap: a NumPy scalar of the default float dtype.
+        dtype = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+        with np.errstate(over="ignore"):
+            value = dtype.type(t)
+        if not math.isfinite(t) or not np.isfinite(value):
+            overflow = math.isfinite(t)
+            raise ValueError(
+                f"`{api}`: `t` must be finite in {dtype}, got {t!r}"
+                + (
+                    " (it overflows: enable x64 or change the unit of time)."
+                    if overflow
+                    else "."
+                )
+            )
+        return value if canonical else jnp.asarray(t)
     array = as_numeric_array(t, "t", api)
     if array.ndim != 0:
         raise ValueError(
