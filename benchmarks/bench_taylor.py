@@ -141,6 +141,7 @@ def main():
     parser.add_argument("--diffrax", action="store_true")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--order", type=int, default=10)
+    parser.add_argument("--cases", help="comma-separated `--check` cases (default all)")
     parser.add_argument("--nested-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global FUNCTION
@@ -158,7 +159,7 @@ def main():
     if args.diffrax:
         return _bench_diffrax(args)
     if args.check:
-        return _check(args.order)
+        return _check(args.order, args.cases.split(",") if args.cases else None)
     if args.jet_child is not None:
         compile_s, run_s, out = measure(lambda: jets(args.jet_child), args.calls)
         print(json.dumps({"compile_s": compile_s, "run_s": run_s, "out": _encode(out)}))
@@ -393,12 +394,14 @@ def _bench_diffrax(args):
 # --- the slow cross-check ---------------------------------------------------------
 
 
-def _check(order):
+def _check(order, cases=None):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))
     from tests.test_taylor_rules import LINALG
 
     print(f"hierax.taylor against {order} nested jax.jvp, t = 0.3")
     for name, fn in LINALG.items():
+        if cases is not None and name not in cases:
+            continue
         start = time.perf_counter()
         ours_out = taylor(fn, 0.3, order)
         reference = jax.jit(
