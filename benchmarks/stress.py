@@ -53,7 +53,7 @@ def main() -> None:
         h = hierax.Cos() * jnp.kron(SIGMA_Y, eye) + w * jnp.kron(eye, SIGMA_Z)
         cases[f"spectator w = {w:g}"] = (h, jnp.kron(SIGMA_X, eye), kron_seed)
     print(f"worst relative error over k = 0..{order} (Frobenius), and the estimate")
-    print(f"| case | observed | error_estimate | estimate / max(observed, 10 eps) |")
+    print("| case | observed | error_estimate | estimate / max(observed, 10 eps) |")
     print("|---|---|---|---|")
     eps = np.finfo(float).eps
     for name, (h, x, reference) in cases.items():
