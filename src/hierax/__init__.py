@@ -18,6 +18,12 @@ from ._operators import (
     as_operator as as_operator,
 )
 from ._recursion import Recursion as Recursion
+from ._solvers import (
+    SchrodingerTerm as SchrodingerTerm,
+    Solution as Solution,
+    TaylorSolver as TaylorSolver,
+    sesolve as sesolve,
+)
 from ._taylor import taylor as taylor
 from ._time_functions import (
     AbstractCoefficient as AbstractCoefficient,
