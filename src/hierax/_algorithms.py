@@ -62,14 +62,32 @@ def without_trace(terms: TermSeries) -> TermSeries:
     return TermSeries(terms.coefficients, matrices, dense, terms.constant)
 
 
-def _exponent(level: Array) -> Array:
-    """The rounded log2 of the largest entry of `level` (0 if it is 0 or not
-    finite). It carries no gradient: any power of two gives the same product."""
+# The exponent of a coefficient that is exactly zero: below every real one, so it
+# never sets the scale of a sum, yet finite, so differences of exponents stay numbers.
+_ZERO_EXPONENT = -1e9
+
+
+def _exponents(level: Array) -> Array:
+    """The rounded log2 of the largest entry of each coefficient of `level`
+    (`_ZERO_EXPONENT` where a coefficient is 0, 0 where it is not finite). No
+    gradient: any power of two gives the same product."""
     rdtype = real_dtype(level.dtype)
-    size = jnp.max(jnp.abs(level))
+    size = jnp.max(jnp.abs(level), axis=tuple(range(1, level.ndim)))
     usable = jnp.isfinite(size) & (size > 0)
     e = jnp.where(usable, jnp.round(jnp.log2(jnp.where(usable, size, 1))), 0)
+    e = jnp.where(size == 0, _ZERO_EXPONENT, e)
     return lax.stop_gradient(e.astype(rdtype))
+
+
+def _normalised(level: Array, e: Array) -> Array:
+    """`level[j] / 2**e[j]`, zero coefficients left as they are."""
+    return _times_powers_of_two(level, -jnp.where(e == _ZERO_EXPONENT, 0, e))
+
+
+def _times_powers_of_two(x: Array, e: Array) -> Array:
+    """`x[j] * 2**e[j]` along the leading axis (exact, bar underflow)."""
+    factor = jnp.exp2(e).astype(x.dtype)
+    return x * factor.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
 def _phases(order: int) -> list[tuple[int, int, int]]:
@@ -111,47 +129,63 @@ def _operator_norm_bound(matrices: Array) -> Array:
 
 
 def commutator_series(
-    generator: TermSeries, level: Array, hermitian: bool, magnitude: bool = False
+    generator: TermSeries,
+    level: Array,
+    exponents: Array,
+    out_exponents: Array,
+    hermitian: bool,
+    magnitude: bool = False,
 ) -> Array | tuple[Array, Array]:
-    """Coefficients $j < W$ of $[G(\\sigma), Y(\\sigma)]$ for a series G with term
-    structure and a series Y of width W.
+    """Coefficients $j < W$ of $[G(\\sigma), Y(\\sigma)] \\cdot 2^{-F_j}$ for a series
+    G with term structure and a series Y of width W given as
+    $y_m = \\hat y_m 2^{E_m}$ (`level`, `exponents`), $F$ = `out_exponents`.
 
     With $g_m = \\sum_a c_{a,m} G_a + D_m$:
     $\\sum_m [g_m, y_{j-m}] = \\sum_a [G_a, z_{a,j}] + \\sum_m [D_m, y_{j-m}]$ with
-    $z_{a,j} = \\sum_m c_{a,m} y_{j-m}$ (scalar-weighted sums of matrices; for the
-    terms that are constant by structure, merged into one matrix first, simply
-    $c_{a,0} y_j$). A term then costs two matrix products per coefficient, and one
-    when `hermitian` ($G_a$ anti-Hermitian, as $iH$ is, and every $z$ Hermitian:
+    $z_{a,j} = \\sum_m c_{a,j-m} y_m$ (scalar-weighted sums of matrices, the weights
+    $c_{a,j-m} 2^{E_m - F_j}$ carrying the powers of two; for the terms that are
+    constant by structure, merged into one matrix first, simply $y_j$). A term then
+    costs two matrix products per coefficient, and one when `hermitian` ($G_a$
+    anti-Hermitian, as $iH$ is, and every $z$ Hermitian:
     $[G_a, z] = -(z G_a + (z G_a)^\\dagger)$). The products are right
     multiplications of the stacked coefficients, `(W n, n) @ (n, n)`, so each is one
     matrix product in the layout the series already has.
 
-    With `magnitude`, also returns $\\sum_a p \\|G_a\\|_2 \\|z_a\\|_F$ ($p$ the
-    number of products computed per term, 1 or 2; norms over the whole series): the
+    With `magnitude`, also returns, per coefficient, $\\sum_a p \\|G_a\\|_2
+    \\|z_{a,j}\\|_F 2^{-F_j}$ ($p$ the number of products per term, 1 or 2): the
     size of what the products add up, which bounds their rounding error.
     """
     width = level.shape[0]
+    rdtype = real_dtype(level.dtype)
     constant = generator.constant_flags()
     fixed = [a for a, c in enumerate(constant) if c]
     varying = [a for a, c in enumerate(constant) if not c]
+    j = np.arange(width)
+    # shift[j, m] = 2^(E_m - F_j), for m <= j (the lower triangle).
+    shift = jnp.exp2(
+        jnp.minimum(exponents[None, :] - out_exponents[:, None], 0)
+    ).astype(rdtype)
+    shift = jnp.where(jnp.asarray(j[:, None] >= j[None, :]), shift, 0)
     pairs = []  # (matrices (B, n, n), z (B, W, n, n))
     if fixed:
         idx = np.asarray(fixed)
         merged = jnp.einsum(
             "a,anm->nm", generator.coefficients[idx, 0], generator.matrices[idx]
         )
-        pairs.append((merged[None], level[None]))
+        pairs.append(
+            (merged[None], _times_powers_of_two(level, exponents - out_exponents)[None])
+        )
     if varying:
         idx = np.asarray(varying)
-        t = _toeplitz(generator.coefficients[idx, :width], width)
+        t = _toeplitz(generator.coefficients[idx, :width], width) * shift[None]
         pairs.append((generator.matrices[idx], _weighted_sums(t, level)))
     out = jnp.zeros_like(level)
-    size = jnp.zeros((), real_dtype(level.dtype))
+    size = jnp.zeros((width,), rdtype)
     for matrices, z in pairs:
         if magnitude:
             products = 1 if hermitian else 2
             bound = _operator_norm_bound(matrices)
-            size = size + products * jnp.sum(bound * _norm(z, (1, 2, 3)))
+            size = size + products * jnp.sum(bound[:, None] * _norm(z, (2, 3)), axis=0)
         right = jnp.einsum("ajmp,apq->ajmq", z, matrices).sum(0)
         if hermitian:
             out = out - right - jnp.conj(jnp.swapaxes(right, -1, -2))
@@ -160,19 +194,23 @@ def commutator_series(
     if generator.dense is not None:
         dense = generator.dense
 
-        def add(m, out):
-            # out[j] += [D_m, y_{j-m}] for j >= m.
+        def add(m, carry):
+            # out[j] += [D_m, y_{j-m}] 2^(-F_j) for j >= m.
+            out, size = carry
             shifted = jnp.roll(level, m, axis=0)
-            keep = (jnp.arange(width) >= m)[:, None, None]
-            shifted = jnp.where(keep, shifted, jnp.zeros_like(shifted))
+            e = jnp.roll(exponents, m) - out_exponents
+            keep = jnp.arange(width) >= m
+            weight = jnp.where(keep, jnp.exp2(jnp.minimum(e, 0)), 0).astype(rdtype)
+            shifted = shifted * weight.astype(level.dtype)[:, None, None]
             d = dense[m]
             left = jnp.einsum("nm,jmp->jnp", d, shifted)
-            return out + left - jnp.einsum("jnm,mp->jnp", shifted, d)
+            out = out + left - jnp.einsum("jnm,mp->jnp", shifted, d)
+            if magnitude:
+                bound = _operator_norm_bound(d[None])[0]
+                size = size + 2 * bound * _norm(shifted, (1, 2))
+            return out, size
 
-        out = lax.fori_loop(0, min(width, dense.shape[0]), add, out)
-        if magnitude:
-            bound = _operator_norm_bound(dense[:width])
-            size = size + 2 * jnp.sum(bound) * _norm(level)
+        out, size = lax.fori_loop(0, min(width, dense.shape[0]), add, (out, size))
     return (out, size) if magnitude else out
 
 
@@ -184,14 +222,6 @@ def _weighted_sums(t: Array, level: Array) -> Array:
     real = jnp.einsum("ajm,mnp->ajnp", t, level.real)
     imag = jnp.einsum("ajm,mnp->ajnp", t, level.imag)
     return lax.complex(real, imag)
-
-
-def _derivative(level: Array) -> Array:
-    """Coefficients of $dY/d\\sigma$: $(j+1)\\, y_{j+1}$, zero past the last."""
-    width = level.shape[0]
-    j = jnp.arange(1, width, dtype=real_dtype(level.dtype)).reshape(-1, 1, 1)
-    shifted = level[1:] * j.astype(level.dtype)
-    return jnp.concatenate([shifted, jnp.zeros_like(level[:1])])
 
 
 def heisenberg_levels(
@@ -230,14 +260,13 @@ def heisenberg_levels(
     """
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
-    # The carried level is `raw * 2**-pending` (true scaled level times 2**-exponent):
-    # the power of two is applied inside the next level's arithmetic, so
-    # renormalising costs one reduction and no pass of its own.
-    e0 = _exponent(observable)
-    values = jnp.zeros((order + 1,) + observable.shape[1:], dtype)
-    values = values.at[0].set(observable[0] * jnp.exp2(-e0).astype(dtype))
-    exponents = jnp.zeros((order + 1,), rdtype).at[0].set(e0)
-    level, exponent, pending = observable, e0, e0
+    # Each coefficient j of the carried level is `hat[j] * 2**E[j]`, its largest
+    # entry near 1: a level's coefficients span many decades at high orders (the
+    # series of X_0 alone falls like 1/j!), more than one exponent per level holds.
+    exponents = _exponents(observable)
+    level = _normalised(observable, exponents)
+    values = jnp.zeros((order + 1,) + observable.shape[1:], dtype).at[0].set(level[0])
+    out_exponents = jnp.zeros((order + 1,), rdtype).at[0].set(exponents[0])
     # Unit roundoff u = eps / 2: a product of matrices errs by about u times the
     # size of what it adds up, and the level's own additions and division by k
     # add about 2u relative.
@@ -245,34 +274,51 @@ def heisenberg_levels(
     errors = jnp.zeros((order + 1,), rdtype).at[0].set(unit)
     constant = observable.shape[0] == 1
     for first, last, width in [(1, order, 1)] if constant else _phases(order):
-        level = level[:width]
+        level, exponents = level[:width], exponents[:width]
 
         def body(k, carry):
-            level, exponent, pending, values, exponents, errors = carry
-            factor = (jnp.exp2(-pending) / k.astype(rdtype)).astype(dtype)
-            derivative = _derivative(level)
+            level, exponents, values, out_exponents, errors = carry
+            width = level.shape[0]
+            # The derivative's coefficient j is (j+1) y_{j+1}: its exponent, with
+            # nothing above the top coefficient.
+            above = jnp.concatenate(
+                [exponents[1:], jnp.full((1,), _ZERO_EXPONENT, rdtype)]
+            )
+            scale = jnp.arange(1, width + 1, dtype=rdtype)
+            # Output exponents: the largest input exponent any coefficient reads.
+            running = lax.cummax(exponents)
+            out = jnp.maximum(running, above + jnp.round(jnp.log2(scale)))
+            shifted = jnp.concatenate([level[1:], jnp.zeros_like(level[:1])])
+            weight = scale * jnp.exp2(jnp.minimum(above - out, 0))
+            derivative = shifted * weight.astype(dtype)[:, None, None]
             if estimate:
-                grown, size = commutator_series(generator, level, hermitian, True)
-                size = size + _norm(derivative)
+                grown, size = commutator_series(
+                    generator, level, exponents, out, hermitian, True
+                )
+                size = size + _norm(derivative, (1, 2))
             else:
-                grown = commutator_series(generator, level, hermitian)
-            grown = (grown + derivative) * factor
-            e = _exponent(grown)
+                grown = commutator_series(generator, level, exponents, out, hermitian)
+            grown = (grown + derivative) * (1 / k.astype(rdtype)).astype(dtype)
+            e = _exponents(grown)
+            new_level = _normalised(grown, e)
+            new_exponents = jnp.where(e == _ZERO_EXPONENT, _ZERO_EXPONENT, out + e)
             if estimate:
-                size = size * jnp.abs(factor)
-                own = _norm(grown)
-                local = jnp.where(size > 0, unit * (size / own + 2), 0)
+                # Whole-level sizes, each coefficient at its own power of two.
+                top = jnp.max(out)
+                weights = jnp.exp2(out - top)
+                own = jnp.sum(_norm(grown, (1, 2)) * weights)
+                total = jnp.sum(size * weights) / k.astype(rdtype)
+                local = jnp.where(total > 0, unit * (total / own + 2), 0)
                 errors = errors.at[k].set(errors[k - 1] + local)
-            exponent = exponent + e
-            values = values.at[k].set(grown[0] * jnp.exp2(-e).astype(dtype))
-            exponents = exponents.at[k].set(exponent)
-            return grown, exponent, e, values, exponents, errors
+            values = values.at[k].set(new_level[0])
+            out_exponents = out_exponents.at[k].set(new_exponents[0])
+            return new_level, new_exponents, values, out_exponents, errors
 
-        carry = (level, exponent, pending, values, exponents, errors)
-        level, exponent, pending, values, exponents, errors = lax.fori_loop(
+        carry = (level, exponents, values, out_exponents, errors)
+        level, exponents, values, out_exponents, errors = lax.fori_loop(
             first, last + 1, body, carry
         )
-    return Levels(values, exponents, errors)
+    return Levels(values, out_exponents, errors if estimate else None)
 
 
 def log_factorials(order: int, dtype) -> Array:
