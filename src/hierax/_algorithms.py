@@ -340,7 +340,7 @@ def level_factors(levels: Levels, normalised: bool) -> Array:
 
 def finish_errors(levels: Levels, normalised: bool) -> Array:
     """The relative error estimate per returned level: the carried estimate plus the
-    rounding of the log-space factor, $\epsilon\,(1 + |\log\text{factor}|)$."""
+    rounding of the log-space factor, $\\epsilon\\,(1 + |\\log\\text{factor}|)$."""
     rdtype = real_dtype(levels.values.dtype)
     eps = float(np.finfo(rdtype).eps)
     factors = jnp.abs(level_factors(levels, normalised))
