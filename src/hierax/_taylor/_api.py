@@ -2,12 +2,12 @@
 
 from collections.abc import Callable
 
-import equinox as eqx
 import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, PyTree, Shaped, jaxtyped
 
 from .._custom_types import TimeLike
+from .._jit import module_jit
 from .._validation import as_time_array, check_order, check_time_finite
 from ._interpreter import function_name, propagate
 
@@ -21,10 +21,14 @@ def time_series(t: Array, order: int) -> Array:
     return series.at[1].set(1) if order >= 1 else series
 
 
-@eqx.filter_jit
-def _taylor(fn: Callable, t: Array, order: int) -> PyTree[Array]:
+def _taylor_impl(fn: Callable, t: Array, order: int) -> PyTree[Array]:
     t = check_time_finite(t, _API)
     return propagate(fn, time_series(t, order), api=_API, fn_name=function_name(fn))
+
+
+# The one compile policy of the public calls (`eqx.filter_jit` semantics, with a
+# fast path when `fn` is a module of arrays); the order is static.
+_taylor = module_jit(_taylor_impl)
 
 
 @jaxtyped(typechecker=beartype)
@@ -101,4 +105,4 @@ def taylor(
     # one strongly typed array, so Python and NumPy scalars share a compilation.
     t = as_time_array(t, _API, canonical=False)
     t = jnp.asarray(t, dtype=t.dtype)
-    return _taylor(fn, t, order)
+    return _taylor(fn, t, order=order)
