@@ -68,20 +68,30 @@ _ZERO_EXPONENT = -1e9
 
 
 def _exponents(level: Array) -> Array:
-    """The rounded log2 of the largest entry of each coefficient of `level`
-    (`_ZERO_EXPONENT` where a coefficient is 0, 0 where it is not finite). No
-    gradient: any power of two gives the same product."""
+    """The rounded log2 of the largest entry of each coefficient of `level`; a
+    coefficient that is exactly zero (or not finite) gets the smallest exponent of
+    the others, so its weight in later sums is at most 1 and its derivative flows
+    exactly (no mask). No gradient of its own: any power of two gives the same
+    product."""
     rdtype = real_dtype(level.dtype)
     size = jnp.max(jnp.abs(level), axis=tuple(range(1, level.ndim)))
     usable = jnp.isfinite(size) & (size > 0)
-    e = jnp.where(usable, jnp.round(jnp.log2(jnp.where(usable, size, 1))), 0)
-    e = jnp.where(size == 0, _ZERO_EXPONENT, e)
-    return lax.stop_gradient(e.astype(rdtype))
+    e = jnp.round(jnp.log2(jnp.where(usable, size, 1)))
+    smallest = jnp.min(jnp.where(usable, e, jnp.inf))
+    smallest = jnp.where(jnp.isfinite(smallest), smallest, 0)
+    return lax.stop_gradient(jnp.where(usable, e, smallest).astype(rdtype))
+
+
+def _scale_exponents(level: Array, exponents: Array) -> Array:
+    """`exponents`, with `_ZERO_EXPONENT` where a coefficient is exactly zero: what
+    may set the scale of a sum."""
+    size = jnp.max(jnp.abs(level), axis=tuple(range(1, level.ndim)))
+    return jnp.where(size > 0, exponents, _ZERO_EXPONENT)
 
 
 def _normalised(level: Array, e: Array) -> Array:
-    """`level[j] / 2**e[j]`, zero coefficients left as they are."""
-    return _times_powers_of_two(level, -jnp.where(e == _ZERO_EXPONENT, 0, e))
+    """`level[j] / 2**e[j]`."""
+    return _times_powers_of_two(level, -e)
 
 
 def _times_powers_of_two(x: Array, e: Array) -> Array:
@@ -281,13 +291,18 @@ def heisenberg_levels(
             width = level.shape[0]
             # The derivative's coefficient j is (j+1) y_{j+1}: its exponent, with
             # nothing above the top coefficient.
-            above = jnp.concatenate(
-                [exponents[1:], jnp.full((1,), _ZERO_EXPONENT, rdtype)]
+            scales = _scale_exponents(level, exponents)
+            floor = jnp.min(exponents)
+            above = jnp.concatenate([exponents[1:], floor[None]])
+            above_scale = jnp.concatenate(
+                [scales[1:], jnp.full((1,), _ZERO_EXPONENT, rdtype)]
             )
             scale = jnp.arange(1, width + 1, dtype=rdtype)
-            # Output exponents: the largest input exponent any coefficient reads.
-            running = lax.cummax(exponents)
-            out = jnp.maximum(running, above + jnp.round(jnp.log2(scale)))
+            # Output exponents: the largest input exponent any coefficient reads,
+            # never below the smallest carried one (so every weight is <= 1).
+            running = lax.cummax(scales)
+            out = jnp.maximum(running, above_scale + jnp.round(jnp.log2(scale)))
+            out = jnp.maximum(out, floor)
             shifted = jnp.concatenate([level[1:], jnp.zeros_like(level[:1])])
             weight = scale * jnp.exp2(jnp.minimum(above - out, 0))
             derivative = shifted * weight.astype(dtype)[:, None, None]
@@ -301,7 +316,7 @@ def heisenberg_levels(
             grown = (grown + derivative) * (1 / k.astype(rdtype)).astype(dtype)
             e = _exponents(grown)
             new_level = _normalised(grown, e)
-            new_exponents = jnp.where(e == _ZERO_EXPONENT, _ZERO_EXPONENT, out + e)
+            new_exponents = out + e
             if estimate:
                 # Whole-level sizes, each coefficient at its own power of two.
                 top = jnp.max(out)
