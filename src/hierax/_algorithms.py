@@ -100,13 +100,23 @@ def _times_powers_of_two(x: Array, e: Array) -> Array:
     return x * factor.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
-def _phases(order: int) -> list[tuple[int, int, int]]:
-    """Split levels 1..K into at most 8 phases `(first, last, width)`. Level k needs
-    the coefficients j <= K - k only, so a phase carries what its first level needs
-    (plus one, see `heisenberg_levels`): about 0.56 K^2 coefficient updates in all
-    instead of K^2, with a number of phases, and so a program size, that does not
-    grow with K."""
-    count = min(order, 8)
+# The work of a full-width run, about K^2 n^2 (n + K) (each level's matrix products
+# and its Cauchy sums with the time functions' series), per phase added: each phase
+# saves work but is one more copy of the loop body to compile (about 0.5 s on a CPU),
+# so small problems take one phase and larger ones one more per doubling.
+_WORK_PER_PHASE = 2**20
+
+
+def _phases(order: int, size: int) -> list[tuple[int, int, int]]:
+    """Split levels 1..K into phases `(first, last, width)`. Level k needs the
+    coefficients j <= K - k only, so a phase carries what its first level needs
+    (plus one, see `heisenberg_levels`): with 8 phases about 0.56 K^2 coefficient
+    updates in all instead of K^2. The number of phases, and so the program size,
+    is at most 8 whatever K; it grows with the log of the work (`size` n), so the
+    seed compiles one phase up to K = 64 and a 128 x 128 problem eight."""
+    work = order**2 * size**2 * (size + order)
+    count = 1 + max(0, int(math.log2(max(work, 1) / _WORK_PER_PHASE)))
+    count = min(order, 8, count)
     bounds = [1 + (order * i) // count for i in range(count)] + [order + 1]
     return [
         (first, stop - 1, order - first + 2)
@@ -258,8 +268,8 @@ def heisenberg_levels(
     are computed from a zero in its place and are wrong, but every level reads them
     only for coefficients it does not need, so the needed triangle is exact.
 
-    Cost: about $0.56 K^2$ coefficient updates, each one matrix product per term
-    (`hermitian`) or two.
+    Cost: about $0.56 K^2$ coefficient updates for large matrices ($K^2$ for small
+    ones, see `_phases`), each one matrix product per term (`hermitian`) or two.
 
     With `estimate`, `Levels.errors` holds a running estimate of each level's
     relative rounding error: level k adds $u\\,(M_k / \\|u^{(k)}\\| + 2)$, $u$ the unit
@@ -283,7 +293,8 @@ def heisenberg_levels(
     unit = float(np.finfo(rdtype).eps) / 2
     errors = jnp.zeros((order + 1,), rdtype).at[0].set(unit)
     constant = observable.shape[0] == 1
-    for first, last, width in [(1, order, 1)] if constant else _phases(order):
+    n = observable.shape[-1]
+    for first, last, width in [(1, order, 1)] if constant else _phases(order, n):
         level, exponents = level[:width], exponents[:width]
 
         def body(k, carry):
