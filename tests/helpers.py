@@ -219,7 +219,7 @@ def jacfwd_levels(
     for _ in range(order):
         below = levels[-1]
         levels.append(lambda s, below=below: step(s, below(s), jax.jacfwd(below)(s)))
-    values = [jax.jit(level)(jnp.asarray(t)) for level in levels]
+    values = jax.jit(lambda s: [level(s) for level in levels])(jnp.asarray(t))
     return jax.tree.map(lambda *leaves: np.stack(leaves), *values)
 
 

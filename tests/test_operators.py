@@ -1,3 +1,5 @@
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -5,26 +7,12 @@ import pytest
 
 import hierax
 
+from .helpers import jacfwd_taylor
+
 
 sx = jnp.array([[0.0, 1.0], [1.0, 0.0]])
 sy = jnp.array([[0, -1j], [1j, 0]])
 sz = jnp.array([[1.0, 0.0], [0.0, -1.0]])
-
-
-def _by_jacfwd(fn, t, order):
-    """Normalised coefficients by repeated jacfwd (independent of hierax)."""
-    out, f = [], fn
-    for j in range(order + 1):
-        out.append(np.asarray(f(jnp.asarray(t))) / float(np.prod(np.arange(1, j + 1))))
-        f = (
-            lambda g: (
-                lambda s: (
-                    jax.jacfwd(lambda u: g(u).real)(s)
-                    + 1j * jax.jacfwd(lambda u: g(u).imag)(s)
-                )
-            )
-        )(f)
-    return np.stack(out)
 
 
 def _plain(t):
@@ -54,11 +42,17 @@ OPERATORS = {
 }
 
 
+@functools.cache
+def _plain_series(t: float, order: int) -> np.ndarray:
+    """The oracle, once for every parametrisation: nested `jax.jacfwd`."""
+    return jacfwd_taylor(_plain, t, order)
+
+
 @pytest.mark.parametrize("name", list(OPERATORS))
 def test_operator_series(name):
     op = OPERATORS[name]()
     t, order = 0.35, 5
-    expected = _by_jacfwd(_plain, t, order)
+    expected = _plain_series(t, order)
     np.testing.assert_allclose(op.taylor(t, order), expected, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(op(t), _plain(t), rtol=1e-13, atol=1e-14)
     assert op.size == 2
