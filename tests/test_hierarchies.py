@@ -287,6 +287,32 @@ def test_high_order_normalised_is_finite():
     assert np.all(np.isfinite(levels[:150]))
 
 
+def test_phases_change_nothing(monkeypatch):
+    """Large problems run in up to 8 phases of shrinking width, small ones in one
+    (`_phases`): both give the same levels on a time-dependent
+    system with a time-dependent observable and a dense (callable) term."""
+    import hierax._algorithms as algorithms
+
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    sx = jnp.array([[0.0, 1], [1, 0]])
+    sz = jnp.array([[1.0, 0], [0, -1]])
+    H = hierax.Cos(1.3) * sy + 0.4 * sz + hierax.as_operator(lambda t: t**2 * sx)
+    X = hierax.Sin(0.7) * sx + sz
+    order = 12
+    assert len(algorithms._phases(order, 2)) == 1
+
+    def run():
+        h = hierax.HeisenbergHierarchy(H, X, order)
+        return np.asarray(h.normalised(0.4))
+
+    one = run()
+    monkeypatch.setattr(algorithms, "_WORK_PER_PHASE", 1)
+    jax.clear_caches()  # trace again: the phases are chosen when tracing
+    assert len(algorithms._phases(order, 2)) == 8
+    errors = relative_errors(run(), one)
+    assert np.all(errors <= 1e-13), errors
+
+
 def test_float32_high_order_is_honest():
     """In complex64, X_k overflows past k ~ 42 for the seed: it must read inf (with
     the right sign), never nan or 0, while the normalised levels stay accurate."""

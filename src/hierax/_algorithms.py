@@ -104,7 +104,7 @@ def _times_powers_of_two(x: Array, e: Array) -> Array:
 # and its Cauchy sums with the time functions' series), per phase added: each phase
 # saves work but is one more copy of the loop body to compile (about 0.5 s on a CPU),
 # so small problems take one phase and larger ones one more per doubling.
-_WORK_PER_PHASE = 2**20
+_WORK_PER_PHASE = 2**25
 
 
 def _phases(order: int, size: int) -> list[tuple[int, int, int]]:
@@ -113,7 +113,7 @@ def _phases(order: int, size: int) -> list[tuple[int, int, int]]:
     (plus one, see `heisenberg_levels`): with 8 phases about 0.56 K^2 coefficient
     updates in all instead of K^2. The number of phases, and so the program size,
     is at most 8 whatever K; it grows with the log of the work (`size` n), so the
-    seed compiles one phase up to K = 64 and a 128 x 128 problem eight."""
+    seed compiles one phase up to K = 200 and n = 128 at K = 40 eight."""
     work = order**2 * size**2 * (size + order)
     count = 1 + max(0, int(math.log2(max(work, 1) / _WORK_PER_PHASE)))
     count = min(order, 8, count)
