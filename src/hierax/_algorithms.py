@@ -11,6 +11,7 @@ frequencies the observable sees: offsets, spectators, lab-frame energies.)
 """
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax.lax as lax
@@ -155,6 +156,7 @@ def commutator_series(
     out_exponents: Array,
     hermitian: bool,
     magnitude: bool = False,
+    right: TermSeries | None = None,
 ) -> Array | tuple[Array, Array]:
     """Coefficients $j < W$ of $[G(\\sigma), Y(\\sigma)] \\cdot 2^{-F_j}$ for a series
     G with term structure and a series Y of width W given as
@@ -174,6 +176,12 @@ def commutator_series(
     With `magnitude`, also returns, per coefficient, $\\sum_a p \\|G_a\\|_2
     \\|z_{a,j}\\|_F 2^{-F_j}$ ($p$ the number of products per term, 1 or 2): the
     size of what the products add up, which bounds their rounding error.
+
+    With `right` (the same coefficients and constant flags, other matrices $R_a$ and
+    dense part $R_m$), the product $G Y - Y R$ instead: the Lindblad generator
+    $i[H, X] - \\{N, X\\}/2$ is $G = iH - N/2$, $R = iH + N/2$. The `hermitian`
+    shortcut then needs $\\sum_a G_a z_a = -(\\sum_a z_a R_a)^\\dagger$, which holds
+    for $R = -G^\\dagger$ and Hermitian levels.
     """
     width = level.shape[0]
     rdtype = real_dtype(level.dtype)
@@ -186,33 +194,44 @@ def commutator_series(
         jnp.minimum(exponents[None, :] - out_exponents[:, None], 0)
     ).astype(rdtype)
     shift = jnp.where(jnp.asarray(j[:, None] >= j[None, :]), shift, 0)
-    pairs = []  # (matrices (B, n, n), z (B, W, n, n))
+    right_matrices = generator.matrices if right is None else right.matrices
+    pairs = []  # (left matrices (B, n, n), right matrices, z (B, W, n, n))
     if fixed:
         idx = np.asarray(fixed)
-        merged = jnp.einsum(
-            "a,anm->nm", generator.coefficients[idx, 0], generator.matrices[idx]
+        c = generator.coefficients[idx, 0]
+        merged = jnp.einsum("a,anm->nm", c, generator.matrices[idx])[None]
+        merged_right = (
+            merged
+            if right is None
+            else jnp.einsum("a,anm->nm", c, right_matrices[idx])[None]
         )
-        pairs.append(
-            (merged[None], _times_powers_of_two(level, exponents - out_exponents)[None])
-        )
+        z = _times_powers_of_two(level, exponents - out_exponents)[None]
+        pairs.append((merged, merged_right, z))
     if varying:
         idx = np.asarray(varying)
         t = _toeplitz(generator.coefficients[idx, :width], width) * shift[None]
-        pairs.append((generator.matrices[idx], _weighted_sums(t, level)))
+        z = _weighted_sums(t, level)
+        pairs.append((generator.matrices[idx], right_matrices[idx], z))
     out = jnp.zeros_like(level)
     size = jnp.zeros((width,), rdtype)
-    for matrices, z in pairs:
+    for matrices, right_of, z in pairs:
         if magnitude:
-            products = 1 if hermitian else 2
-            bound = _operator_norm_bound(matrices)
-            size = size + products * jnp.sum(bound[:, None] * _norm(z, (2, 3)), axis=0)
-        right = jnp.einsum("ajmp,apq->ajmq", z, matrices).sum(0)
+            if hermitian:
+                bound = _operator_norm_bound(right_of)
+            elif right is None:
+                bound = 2 * _operator_norm_bound(matrices)
+            else:
+                bound = _operator_norm_bound(matrices) + _operator_norm_bound(right_of)
+            size = size + jnp.sum(bound[:, None] * _norm(z, (2, 3)), axis=0)
+        products = jnp.einsum("ajmp,apq->ajmq", z, right_of).sum(0)
         if hermitian:
-            out = out - right - jnp.conj(jnp.swapaxes(right, -1, -2))
+            out = out - products - jnp.conj(jnp.swapaxes(products, -1, -2))
         else:
-            out = out + jnp.einsum("anm,ajmp->ajnp", matrices, z).sum(0) - right
+            out = out + jnp.einsum("anm,ajmp->ajnp", matrices, z).sum(0) - products
     if generator.dense is not None:
         dense = generator.dense
+        dense_right = dense if right is None else right.dense
+        assert dense_right is not None, "`right` needs a dense part where G has one"
 
         def add(m, carry):
             # out[j] += [D_m, y_{j-m}] 2^(-F_j) for j >= m.
@@ -222,12 +241,15 @@ def commutator_series(
             keep = jnp.arange(width) >= m
             weight = jnp.where(keep, jnp.exp2(jnp.minimum(e, 0)), 0).astype(rdtype)
             shifted = shifted * weight.astype(level.dtype)[:, None, None]
-            d = dense[m]
+            d, r = dense[m], dense_right[m]
             left = jnp.einsum("nm,jmp->jnp", d, shifted)
-            out = out + left - jnp.einsum("jnm,mp->jnp", shifted, d)
+            out = out + left - jnp.einsum("jnm,mp->jnp", shifted, r)
             if magnitude:
-                bound = _operator_norm_bound(d[None])[0]
-                size = size + 2 * bound * _norm(shifted, (1, 2))
+                if right is None:
+                    bound = 2 * _operator_norm_bound(d[None])[0]
+                else:
+                    bound = _operator_norm_bound(jnp.stack([d, r])).sum()
+                size = size + bound * _norm(shifted, (1, 2))
             return out, size
 
         out, size = lax.fori_loop(0, min(width, dense.shape[0]), add, (out, size))
@@ -251,14 +273,43 @@ def heisenberg_levels(
     hermitian: bool,
     estimate: bool = False,
 ) -> Levels:
-    """$X_k / k!$ for $k = 0..K$ by the direct Taylor recursion, in scaled time.
+    """$X_k / k!$ for $k = 0..K$ by the direct Taylor recursion of the commutator,
+    in scaled time: `taylor_levels` with the step $Y \\mapsto [G, Y]$ (see
+    `commutator_series`; `hermitian` as there)."""
 
-    `generator` is the series of $G(\\sigma) = i s H(t + s\\sigma)$ and `observable`
-    that of $X_0(t + s\\sigma)$, shape `(K+1, n, n)`, or `(1, n, n)` when both are
+    def step(level, exponents, out_exponents, magnitude):
+        return commutator_series(
+            generator, level, exponents, out_exponents, hermitian, magnitude
+        )
+
+    return taylor_levels(step, observable, order, estimate)
+
+
+# `step(level, exponents, out_exponents, magnitude)`: coefficients j < W of
+# $\mathcal{G}(\sigma) * Y(\sigma)$ (the Cauchy product of a linear generator's series
+# with the level's) times $2^{-F_j}$, and with `magnitude` also the size of what its
+# products add up per coefficient (as `commutator_series` returns them).
+LevelStep = Callable[[Array, Array, Array, bool], Array | tuple[Array, Array]]
+
+
+def taylor_levels(
+    step: LevelStep,
+    observable: Array,
+    order: int,
+    estimate: bool = False,
+) -> Levels:
+    """$X_k / k!$ for $k = 0..K$ by the direct Taylor recursion
+    $X_k = \\mathcal{G}_t[X_{k-1}] + dX_{k-1}/dt$ of a linear generator whose series
+    `step` applies, in scaled time.
+
+    For the Heisenberg hierarchy `step` is the commutator with the series of
+    $G(\\sigma) = i s H(t + s\\sigma)$; `observable` is the series of
+    $X_0(t + s\\sigma)$, shape `(K+1, n, n)`, or `(1, n, n)` when both are
     constant (then every level is one coefficient: nested commutators). Level k is
     carried as the series
     $u^{(k)}_j = s^{k+j} x^{(k)}_j / k!$, which obeys
-    $u^{(k)} = \\big([G, u^{(k-1)}] + d u^{(k-1)}/d\\sigma\\big) / k$, and
+    $u^{(k)} = \\big(\\mathcal{G} * u^{(k-1)} + d u^{(k-1)}/d\\sigma\\big) / k$
+    ($\\mathcal{G} * u = [G, u]$ for the Heisenberg hierarchy), and
     $u^{(k)}_0 = s^k X_k / k!$; each level is renormalised by a power of two (see
     `Levels`).
 
@@ -269,7 +320,8 @@ def heisenberg_levels(
     only for coefficients it does not need, so the needed triangle is exact.
 
     Cost: about $0.56 K^2$ coefficient updates for large matrices ($K^2$ for small
-    ones, see `_phases`), each one matrix product per term (`hermitian`) or two.
+    ones, see `_phases`), each what one `step` costs per coefficient (for the
+    commutator one matrix product per term, `hermitian`, or two).
 
     With `estimate`, `Levels.errors` holds a running estimate of each level's
     relative rounding error: level k adds $u\\,(M_k / \\|u^{(k)}\\| + 2)$, $u$ the unit
@@ -318,12 +370,10 @@ def heisenberg_levels(
             weight = scale * jnp.exp2(jnp.minimum(above - out, 0))
             derivative = shifted * weight.astype(dtype)[:, None, None]
             if estimate:
-                grown, size = commutator_series(
-                    generator, level, exponents, out, hermitian, True
-                )
+                grown, size = step(level, exponents, out, True)
                 size = size + _norm(derivative, (1, 2))
             else:
-                grown = commutator_series(generator, level, exponents, out, hermitian)
+                grown = step(level, exponents, out, False)
             grown = (grown + derivative) * (1 / k.astype(rdtype)).astype(dtype)
             e = _exponents(grown)
             new_level = _normalised(grown, e)
@@ -421,14 +471,22 @@ def propagator_errors(terms: TermSeries, series: Array) -> Array:
     ($\\sqrt{n}\\,\\epsilon$), weighed by its size against the result's. Scalars
     only: O(K^2) on the norms."""
     rdtype = real_dtype(series.dtype)
-    order = series.shape[0] - 1
-    unit = float(np.finfo(rdtype).eps) * math.sqrt(series.shape[1])
-    sizes = _norm(series, tuple(range(1, series.ndim)))
     h = jnp.sum(
         jnp.abs(terms.coefficients) * _norm(terms.matrices, (1, 2))[:, None], axis=0
     ).astype(rdtype)
     if terms.dense is not None:
         h = h + _norm(terms.dense, (1, 2)).astype(rdtype)
+    return series_errors(h, series)
+
+
+def series_errors(h: Array, series: Array) -> Array:
+    """The running estimate of `propagator_errors` for any linear recursion
+    $u_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} \\mathcal{G}_m[u_{j-m}]$, given a bound
+    `h[m]` on the size of each $\\mathcal{G}_m$ (shape `(K+1,)`)."""
+    rdtype = real_dtype(series.dtype)
+    order = series.shape[0] - 1
+    unit = float(np.finfo(rdtype).eps) * math.sqrt(series.shape[1])
+    sizes = _norm(series, tuple(range(1, series.ndim)))
     i = jnp.arange(order + 1)
 
     def body(j, errors):
