@@ -8,6 +8,10 @@ from ._hierarchies import (
     NestedCommutators as NestedCommutators,
     PropagatorDerivatives as PropagatorDerivatives,
 )
+from ._lindblad import (
+    DensityMatrixDerivatives as DensityMatrixDerivatives,
+    LindbladHierarchy as LindbladHierarchy,
+)
 from ._operators import (
     AbstractTimeOperator as AbstractTimeOperator,
     CallableOperator as CallableOperator,
