@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import jax
 
@@ -127,7 +128,7 @@ def measure(make, calls, repeats=1):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer orders and calls")
     parser.add_argument("--out", default="benchmarks/out/taylor.json")
     parser.add_argument("--jet-timeout", type=float, default=300.0)
@@ -175,7 +176,9 @@ def main():
     print(f"jax {jax.__version__} on {jax.default_backend()}, {platform.machine()}")
 
     # All of ours first, then jet (in child processes), so neither disturbs the other.
-    rows = {order: {"order": order} for order in sorted({*our_orders, *jet_orders})}
+    rows: dict[int, dict[str, Any]] = {
+        order: {"order": order} for order in sorted({*our_orders, *jet_orders})
+    }
     outputs = {}
     for order in our_orders:
         c, r, outputs[order] = measure(functools.partial(ours, order), calls, repeats=3)
@@ -339,6 +342,7 @@ def _diffrax_solve(t):
         args=0.5 + t,
         adjoint=diffrax.ForwardMode(),
     )
+    assert solution.ys is not None
     return solution.ys[-1]
 
 

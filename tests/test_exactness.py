@@ -43,7 +43,7 @@ def _per_level(got, reference):
     return mp_relative_errors(np.asarray(got), reference)
 
 
-def _check_estimate(estimate, observed, dtype=np.float64):
+def _check_estimate(estimate, observed, dtype: type = np.float64):
     """The error estimate is never below the observed error, and within 1000x of
     max(observed, 10 eps)."""
     estimate = np.asarray(estimate)
@@ -112,7 +112,7 @@ def _ladder(levels: int) -> sp.Matrix:
 
 
 def _kron(a: sp.Matrix, b: sp.Matrix) -> sp.Matrix:
-    return sp.kronecker_product(a, b)
+    return sp.Matrix(sp.kronecker_product(a, b))
 
 
 def test_lab_frame_transmon_and_resonator():

@@ -322,7 +322,8 @@ def test_float32_high_order_is_honest():
     h64 = hierax.HeisenbergHierarchy(
         hierax.Cos() * sy.astype(complex), sx.astype(float), 80
     )
-    levels32, levels64 = np.asarray(h32(jnp.float32(1))), np.asarray(h64(1.0))
+    levels32 = np.asarray(h32(jnp.float32(1)), np.complex64)
+    levels64 = np.asarray(h64(1.0), np.complex128)
     assert levels32.dtype == np.complex64
     assert not np.any(np.isnan(levels32))
     big = np.abs(levels64.real) > 3.4e38

@@ -82,7 +82,7 @@ def test_arithmetic_builds_the_expected_structure():
     np.testing.assert_allclose(
         scaled(0.7), np.exp(-(0.7**2) / 2) * np.asarray(op(0.7)), rtol=1e-13
     )
-    assert sum([op, op])(0.3).shape == (2, 2)
+    assert sum([op, op])(0.3).shape == (2, 2)  # pyright: ignore[reportCallIssue]
     assert not op.is_constant and hierax.as_operator(sx).is_constant
 
 

@@ -18,7 +18,7 @@ import sympy as sp  # noqa: E402
 from jax.experimental.jet import jet  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
-from hierax._taylor import propagate, supported_primitives, taylor  # noqa: E402
+from hierax._taylor import expand, supported_primitives, taylor  # noqa: E402
 
 
 T0 = 0.3
@@ -333,12 +333,12 @@ def test_against_sympy_order_20(name):
 # --- the transform's contract -------------------------------------------------------
 
 
-def test_propagate_general_input_series():
+def test_expand_general_input_series():
     # Any input series, not only time: compare with jet fed the same polynomial path.
     x = jnp.array([0.4, -0.3, 0.25, 0.1, -0.05, 0.02])
     y = jnp.stack([A * c for c in (1.0, 0.5, -0.2, 0.1, 0.3, -0.1)])
     fn = lambda x, y: jnp.exp(x) * jnp.tanh(y) @ y
-    ours = propagate(fn, x, y)
+    ours = expand(fn, x, y)
     factorials = jnp.array([math.factorial(j) for j in range(1, ORDER + 1)])
     primal, series = jet(
         fn,
@@ -443,4 +443,4 @@ def test_bad_time(t):
 
 def test_bad_function():
     with pytest.raises(TypeError, match="fn"):
-        taylor(3.0, T0, 3)
+        taylor(3.0, T0, 3)  # pyright: ignore[reportArgumentType]

@@ -1,5 +1,5 @@
 """The cases of JAX's own `jax.experimental.jet` test suite (tests/jet_test.py),
-rewritten as one table and run through `hierax._taylor.propagate`.
+rewritten as one table and run through `hierax._taylor.expand`.
 
 Every case pushes random input series through a function and compares the output
 series, at 1e-12 relative (x64), with nested `jax.jvp` along the polynomial curve the
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from jax.experimental.jet import jet
 
-from hierax._taylor import propagate
+from hierax._taylor import expand
 
 
 ORDER = 3
@@ -116,7 +116,7 @@ def _constant(value):
 
 # Each case: name -> (function, input builder taking an rng). Names follow
 # jet_test.py's test methods.
-def _unary(lims=(-2.0, 2.0), dtype=np.float64):
+def _unary(lims=(-2.0, 2.0), dtype: type = np.float64):
     return lambda rng: [_series(rng, lims, dtype)]
 
 
@@ -292,7 +292,7 @@ JET_SKIPS = {"cumprod", "cummax", "cummin", "scatter_add", "add_any", "sign", "c
 def test_jet_suite_case(name):
     fn, build = CASES[name]
     inputs = build(_rng(name))
-    ours = propagate(fn, *inputs)
+    ours = expand(fn, *inputs)
     assert_close(ours, nested_jvp_coefficients(fn, inputs, ORDER))
     if name not in JET_SKIPS:
         assert_close(ours, jet_coefficients(fn, inputs))
@@ -302,7 +302,7 @@ def test_jet_suite_case(name):
 def test_jet_suite_integer_case(name):
     fn, build = INTEGER_CASES[name]
     inputs = build(_rng(name))
-    ours = propagate(fn, *inputs)
+    ours = expand(fn, *inputs)
     value = fn(*[c[0] for c in inputs])
     assert ours.dtype == value.dtype
     np.testing.assert_array_equal(ours[0], value)

@@ -366,6 +366,7 @@ def _solve(t, adjoint, controller):
         adjoint=adjoint,
         stepsize_controller=controller,
     )
+    assert solution.ys is not None
     return solution.ys[-1]
 
 
@@ -393,6 +394,7 @@ def test_diffrax_linear_ode_order_10_closed_form():
         solution = diffrax.diffeqsolve(
             term, diffrax.Tsit5(), 0.0, 1.0, 1 / 200, jnp.array(1.0), args=0.7 + t
         )
+        assert solution.ys is not None
         return solution.ys[-1]
 
     order = 10

@@ -10,8 +10,11 @@ from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 
 
 # A scalar time, a real or complex number or 0-d array. (Annotated as broadly as any
-# array so that the precise checks in `_validation.as_time` give the error message.)
-TimeLike = ArrayLike
+# array so that the precise checks in `_validation.as_time` give the error message;
+# a checked time is a JAX array or a NumPy scalar, see `as_time`.)
+TimeLike = ArrayLike | np.generic
+# A checked time (what `as_time` returns): a JAX array or a NumPy scalar.
+Time = Array | np.ndarray | np.number
 # A Taylor order: a non-negative Python or NumPy int (checked by `check_order`).
 OrderLike = int | np.integer
 # Normalised Taylor coefficients of a scalar time function, orders 0..K.
@@ -27,6 +30,7 @@ __all__ = [
     "ScalarLike",
     "ScalarSeries",
     "Shaped",
+    "Time",
     "TimeLike",
     "typechecked",
 ]

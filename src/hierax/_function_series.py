@@ -6,13 +6,13 @@ from collections.abc import Callable
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._taylor import propagate, time_series
-from ._taylor._interpreter import function_name
+from ._custom_types import Time
+from ._taylor import expand, function_name, time_series
 
 
 def callable_series(
     fn: Callable[[Array], Array],
-    t: Array,
+    t: Time,
     order: int,
     time_scale: Array | None,
     api: str,
@@ -26,4 +26,4 @@ def callable_series(
     series = time_series(t, order)
     if time_scale is not None and order >= 1:
         series = series.at[1].set(time_scale.astype(series.dtype))
-    return jnp.asarray(propagate(fn, series, api=api, fn_name=function_name(fn)))
+    return jnp.asarray(expand(fn, series, api=api, fn_name=function_name(fn)))

@@ -35,6 +35,7 @@ from ._validation import (
     as_time,
     check_order,
     check_time_finite,
+    is_traced,
 )
 
 
@@ -57,7 +58,7 @@ def _is_hermitian(operator: AbstractTimeOperator) -> bool:
     operator is then Hermitian at every time."""
     if isinstance(operator, TimeOperator):
         m = operator.matrices
-        if isinstance(m, jax.core.Tracer):
+        if is_traced(m):
             return False
         m = np.asarray(m)
         return bool(np.array_equal(m, np.conj(np.swapaxes(m, -1, -2))))
@@ -122,7 +123,7 @@ def _check_time_scale(scale: Any, api: str) -> Array | None:
     array = as_numeric_array(scale, "time_scale", api)
     if array.ndim != 0 or jnp.iscomplexobj(array):
         raise ValueError(f"`{api}`: `time_scale` must be a real scalar, got {scale!r}.")
-    if not isinstance(array, jax.core.Tracer):
+    if not is_traced(array):
         value = float(array)
         if not (0 < value < float("inf")):
             raise ValueError(
@@ -317,9 +318,9 @@ class HeisenbergHierarchy(AbstractHierarchy):
         return _heisenberg_errors(self, t)
 
 
-HeisenbergHierarchy.__init__.__doc__ = HeisenbergHierarchy.__init__.__doc__.replace(
-    "TIME_SCALE", _TIME_SCALE_DOC
-)
+HeisenbergHierarchy.__init__.__doc__ = (
+    HeisenbergHierarchy.__init__.__doc__ or ""
+).replace("TIME_SCALE", _TIME_SCALE_DOC)
 
 
 def _heisenberg_levels(
@@ -435,7 +436,7 @@ class PropagatorDerivatives(AbstractHierarchy):
         """
         api = "hierax.PropagatorDerivatives(...)(t, state)"
         t = as_time(t, api)
-        return _propagate(self, t, self._check_state(state, api), normalised=False)
+        return _propagator(self, t, self._check_state(state, api), normalised=False)
 
     @typechecked
     def normalised(
@@ -455,7 +456,7 @@ class PropagatorDerivatives(AbstractHierarchy):
         """
         api = "hierax.PropagatorDerivatives(...).normalised(t, state)"
         t = as_time(t, api)
-        return _propagate(self, t, self._check_state(state, api), normalised=True)
+        return _propagator(self, t, self._check_state(state, api), normalised=True)
 
     @typechecked
     def error_estimate(
@@ -491,9 +492,9 @@ class PropagatorDerivatives(AbstractHierarchy):
         return state
 
 
-PropagatorDerivatives.__init__.__doc__ = PropagatorDerivatives.__init__.__doc__.replace(
-    "TIME_SCALE", _TIME_SCALE_DOC
-)
+PropagatorDerivatives.__init__.__doc__ = (
+    PropagatorDerivatives.__init__.__doc__ or ""
+).replace("TIME_SCALE", _TIME_SCALE_DOC)
 
 
 def _propagator_levels(
@@ -523,7 +524,7 @@ def _propagator_levels(
     return Levels(series, exponents, errors)
 
 
-def _propagate_impl(
+def _propagator_impl(
     derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
 ) -> Array:
     return finish_levels(_propagator_levels(derivatives, t, state, False), normalised)
@@ -536,7 +537,7 @@ def _propagator_errors_impl(
 
 
 _propagator_errors = module_jit(_propagator_errors_impl)
-_propagate = module_jit(_propagate_impl)
+_propagator = module_jit(_propagator_impl)
 
 
 class NestedCommutators(AbstractHierarchy):

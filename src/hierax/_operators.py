@@ -2,14 +2,15 @@
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._custom_types import OperatorSeries, OrderLike, TimeLike, typechecked
+from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._series import TermSeries, lower_toeplitz, result_dtype, scalar_cauchy_product
 from ._time_functions import (
@@ -44,7 +45,7 @@ class AbstractTimeOperator(eqx.Module):
         """Whether the operator is constant in time (from its structure)."""
 
     @abc.abstractmethod
-    def term_series(self, t: Array, order: int, time_scale: Array | None) -> TermSeries:
+    def term_series(self, t: Time, order: int, time_scale: Array | None) -> TermSeries:
         """The series of $\\sigma \\mapsto H(t + s\\sigma)$ to order `order`, in
         parts: time-function coefficients times constant matrices, plus a dense
         part. Called with arguments already checked, as
@@ -83,7 +84,7 @@ class AbstractTimeOperator(eqx.Module):
         t = as_time(t, api, canonical=False)
         return self.term_series(t, order, None).full()
 
-    def __add__(self, other):
+    def __add__(self, other: Any) -> "AbstractTimeOperator":
         if _is_zero(other):
             return self
         other = to_operator(other, "other", f"hierax.{type(self).__name__} + ...")
@@ -97,30 +98,30 @@ class AbstractTimeOperator(eqx.Module):
             return TimeOperator(self.functions + other.functions, matrices)
         return OperatorSum((self, other))
 
-    def __radd__(self, other):
+    def __radd__(self, other: Any) -> "AbstractTimeOperator":
         if _is_zero(other):
             return self  # so that `sum(...)` works
         return to_operator(other, "other", f"... + hierax.{type(self).__name__}") + self
 
-    def __neg__(self):
+    def __neg__(self) -> "AbstractTimeOperator":
         return self * -1.0
 
-    def __sub__(self, other):
+    def __sub__(self, other: Any) -> "AbstractTimeOperator":
         if _is_zero(other):
             return self
         api = f"hierax.{type(self).__name__} - ..."
         return self + (-to_operator(other, "other", api))
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: Any) -> "AbstractTimeOperator":
         api = f"... - hierax.{type(self).__name__}"
         return to_operator(other, "other", api) + (-self)
 
-    def __mul__(self, other):
+    def __mul__(self, other: Any) -> "AbstractTimeOperator":
         if isinstance(other, AbstractTimeFunction) or _is_number(other):
             return ScaledOperator(other, self)
         return NotImplemented
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: Any) -> "AbstractTimeOperator":
         return self.__mul__(other)
 
 
@@ -164,8 +165,13 @@ class TimeOperator(AbstractTimeOperator):
         functions = tuple(
             as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
         )
-        if hasattr(matrices, "ndim") and matrices.ndim == 3:
+        if isinstance(matrices, (jax.Array, np.ndarray)) and matrices.ndim == 3:
             matrices = list(matrices)
+        if not isinstance(matrices, Sequence):
+            raise TypeError(
+                f"`{api}`: `matrices` must be a sequence of (n, n) matrices or one "
+                f"(A, n, n) array, got {type(matrices).__name__}."
+            )
         mats = [
             as_square_matrix(m, f"matrices[{i}]", api) for i, m in enumerate(matrices)
         ]
@@ -379,7 +385,7 @@ def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
         )
     if callable(x) and not hasattr(x, "shape"):
         check_callable_operator(x, name, api)
-        return CallableOperator(x)
+        return CallableOperator(cast(Callable[[Array], Array], x))
     return TimeOperator((Constant(1.0),), [as_square_matrix(x, name, api)])
 
 

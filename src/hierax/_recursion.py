@@ -13,9 +13,7 @@ from jaxtyping import Array, PyTree, Shaped, jaxtyped
 
 from ._custom_types import TimeLike
 from ._jit import module_jit
-from ._taylor import propagate, time_series
-from ._taylor._interpreter import function_name
-from ._taylor._recurrences import derivative
+from ._taylor import derivative, expand, function_name, time_series
 from ._validation import as_numeric_array, as_time, check_order, check_time_finite
 
 
@@ -116,9 +114,7 @@ class Recursion(eqx.Module):
         t = check_time_finite(t, _API)
         ts = time_series(t, order)
         if callable(self.initial):
-            x = propagate(
-                self.initial, ts, api=_API, fn_name=function_name(self.initial)
-            )
+            x = expand(self.initial, ts, api=_API, fn_name=function_name(self.initial))
             if not jax.tree_util.tree_leaves(x):
                 raise ValueError(
                     f"`{_API}`: `initial(t)` must return an array or a pytree of "
@@ -139,7 +135,7 @@ class Recursion(eqx.Module):
         def level(k: Array, carry: tuple[Any, Any]) -> tuple[Any, Any]:
             x, stack = carry
             dx = jax.tree_util.tree_map(derivative, x)
-            new = propagate(self.step, ts, x, dx, api=_API, fn_name=step_name)
+            new = expand(self.step, ts, x, dx, api=_API, fn_name=step_name)
             new = jax.tree_util.tree_map(lambda s, d: s.astype(d), new, dtypes)
             stack = jax.tree_util.tree_map(
                 lambda s, n: lax.dynamic_update_index_in_dim(s, n[0], k, 0), stack, new

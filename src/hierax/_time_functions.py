@@ -16,7 +16,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._custom_types import OrderLike, ScalarSeries, TimeLike, typechecked
+from ._custom_types import OrderLike, ScalarSeries, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._series import (
     power_series,
@@ -25,7 +25,13 @@ from ._series import (
     times_exp,
     two_product,
 )
-from ._validation import as_numeric_array, as_time, check_order, trace_callable
+from ._validation import (
+    as_numeric_array,
+    as_time,
+    check_order,
+    is_traced,
+    trace_callable,
+)
 
 
 def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:
@@ -56,7 +62,7 @@ class AbstractTimeFunction(eqx.Module):
     __array_ufunc__ = None
 
     @abc.abstractmethod
-    def series(self, t: Array, order: int, time_scale: Array | None) -> Array:
+    def series(self, t: Time, order: int, time_scale: Array | None) -> Array:
         """The normalised Taylor coefficients of $\\sigma \\mapsto f(t + s\\sigma)$.
 
         Called with arguments already checked: `t` a finite 0-d array, `order` a
@@ -107,40 +113,40 @@ class AbstractTimeFunction(eqx.Module):
         api = f"hierax.{type(self).__name__}(...)(t)"
         return self.series(as_time(t, api, canonical=False), 0, None)[0]
 
-    def __add__(self, other):
+    def __add__(self, other: Any) -> "AbstractTimeFunction":
         other = _as_time_function_or_none(other)
         if other is None:
             return NotImplemented
         return TimeFunctionSum((self, other))
 
-    def __radd__(self, other):
+    def __radd__(self, other: Any) -> "AbstractTimeFunction":
         other = _as_time_function_or_none(other)
         if other is None:
             return NotImplemented
         return TimeFunctionSum((other, self))
 
-    def __neg__(self):
+    def __neg__(self) -> "AbstractTimeFunction":
         return TimeFunctionProduct(Constant(-1.0), self)
 
-    def __sub__(self, other):
+    def __sub__(self, other: Any) -> "AbstractTimeFunction":
         other = _as_time_function_or_none(other)
         if other is None:
             return NotImplemented
         return self + (-other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: Any) -> "AbstractTimeFunction":
         other = _as_time_function_or_none(other)
         if other is None:
             return NotImplemented
         return (-self) + other
 
-    def __mul__(self, other):
+    def __mul__(self, other: Any) -> Any:
         factor = _as_time_function_or_none(other)
         if factor is not None:
             return TimeFunctionProduct(self, factor)
         return _times_operator(self, other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: Any) -> Any:
         factor = _as_time_function_or_none(other)
         if factor is not None:
             return TimeFunctionProduct(factor, self)
@@ -249,7 +255,7 @@ class Polynomial(AbstractTimeFunction):
         return jnp.concatenate([q, jnp.zeros((order + 1 - width,), dtype)])
 
 
-def _phase(rate: Array, t: Array, phase: Array | None) -> tuple[Array, Array]:
+def _phase(rate: Array, t: Time, phase: Array | None) -> tuple[Array, Array]:
     """`(cos x, sin x)` for $x = \\text{rate}\\cdot t + \\text{phase}$, accurate at
     large $t$: the product is split into its rounded value and its exact rounding
     error (Dekker), and the phase is added by the angle-addition formulas, so the
@@ -257,7 +263,7 @@ def _phase(rate: Array, t: Array, phase: Array | None) -> tuple[Array, Array]:
     if jnp.iscomplexobj(t):  # holomorphic use: no splitting for complex times
         x = rate * t + (0 if phase is None else phase)
         return jnp.cos(x), jnp.sin(x)
-    p, error = two_product(rate, t)
+    p, error = two_product(rate, jnp.asarray(t))
     small = error if phase is None else error + phase
     cos_p, sin_p, cos_e, sin_e = jnp.cos(p), jnp.sin(p), jnp.cos(small), jnp.sin(small)
     return cos_p * cos_e - sin_p * sin_e, sin_p * cos_e + cos_p * sin_e
@@ -400,7 +406,7 @@ class Gaussian(AbstractTimeFunction):
         self.mean = _parameter(mean, "mean", api, real=True)
         self.width = _parameter(width, "width", api, real=True)
         self.amplitude = _parameter(amplitude, "amplitude", api)
-        if not isinstance(self.width, jax.core.Tracer) and float(self.width) == 0:
+        if not is_traced(self.width) and float(self.width) == 0:
             raise ValueError(f"`{api}`: `width` must be non-zero, got 0.")
 
     @property

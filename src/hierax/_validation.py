@@ -13,7 +13,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import Array
+
+from ._custom_types import Time
 
 
 MAX_ORDER = 10_000
@@ -39,8 +42,8 @@ def check_order(order: Any, api: str) -> int:
     return order
 
 
-def _is_traced(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)
+def is_traced(x: Any) -> bool:
+    return isinstance(x, Tracer)
 
 
 def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array:
@@ -54,7 +57,7 @@ def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array
         raise TypeError(f"`{api}`: `{name}` must be numeric, got the boolean {x!r}.")
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"`{api}`: `{name}` must be a numeric array, got {x!r}.")
-    if _is_traced(x):
+    if is_traced(x):
         array = x
     else:
         try:
@@ -100,7 +103,7 @@ def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array
 def check_finite(array: Any, name: str, api: str) -> None:
     """Refuse nan or inf in a concrete array, naming the argument and the first bad
     entry; traced arrays pass (the compiled calls check them with `eqx.error_if`)."""
-    if _is_traced(array):
+    if is_traced(array):
         return
     values = np.asarray(array)
     bad = ~np.isfinite(values)
@@ -125,7 +128,7 @@ def as_square_matrix(x: Any, name: str, api: str) -> Array:
     return array
 
 
-def as_time(t: Any, api: str, canonical: bool = True) -> Array | np.generic:
+def as_time(t: Any, api: str, canonical: bool = True) -> Time:
     """Check a time and return it in one canonical form: a 0-d array of the default
     float (or complex) dtype, so that a Python float, a NumPy scalar and a JAX array
     all share one compiled program. The time never sets the precision of a
@@ -164,7 +167,7 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Array | np.generic:
         )
     kind = complex if jnp.iscomplexobj(array) else float
     converted = array.astype(jnp.result_type(kind))
-    if not _is_traced(converted) and not bool(np.isfinite(np.asarray(converted))):
+    if not is_traced(converted) and not bool(np.isfinite(np.asarray(converted))):
         overflow = bool(np.isfinite(np.asarray(array))) or type(t) in (float, int)
         raise ValueError(
             f"`{api}`: `t` must be finite in {converted.dtype}, got {t!r}"

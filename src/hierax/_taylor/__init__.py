@@ -10,7 +10,8 @@ from . import (  # noqa: F401 (rules)
 )
 from ._api import taylor as taylor, time_series as time_series
 from ._core import RULES
-from ._interpreter import propagate as propagate
+from ._interpreter import expand as expand, function_name as function_name
+from ._recurrences import derivative as derivative
 
 
 def supported_primitives() -> list[str]:

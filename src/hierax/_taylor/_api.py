@@ -9,7 +9,7 @@ from jaxtyping import Array, PyTree, Shaped, jaxtyped
 from .._custom_types import TimeLike
 from .._jit import module_jit
 from .._validation import as_time_array, check_order, check_time_finite
-from ._interpreter import function_name, propagate
+from ._interpreter import expand, function_name
 
 
 _API = "hierax.taylor"
@@ -23,7 +23,7 @@ def time_series(t: Array, order: int) -> Array:
 
 def _taylor_impl(fn: Callable, t: Array, order: int) -> PyTree[Array]:
     t = check_time_finite(t, _API)
-    return propagate(fn, time_series(t, order), api=_API, fn_name=function_name(fn))
+    return expand(fn, time_series(t, order), api=_API, fn_name=function_name(fn))
 
 
 # The one compile policy of the public calls (`eqx.filter_jit` semantics, with a

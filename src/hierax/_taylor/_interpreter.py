@@ -122,7 +122,7 @@ def function_name(fn: Any) -> str:
     return name if name is not None else type(fn).__name__
 
 
-def propagate(
+def expand(
     fn: Callable,
     *series: Any,
     api: str = "hierax.taylor",
@@ -144,7 +144,7 @@ def propagate(
             f"shapes {[jnp.shape(leaf) for leaf in leaves]}."
         )
     if not leaves:
-        raise ValueError(f"`{api}`: no input series to propagate.")
+        raise ValueError(f"`{api}`: no input series to expand.")
     order = orders.pop() - 1
     leaves = [jnp.asarray(leaf) for leaf in leaves]
     ctx = Context(order, api, fn_name if fn_name is not None else function_name(fn))

@@ -285,12 +285,16 @@ def erf_inv(u, value):
 def integer_power(u, n: int):
     """$u^n$ for a Python int $n \\ge 1$ by repeated squaring: $O(\\log n)$ Cauchy
     products, exact also where $u_0 = 0$."""
-    result = None
-    base = u
-    while True:
-        if n & 1:
-            result = base if result is None else cauchy(result, base)
+    if n < 1:
+        raise ValueError(f"integer_power needs n >= 1, got {n}.")
+    while not n & 1:  # u^(2m) = (u^2)^m
+        u = cauchy(u, u)
         n >>= 1
-        if not n:
-            return result
-        base = cauchy(base, base)
+    result = u  # the lowest set bit of n
+    n >>= 1
+    while n:
+        u = cauchy(u, u)
+        if n & 1:
+            result = cauchy(result, u)
+        n >>= 1
+    return result
