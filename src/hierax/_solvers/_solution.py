@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int, Real, Shaped
 
+from .._jit import module_jit
+
 
 class Solution(eqx.Module):
     """The states of a solve at the requested times, their expectation values, the
@@ -73,6 +75,8 @@ class Solution(eqx.Module):
         )
 
 
-@eqx.filter_jit
-def _evaluate(interpolation: diffrax.DenseInterpolation, ts: Array) -> Array:
+def _evaluate_impl(interpolation: diffrax.DenseInterpolation, ts: Array) -> Array:
     return jax.vmap(interpolation.evaluate)(ts)
+
+
+_evaluate = module_jit(_evaluate_impl)

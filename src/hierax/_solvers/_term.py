@@ -6,7 +6,7 @@ import diffrax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
-from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, as_operator
+from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 
 
 class SchrodingerTerm(diffrax.AbstractTerm):
@@ -36,7 +36,7 @@ class SchrodingerTerm(diffrax.AbstractTerm):
             `hierax.Cos(w) * sx + sz`.
         """
         self.hamiltonian, self.energy_shift = _split_constant_trace(
-            to_operator(hamiltonian, "hierax.SchrodingerTerm")
+            to_operator(hamiltonian, "hamiltonian", "hierax.SchrodingerTerm")
         )
 
     @property
@@ -87,11 +87,3 @@ def _split_constant_trace(
             matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
         shifted.append(matrix)
     return TimeOperator(operator.functions, shifted), shift
-
-
-def to_operator(x: Any, api: str, name: str = "hamiltonian") -> AbstractTimeOperator:
-    """[`hierax.as_operator`][], with errors that name the caller's argument."""
-    try:
-        return as_operator(x)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"`{api}`: `{name}`: {error}") from error
