@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the argument, before any math runs."""
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -207,3 +208,36 @@ def test_jaxtyping_checks_signatures_at_run_time():
         "parameter 'order'.",
         "t refused by jaxtyping: The problem arose whilst typechecking parameter 't'.",
     ]
+
+
+_TWO_DEVICES = """
+import jax
+import jax.numpy as jnp
+import hierax
+
+d0, d1 = jax.devices()[:2]
+sx = jax.device_put(jnp.array([[0.0, 1.0], [1.0, 0.0]]), d0)
+sy = jax.device_put(jnp.array([[0, -1j], [1j, 0]]), d1)
+try:
+    hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, 3)(0.3)
+except ValueError as error:
+    print(str(error).split(";")[0])
+"""
+
+
+def test_arrays_on_different_devices_are_named():
+    """A module and arguments on two devices get a message that says so and how to
+    fix it, not only JAX's list of internal argument paths."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env["JAX_PLATFORMS"] = "cpu"
+    result = subprocess.run(
+        [sys.executable, "-c", _TWO_DEVICES],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "hierax: the arrays of one call live on different devices (cpu:0, cpu:1)"
+    ), result.stdout

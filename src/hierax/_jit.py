@@ -24,6 +24,27 @@ def module_jit(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def call(*args, **static):
+        try:
+            return dispatch(*args, **static)
+        except ValueError as error:
+            if "incompatible devices" not in str(error):
+                raise
+            devices = sorted(
+                {
+                    str(device)
+                    for leaf in jax.tree_util.tree_leaves(args)
+                    if isinstance(leaf, jax.Array)
+                    for device in leaf.devices()
+                }
+            )
+            raise ValueError(
+                f"hierax: the arrays of one call live on different devices "
+                f"({', '.join(devices)}); put the module and its arguments on one "
+                "device (`jax.device_put(x, device)`) or give them one sharding. "
+                f"JAX reported: {error}"
+            ) from None
+
+    def dispatch(*args, **static):
         module, rest = args[0], args[1:]
         # Only array leaves in the module (a Python int or bool field there is static
         # under filtering, and must stay so); the other arguments are times and
