@@ -3,10 +3,13 @@
 import functools
 from typing import Any
 
+import equinox as eqx
 import jax
 import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
+
+from ._jit import flatten_module
 
 
 # A scalar time, a real or complex number or 0-d array. (Annotated as broadly as any
@@ -42,6 +45,9 @@ def _signature(x: Any) -> Any:
     the values)."""
     if isinstance(x, (bool, int, float, complex, str, type(None))):
         return type(x)
+    if isinstance(x, eqx.Module):
+        flat = flatten_module(x)
+        return flat.treedef, flat.signature
     leaves, tree = jax.tree_util.tree_flatten(x)
     return tree, tuple(
         (type(leaf), getattr(leaf, "shape", None), getattr(leaf, "dtype", None))
