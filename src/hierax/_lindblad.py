@@ -273,11 +273,13 @@ def lindblad_levels(
     jumps = list(jumps)
     scaled = [_scaled(jump, scale) for jump in jumps]
 
-    def step(level, exponents, out_exponents, magnitude):
+    def step(
+        level: Array, exponents: Array, out_exponents: Array, magnitude: bool
+    ) -> Array | tuple[Array, Array]:
         result = commutator_series(
             left, level, exponents, out_exponents, hermitian, magnitude, right=right
         )
-        grown, size = result if magnitude else (result, None)
+        grown, size = result if isinstance(result, tuple) else (result, None)
         for jump, jump_scaled in zip(jumps, scaled, strict=True):
             part, part_size = _sandwich(
                 jump, jump_scaled, level, exponents, out_exponents, magnitude
@@ -285,7 +287,7 @@ def lindblad_levels(
             grown = grown + part
             if size is not None and part_size is not None:
                 size = size + part_size
-        return (grown, size) if magnitude else grown
+        return (grown, size) if size is not None else grown
 
     return taylor_levels(step, observable, order, estimate)
 
@@ -297,7 +299,7 @@ def lindblad_levels(
 
 def _window_sums(
     terms: TermSeries, window: Array, conjugate: bool
-) -> tuple[Array | None, Array | None]:
+) -> tuple[Array, np.ndarray] | tuple[None, None]:
     """For the time-dependent terms, $\\sum_i c_{a,i} w_i$ (conjugated coefficients
     with `conjugate`); for the constant ones merged, $w_0$ is all they need."""
     flags = terms.constant_flags()
@@ -528,7 +530,7 @@ class LindbladHierarchy(AbstractHierarchy):
     def __init__(
         self,
         hamiltonian: Any,
-        jump_operators: Sequence[Any],
+        jump_operators: Any,
         observable: Any,
         order: OrderLike,
         *,
@@ -612,7 +614,7 @@ class LindbladHierarchy(AbstractHierarchy):
         return _lindblad_errors(self, t)
 
 
-LindbladHierarchy.__init__.__doc__ = LindbladHierarchy.__init__.__doc__.replace(
+LindbladHierarchy.__init__.__doc__ = (LindbladHierarchy.__init__.__doc__ or "").replace(
     "TIME_SCALE", _TIME_SCALE_DOC
 )
 
@@ -759,7 +761,7 @@ class DensityMatrixDerivatives(AbstractHierarchy):
     def __init__(
         self,
         hamiltonian: Any,
-        jump_operators: Sequence[Any],
+        jump_operators: Any,
         order: OrderLike,
         *,
         time_scale: ArrayLike | None = None,
@@ -856,8 +858,8 @@ class DensityMatrixDerivatives(AbstractHierarchy):
 
 
 DensityMatrixDerivatives.__init__.__doc__ = (
-    DensityMatrixDerivatives.__init__.__doc__.replace("TIME_SCALE", _TIME_SCALE_DOC)
-)
+    DensityMatrixDerivatives.__init__.__doc__ or ""
+).replace("TIME_SCALE", _TIME_SCALE_DOC)
 
 
 def _density_levels(
