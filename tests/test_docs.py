@@ -294,6 +294,7 @@ RUNNABLE_PAGES = [
     "pytorch.md",
     "how-to/time-dependent.md",
     "how-to/time-evolution.md",
+    "how-to/open-systems.md",
     "how-to/gradients.md",
     "how-to/batching.md",
     "how-to/precision.md",
