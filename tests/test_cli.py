@@ -306,7 +306,7 @@ def test_bench_quick_writes_results(tmp_path):
     assert len(compile_part["naive"]) >= 3
     assert results["sizes"]["rows"]
     assert all(r["matmul_equivalents"] > 0 for r in results["sizes"]["rows"])
-    assert results["memory"]["output_array_bytes"] == 33 * 256 * 256 * 16
+    assert results["memory"]["output_array_bytes"] == 9 * 64 * 64 * 16  # K = 8
     assert results["targets"]
     markdown = (out / "results.md").read_text()
     assert "## Compile time against the order" in markdown

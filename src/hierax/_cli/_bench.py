@@ -566,15 +566,17 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
     # Before anything creates an array: every measurement is in double precision.
     jax.config.update("jax_enable_x64", True)
     start = time.perf_counter()
-    if quick:
-        orders = [1, 3, 10, 40, 200]
+    if quick:  # a smoke run of every part: small sizes, three orders
+        orders = [1, 3, 10]
         budget, naive_budget = 2.0, 1.5
         sizes, size_orders, size_budget = [2, 8], [9], 0.1
+        memory_n, memory_order = 64, 8
         rss = False
     else:
         orders = [1, 2, 3, 5, 7, 8, 9, 10, 20, 40, 100, 200]
         budget, naive_budget = 10.0, 10.0
         sizes, size_orders, size_budget = [2, 4, 8, 16, 32, 64, 128, 256], [9, 40], 0.5
+        memory_n, memory_order = 256, 32
         rss = True
     out.mkdir(parents=True, exist_ok=True)
     device = jax.devices()[0]
@@ -592,7 +594,7 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
     warm_up()
     results["compile"] = bench_compile(orders, budget, naive_budget)
     results["sizes"] = bench_sizes(sizes, size_orders, size_budget)
-    results["memory"] = bench_memory(256, 32, rss)
+    results["memory"] = bench_memory(memory_n, memory_order, rss)
     results["targets"] = check_targets(results)
     results["total_seconds"] = time.perf_counter() - start
 
