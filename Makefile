@@ -25,10 +25,7 @@ demo: $(VENV)/.installed-base
 	$(BIN)/python -m hierax seed
 
 ## Format and lint checks, the type check, then the test suite (both cores).
-## The type check reports but does not fail the target yet (the leading `-`): the
-## library core still has pyright errors to clear; drop the `-` once it is clean.
-test: lint
-	-PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright --pythonpath $(BIN)/python
+test: lint typecheck
 	$(BIN)/python -m pytest -n 2 -q
 
 ## The documentation site, built strictly into site/.

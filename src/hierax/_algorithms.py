@@ -12,7 +12,7 @@ frequencies the observable sees: offsets, spectators, lab-frame energies.)
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import jax.lax as lax
 import jax.numpy as jnp
@@ -373,7 +373,7 @@ def taylor_levels(
                 grown, size = step(level, exponents, out, True)
                 size = size + _norm(derivative, (1, 2))
             else:
-                grown = step(level, exponents, out, False)
+                grown = cast(Array, step(level, exponents, out, False))
             grown = (grown + derivative) * (1 / k.astype(rdtype)).astype(dtype)
             e = _exponents(grown)
             new_level = _normalised(grown, e)
