@@ -23,9 +23,11 @@ from ._operators import (
 )
 from ._recursion import Recursion as Recursion
 from ._solvers import (
+    LindbladTerm as LindbladTerm,
     SchrodingerTerm as SchrodingerTerm,
     Solution as Solution,
     TaylorSolver as TaylorSolver,
+    mesolve as mesolve,
     sesolve as sesolve,
 )
 from ._taylor import taylor as taylor

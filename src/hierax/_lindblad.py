@@ -410,6 +410,29 @@ def density_series(
     return r
 
 
+def density_generator(
+    hamiltonian: TermSeries, jumps: Sequence[TermSeries], scale: Array, dtype: Any
+) -> tuple[TermSeries, TermSeries, list[TermSeries]]:
+    """The parts `(left, right, jumps)` that `density_series` takes, from the series
+    of $H(t + s\\sigma)$ and of each $L_j(t + s\\sigma)$ at the scale `scale`
+    ($s$ of either sign: every part is linear in it), in the working `dtype`."""
+    jumps = [_cast(jump, dtype) for jump in jumps]
+    # -i s H: the Heisenberg generator's matrices negated.
+    generator = _scaled_generator(hamiltonian, scale, dtype)
+    generator = TermSeries(
+        generator.coefficients,
+        -generator.matrices,
+        None if generator.dense is None else -generator.dense,
+        generator.constant,
+    )
+    if jumps:
+        number = _scaled(_number_series(jumps, dtype), scale)
+        left, right = _two_sided(generator, number, -1.0)
+    else:
+        left = right = generator
+    return left, right, jumps
+
+
 def _generator_sizes(
     left: TermSeries, right: TermSeries, jumps: Sequence[TermSeries], scale: Array
 ) -> Array:
@@ -887,20 +910,7 @@ def _density_levels(
     dtype = _complex_dtype(derivatives, h, rho, *jumps)
     rdtype = jnp.finfo(dtype).dtype
     scale = scale.astype(rdtype)
-    jumps = [_cast(jump, dtype) for jump in jumps]
-    # -i s H: the Heisenberg generator's matrices negated.
-    generator = _scaled_generator(h, scale, dtype)
-    generator = TermSeries(
-        generator.coefficients,
-        -generator.matrices,
-        None if generator.dense is None else -generator.dense,
-        generator.constant,
-    )
-    if jumps:
-        number = _scaled(_number_series(jumps, dtype), scale)
-        left, right = _two_sided(generator, number, -1.0)
-    else:
-        left = right = generator
+    left, right, jumps = density_generator(h, jumps, scale, dtype)
     series = density_series(left, right, jumps, scale, rho.astype(dtype), order)
     errors = None
     if estimate:

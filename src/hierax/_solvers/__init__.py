@@ -1,6 +1,8 @@
-"""Time evolution with the Taylor method: diffrax terms, solver, and `sesolve`."""
+"""Time evolution with the Taylor method: diffrax terms, solver, `sesolve` and
+`mesolve`."""
 
+from ._mesolve import mesolve as mesolve
 from ._sesolve import sesolve as sesolve
 from ._solution import Solution as Solution
 from ._solver import TaylorSolver as TaylorSolver
-from ._term import SchrodingerTerm as SchrodingerTerm
+from ._term import LindbladTerm as LindbladTerm, SchrodingerTerm as SchrodingerTerm

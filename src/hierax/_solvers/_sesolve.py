@@ -21,7 +21,7 @@ from ._solver import (
     check_taylor_order,
     order_for_tolerance,
 )
-from ._term import SchrodingerTerm
+from ._term import LindbladTerm, SchrodingerTerm
 
 
 _API = "hierax.sesolve"
@@ -114,31 +114,67 @@ def sesolve(
     term = SchrodingerTerm(hamiltonian)
     n = term.size
     state = _check_state(state, n)
-    times = _check_times(times)
-    rtol = _check_tolerance(rtol, "rtol")
-    atol = _check_tolerance(atol, "atol")
     dtype = jnp.result_type(state, 1j)
+    exp_ops = _check_exp_ops(exp_ops, state, n, _API)
+    return solve(
+        term,
+        state.astype(dtype),
+        times,
+        rtol=rtol,
+        atol=atol,
+        order=order,
+        dt=dt,
+        exp_ops=exp_ops,
+        progress=progress,
+        dense=dense,
+        max_steps=max_steps,
+        adjoint=adjoint,
+        api=_API,
+    )
+
+
+def solve(
+    term: SchrodingerTerm | LindbladTerm,
+    state: Array,
+    times: Any,
+    *,
+    rtol: Any,
+    atol: Any,
+    order: int | None,
+    dt: Any,
+    exp_ops: Array | None,
+    progress: bool,
+    dense: bool,
+    max_steps: Any,
+    adjoint: diffrax.AbstractAdjoint | None,
+    api: str,
+) -> Solution:
+    """The solve shared by `sesolve` and `mesolve`: checks the options (the state,
+    already checked and in its complex dtype, and the observables are the caller's)
+    and runs the compiled solve."""
+    times = _check_times(times, api)
+    rtol = _check_positive(rtol, "rtol", api)
+    atol = _check_positive(atol, "atol", api)
     if order is None:
-        order = order_for_tolerance(rtol, dtype)
+        order = order_for_tolerance(rtol, state.dtype)
     else:
-        order = check_taylor_order(order, _API)
+        order = check_taylor_order(order, api)
     if dt is not None:
-        dt = _check_positive(dt, "dt")
-    exp_ops = _check_exp_ops(exp_ops, state, n)
+        dt = _check_positive(dt, "dt", api)
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"`{_API}`: `max_steps` must be an int >= 1, got {max_steps}.")
+        raise ValueError(f"`{api}`: `max_steps` must be an int >= 1, got {max_steps}.")
     if adjoint is None:
         adjoint = diffrax.RecursiveCheckpointAdjoint()
     if not isinstance(adjoint, _ADJOINTS):
         raise ValueError(
-            f"`{_API}`: `adjoint` must be one of "
+            f"`{api}`: `adjoint` must be one of "
             f"{', '.join('diffrax.' + a.__name__ + '()' for a in _ADJOINTS)}, got "
             f"{type(adjoint).__name__}: the Taylor solver differentiates through its "
             "own steps."
         )
     return _solve(
         term,
-        state.astype(dtype),
+        state,
         times,
         jnp.asarray(rtol),
         jnp.asarray(atol),
@@ -149,11 +185,12 @@ def sesolve(
         progress=progress,
         dense=dense,
         adjoint=adjoint,
+        api=api,
     )
 
 
 def _solve_impl(
-    term: SchrodingerTerm,
+    term: SchrodingerTerm | LindbladTerm,
     state: Array,
     times: Array,
     rtol: Array,
@@ -166,11 +203,12 @@ def _solve_impl(
     progress: bool,
     dense: bool,
     adjoint: diffrax.AbstractAdjoint,
+    api: str,
 ) -> Solution:
     times = eqx.error_if(
         times,
         jnp.any(jnp.diff(times) <= 0),
-        f"`{_API}`: `times` must be strictly increasing.",
+        f"`{api}`: `times` must be strictly increasing.",
     )
     t0, t1 = times[0], times[-1]
     if dt is None:
@@ -201,7 +239,10 @@ def _solve_impl(
         )
     states = cast(Array, solution.ys)
     expects = None
-    if exp_ops is not None:
+    if exp_ops is not None and isinstance(term, LindbladTerm):
+        # tr(E rho)
+        expects = jnp.einsum("enm,tmn->et", exp_ops.astype(states.dtype), states)
+    elif exp_ops is not None:
         expects = jnp.einsum(
             "tn...,enm,tm...->et...",
             states.conj(),
@@ -233,15 +274,27 @@ def _initial_step(term, t0, t1, rtol, order) -> Array:
     terms $(\\|H\\|\\tau)^j / j!$, which fall to `rtol` at order K near
     $\\tau = K\\, \\mathrm{rtol}^{1/K} / (e \\|H\\|)$ (Stirling). The controller
     corrects it from the first step's own series."""
-    matrix = term.hamiltonian(t0)
-    size = jnp.max(
-        jnp.sum(jnp.abs(matrix), axis=-1)
-    )  # the inf-norm, >= |H|_2 for Hermitian H
+    size = _generator_size(term, t0)
     rtol = rtol.astype(size.dtype)
     h = _SAFETY * order * rtol ** (1.0 / order) / (math.e * size)
     span = t1 - t0
     h = jnp.where(size > 0, h, span).astype(span.dtype)
     return jax.lax.stop_gradient(jnp.clip(h, span * 1e-6, span))
+
+
+def _inf_norm(matrix: Array) -> Array:
+    return jnp.max(jnp.sum(jnp.abs(matrix), axis=-1))
+
+
+def _generator_size(term: SchrodingerTerm | LindbladTerm, t: Array) -> Array:
+    """A bound on the generator's size at `t`: the inf-norm of H (>= |H|_2 for
+    Hermitian H); for a Lindblad generator $2\\|H\\| + 2\\sum_j \\|L_j\\|^2$."""
+    size = _inf_norm(term.hamiltonian(t))
+    if isinstance(term, LindbladTerm):
+        size = 2 * size
+        for op in term.jump_operators:
+            size = size + 2 * _inf_norm(op(t)) ** 2
+    return size
 
 
 def _check_state(state: Any, n: int) -> Array:
@@ -261,11 +314,11 @@ def _check_state(state: Any, n: int) -> Array:
     return state
 
 
-def _check_times(times: Any) -> Array:
+def _check_times(times: Any, api: str) -> Array:
     times = jnp.asarray(times)
     if jnp.iscomplexobj(times) or times.ndim != 1 or times.shape[0] < 2:
         raise ValueError(
-            f"`{_API}`: `times` must be a real 1-d array of at least two times, got "
+            f"`{api}`: `times` must be a real 1-d array of at least two times, got "
             f"{times.dtype} of shape {tuple(times.shape)}."
         )
     if not jnp.issubdtype(times.dtype, jnp.floating):
@@ -276,33 +329,30 @@ def _check_times(times: Any) -> Array:
         return times  # traced: checked at run time, inside `_solve`
     if np.any(np.diff(concrete) <= 0):
         raise ValueError(
-            f"`{_API}`: `times` must be strictly increasing, got {concrete}."
+            f"`{api}`: `times` must be strictly increasing, got {concrete}."
         )
     return times
 
 
-def _check_positive(x: Any, name: str) -> float:
+def _check_positive(x: Any, name: str, api: str) -> float:
     try:
         value = float(x)
     except (TypeError, jax.errors.ConcretizationTypeError):
         raise TypeError(
-            f"`{_API}`: `{name}` must be a concrete positive number, got {x!r}."
+            f"`{api}`: `{name}` must be a concrete positive number, got {x!r}."
         ) from None
     if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"`{_API}`: `{name}` must be positive and finite, got {x}.")
+        raise ValueError(f"`{api}`: `{name}` must be positive and finite, got {x}.")
     return value
 
 
-def _check_tolerance(x: Any, name: str) -> float:
-    return _check_positive(x, name)
-
-
-def _check_exp_ops(exp_ops: Any, state: Array, n: int) -> Array | None:
+def _check_exp_ops(exp_ops: Any, state: Array | None, n: int, api: str) -> Array | None:
+    """The observables as an `(E, n, n)` array; `state` None for a density matrix."""
     if exp_ops is None:
         return None
-    if state.ndim == 2 and state.shape[1] == n:
+    if state is not None and state.ndim == 2 and state.shape[1] == n:
         raise ValueError(
-            f"`{_API}`: `exp_ops` needs a state vector `(n,)` or states as columns "
+            f"`{api}`: `exp_ops` needs a state vector `(n,)` or states as columns "
             f"`(n, m)`; a square `state` of shape {tuple(state.shape)} is a "
             "propagator, which has no expectation values."
         )
@@ -311,7 +361,7 @@ def _check_exp_ops(exp_ops: Any, state: Array, n: int) -> Array | None:
         op = jnp.asarray(op)
         if op.shape != (n, n):
             raise ValueError(
-                f"`{_API}`: `exp_ops[{i}]` has shape {tuple(op.shape)} but the "
+                f"`{api}`: `exp_ops[{i}]` has shape {tuple(op.shape)} but the "
                 f"`hamiltonian` is {n}x{n}; each observable must be ({n}, {n})."
             )
         checked.append(op)

@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
+from .._lindblad import density_generator, density_series
 from .._operators import AbstractTimeOperator
-from ._term import SchrodingerTerm
+from .._series import TermSeries
+from ._term import LindbladTerm, SchrodingerTerm
 
 
 class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
@@ -54,9 +56,14 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
     `SaveAt(dense=True)`) evaluates the step's own series, so saving at many times
     costs no extra steps and no accuracy.
 
-    Use it with a [`hierax.SchrodingerTerm`][]. Supported adjoints are
-    `diffrax.RecursiveCheckpointAdjoint` (the default), `diffrax.DirectAdjoint` and
-    `diffrax.ForwardMode`.
+    With a [`hierax.LindbladTerm`][] the state is a density matrix and the terms
+    are those of its series, computed as [`hierax.DensityMatrixDerivatives`][]
+    computes them, in the step's own time scale; the error estimate, dense output
+    and step control are the same.
+
+    Use it with a [`hierax.SchrodingerTerm`][] or a [`hierax.LindbladTerm`][].
+    Supported adjoints are `diffrax.RecursiveCheckpointAdjoint` (the default),
+    `diffrax.DirectAdjoint` and `diffrax.ForwardMode`.
 
     !!! example
 
@@ -86,7 +93,8 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
 
     taylor_order: int = eqx.field(static=True)
 
-    term_structure: ClassVar = SchrodingerTerm
+    # A `SchrodingerTerm` or a `LindbladTerm`: `_unwrap` checks which, with a message.
+    term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = TaylorInterpolation
 
     def __init__(self, order: int):
@@ -115,8 +123,14 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         term, direction = _unwrap(terms)
         # diffrax integrates in s = direction * t; the series is in physical time.
         step = direction * (t1 - t0)
-        v = step_terms(term.hamiltonian, direction * t0, step, y0, self.taylor_order)
-        rate = (-1j * step * term.energy_shift).astype(v.dtype)
+        if isinstance(term, LindbladTerm):
+            v = density_step_terms(term, direction * t0, step, y0, self.taylor_order)
+            rate = jnp.zeros((), v.dtype)
+        else:
+            v = step_terms(
+                term.hamiltonian, direction * t0, step, y0, self.taylor_order
+            )
+            rate = (-1j * step * term.energy_shift).astype(v.dtype)
         phase = jnp.exp(rate)
         y1 = phase * jnp.sum(v, axis=0)
         y_error = truncation_estimate(v) * jnp.abs(phase)
@@ -127,15 +141,16 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         return terms.vf(t0, y0, args)
 
 
-def _unwrap(terms: Any) -> tuple[SchrodingerTerm, Array]:
-    """The `SchrodingerTerm` inside the time-reversal wrapper diffrax puts around
-    every term, and the direction of integration."""
+def _unwrap(terms: Any) -> tuple[SchrodingerTerm | LindbladTerm, Array]:
+    """The `SchrodingerTerm` or `LindbladTerm` inside the time-reversal wrapper
+    diffrax puts around every term, and the direction of integration."""
     direction = jnp.ones((), int)
-    while not isinstance(terms, SchrodingerTerm):
+    while not isinstance(terms, SchrodingerTerm | LindbladTerm):
         # diffrax's `WrapTerm(term, direction)`; adjoint wrappers carry no direction.
         if not (hasattr(terms, "term") and hasattr(terms, "direction")):
             raise TypeError(
-                "`hierax.TaylorSolver` steps a `hierax.SchrodingerTerm`, got "
+                "`hierax.TaylorSolver` steps a `hierax.SchrodingerTerm` or a "
+                f"`hierax.LindbladTerm`, got "
                 f"`{type(terms).__name__}`. Backsolve adjoints are not supported: use "
                 "`diffrax.RecursiveCheckpointAdjoint()` (the default), "
                 "`diffrax.DirectAdjoint()` or `diffrax.ForwardMode()`."
@@ -193,6 +208,42 @@ def step_terms(
         return v.at[j + 1].set(out / (j + 1).astype(dtype))
 
     return lax.fori_loop(0, order, body, v)
+
+
+def _signed(series: TermSeries, step: Array) -> TermSeries:
+    """A series at scale $|h|$ turned into the series at scale $h$: odd orders
+    negated for $h < 0$."""
+    width = series.coefficients.shape[-1]
+    signs = jnp.where(jnp.arange(width) % 2 == 0, 1, jnp.sign(step))
+    dense = series.dense
+    if dense is not None:
+        dense = dense * signs.astype(dense.dtype)[:, None, None]
+    return TermSeries(
+        series.coefficients * signs.astype(series.coefficients.dtype)[None, :],
+        series.matrices,
+        dense,
+        series.constant,
+    )
+
+
+def density_step_terms(
+    term: LindbladTerm, t: Array, step: Array, rho: Array, order: int
+) -> Array:
+    """The terms $v_j = \\rho^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the Lindblad
+    equation with $\\rho(t) = $ `rho`, for a step $h$ of either sign: shape
+    `(order + 1, n, n)`. The series of `density_series` at the scale $h$ itself
+    (each part of the generator is linear in it); the state's dtype sets the
+    precision."""
+    dtype = jnp.result_type(rho, 1j)
+    size = jnp.abs(step)
+    scale = jnp.where(size > 0, size, 1)
+    h = _signed(term.hamiltonian.term_series(t, order, scale), step)
+    jumps = [
+        _signed(op.term_series(t, order, scale), step) for op in term.jump_operators
+    ]
+    step = step.astype(jnp.finfo(dtype).dtype)
+    left, right, jumps = density_generator(h, jumps, step, dtype)
+    return density_series(left, right, jumps, step, rho.astype(dtype), order)
 
 
 def horner(terms: Array, theta: ArrayLike) -> Array:

@@ -1,4 +1,4 @@
-"""The Schrödinger equation as a diffrax term."""
+"""The Schrödinger and Lindblad equations as diffrax terms."""
 
 from typing import Any
 
@@ -6,6 +6,7 @@ import diffrax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
+from .._lindblad import _check_jump_operators
 from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 
 
@@ -87,3 +88,64 @@ def _split_constant_trace(
             matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
         shifted.append(matrix)
     return TimeOperator(operator.functions, shifted), shift
+
+
+class LindbladTerm(diffrax.AbstractTerm):
+    """The right-hand side of the Lindblad master equation for a density matrix
+    $\\rho$ of shape `(n, n)` ($\\hbar = 1$),
+
+    $$\\dot\\rho = -i[H(t), \\rho] + \\sum_j \\Big(L_j(t) \\rho L_j(t)^\\dagger
+      - \\tfrac12 \\{L_j(t)^\\dagger L_j(t), \\rho\\}\\Big),$$
+
+    as a diffrax term (the control is time, as in `diffrax.ODETerm`).
+
+    Any diffrax solver can use it through its vector field; [`hierax.TaylorSolver`][]
+    uses its structure instead, and steps with the exact Taylor series of $\\rho$,
+    computed as [`hierax.DensityMatrixDerivatives`][] computes it.
+    """
+
+    hamiltonian: AbstractTimeOperator
+    jump_operators: tuple[AbstractTimeOperator, ...]
+
+    def __init__(self, hamiltonian: Any, jump_operators: Any):
+        """**Arguments:**
+
+        - `hamiltonian`: $H(t)$, in any form [`hierax.as_operator`][] accepts: a
+            square matrix, a callable `t -> (n, n)`, or an operator such as
+            `hierax.Cos(w) * sx + sz`.
+        - `jump_operators`: a list (or tuple) of the $L_j(t)$, in the same forms,
+            rates included in the operators (`jnp.sqrt(gamma) * sm`,
+            `hierax.Polynomial(c) * sm`); `[]` for a closed system.
+        """
+        api = "hierax.LindbladTerm"
+        self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
+        self.jump_operators = _check_jump_operators(
+            jump_operators, self.hamiltonian.size, api
+        )
+
+    @property
+    def size(self) -> int:
+        """The dimension $n$ of the Hilbert space."""
+        return self.hamiltonian.size
+
+    def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
+        del args
+        matrix = self.hamiltonian(t)
+        jumps = [op(t) for op in self.jump_operators]
+        dtype = jnp.result_type(y, matrix, *jumps, 1j)
+        y = y.astype(dtype)
+        h = matrix.astype(dtype)
+        out = -1j * (h @ y - y @ h)
+        for jump in jumps:
+            jump = jump.astype(dtype)
+            adjoint = jnp.conj(jump.T)
+            number = adjoint @ jump
+            out = out + jump @ y @ adjoint - 0.5 * (number @ y + y @ number)
+        return out
+
+    def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
+        del kwargs
+        return jnp.asarray(t1) - jnp.asarray(t0)
+
+    def prod(self, vf: Array, control: ArrayLike) -> Array:
+        return vf * jnp.asarray(control).astype(vf.dtype)

@@ -1,0 +1,126 @@
+"""`hierax.mesolve`: the Lindblad master equation, solved with the Taylor method on
+diffrax (the solve of `hierax.sesolve`, with a `LindbladTerm`)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import diffrax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike
+
+from .._custom_types import typechecked
+from ._sesolve import _check_exp_ops, solve
+from ._solution import Solution
+from ._term import LindbladTerm
+
+
+_API = "hierax.mesolve"
+
+
+@typechecked
+def mesolve(
+    hamiltonian: Any,
+    jump_operators: Any,
+    rho: ArrayLike,
+    times: ArrayLike,
+    *,
+    rtol: float | int = 1e-8,
+    atol: float | int = 1e-10,
+    order: int | None = None,
+    dt: float | int | None = None,
+    exp_ops: Sequence[ArrayLike] | ArrayLike | None = None,
+    progress: bool = False,
+    dense: bool = False,
+    max_steps: int = 100_000,
+    adjoint: diffrax.AbstractAdjoint | None = None,
+) -> Solution:
+    """Solve the Lindblad master equation
+
+    $$\\dot\\rho = -i[H(t), \\rho] + \\sum_j \\Big(L_j(t) \\rho L_j(t)^\\dagger
+      - \\tfrac12 \\{L_j(t)^\\dagger L_j(t), \\rho\\}\\Big)$$
+
+    with the Taylor method of [`hierax.sesolve`][]: each step sums the exact series
+    of $\\rho$ to order $K$ (as [`hierax.DensityMatrixDerivatives`][] computes it,
+    in the step's own time scale), and the step size comes from the size of the
+    series' last two terms.
+
+    Built on `diffrax.diffeqsolve` with [`hierax.TaylorSolver`][] and
+    [`hierax.LindbladTerm`][], so it composes with `jax.jit`, `jax.grad` (through
+    the steps), and `jax.vmap`. Changing `times`, `rho` or the values of the
+    operators' parameters (a decay rate, a drive amplitude) never recompiles.
+
+    **Arguments:**
+
+    - `hamiltonian`: $H(t)$, an `(n, n)` matrix, a callable `t -> (n, n)`, or an
+        operator such as `hierax.Cos(w) * sx + sz`.
+    - `jump_operators`: a list (or tuple) of the $L_j(t)$, in the same forms, rates
+        included in the operators (`jnp.sqrt(gamma) * sm`,
+        `hierax.Polynomial(c) * sm`); `[]` for a closed system.
+    - `rho`: the initial density matrix, shape `(n, n)` (any matrix works: the
+        equation is linear).
+    - `times`: the times at which to save $\\rho$, strictly increasing, shape `(T,)`
+        with T >= 2; the solve runs from `times[0]` to `times[-1]`.
+    - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
+        `atol + rtol * |rho|`.
+    - `order`: the order K of the series; by default chosen from the tolerance.
+    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`, and
+        `rtol`, `atol` only choose the order.
+    - `exp_ops`: observables whose expectation values $\\mathrm{tr}(E\\rho)$ to
+        return, a sequence of `(n, n)` matrices or an `(E, n, n)` array.
+    - `progress`: print diffrax's text progress meter while solving.
+    - `dense`: keep every step's series, for [`hierax.Solution.evaluate`][].
+    - `max_steps`: the most steps the solve may take; it fails past that.
+    - `adjoint`: how to differentiate, `diffrax.RecursiveCheckpointAdjoint()` (the
+        default), `diffrax.DirectAdjoint()` or `diffrax.ForwardMode()`.
+
+    **Returns:**
+
+    A [`hierax.Solution`][]: `times`, `states` of shape `(T, n, n)`, `expects` of
+    shape `(E, T)`, `stats`.
+
+    !!! example
+
+        ```python
+        sz = jnp.array([[1.0, 0], [0, -1]])
+        sm = jnp.array([[0.0, 1], [0, 0]])
+        rho = jnp.array([[0.0, 0], [0, 1]])     # the excited state
+        solution = hierax.mesolve(
+            0.5 * sz, [jnp.sqrt(0.1) * sm], rho, jnp.linspace(0, 10, 101),
+            exp_ops=[sz],
+        )
+        solution.expects[0]                      # <sigma_z>(t), shape (101,)
+        ```
+    """
+    term = LindbladTerm(hamiltonian, jump_operators)
+    n = term.size
+    rho = _check_rho(rho, n)
+    exp_ops = _check_exp_ops(exp_ops, None, n, _API)
+    return solve(
+        term,
+        rho.astype(jnp.result_type(rho, 1j)),
+        times,
+        rtol=rtol,
+        atol=atol,
+        order=order,
+        dt=dt,
+        exp_ops=exp_ops,
+        progress=progress,
+        dense=dense,
+        max_steps=max_steps,
+        adjoint=adjoint,
+        api=_API,
+    )
+
+
+def _check_rho(rho: Any, n: int) -> Array:
+    rho = jnp.asarray(rho)
+    if not (jnp.issubdtype(rho.dtype, jnp.number) and rho.dtype != jnp.bool_):
+        raise ValueError(
+            f"`{_API}`: `rho` must be a numeric ({n}, {n}) matrix, got {rho.dtype}."
+        )
+    if rho.shape != (n, n):
+        raise ValueError(
+            f"`{_API}`: `rho` must be a square matrix of shape ({n}, {n}) to match the "
+            f"{n}x{n} `hamiltonian`, got shape {tuple(rho.shape)}."
+        )
+    return rho
