@@ -410,3 +410,38 @@ def test_propagator_time_scale():
         a = np.asarray(getattr(plain, method)(0.3, u0))
         b = np.asarray(getattr(scaled, method)(0.3, u0))
         assert np.all(relative_errors(b, a) < 1e-12)
+
+
+_KEEPS_NO_MODULE = """
+import gc, weakref
+import jax.numpy as jnp
+import numpy as np
+import hierax
+
+sx = jnp.array([[0.0, 1], [1, 0]])
+sy = jnp.array([[0, -1j], [1j, 0]])
+h = hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, 3)
+first = np.asarray(h(0.3))
+assert np.array_equal(np.asarray(h(0.3)), first)  # served from the cache
+ref = weakref.ref(h)
+del h
+gc.collect()
+print(ref() is None)
+"""
+
+
+def test_compiled_call_keeps_no_module_alive():
+    """The compile policy caches a module's flattened form; it must not keep the
+    module (and its matrices) alive once the user drops it. (In a plain process:
+    pytest keeps frames' locals of its own.)"""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _KEEPS_NO_MODULE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"

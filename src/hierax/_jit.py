@@ -2,6 +2,7 @@
 
 import collections
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -14,8 +15,10 @@ from jax.core import Tracer
 
 # Flattening a module walks its Python dataclass tree, which costs more than the
 # compiled call of a small hierarchy. Modules are immutable, so the flattened form
-# of one object never changes: the last few are kept, by identity (holding the object
-# keeps its id from being reused).
+# of one object never changes: the last few are kept, by identity. The cache holds a
+# weak reference to each module and drops its entry when the module dies, so it never
+# keeps a user's module or its arrays alive (and a dead module's id, reused by a new
+# object, never finds the old entry).
 class Flattened(NamedTuple):
     leaves: list
     treedef: Any
@@ -23,7 +26,7 @@ class Flattened(NamedTuple):
     signature: tuple  # (type, shape, dtype) of each leaf: what a type check reads
 
 
-_FLATTENED: collections.OrderedDict[int, tuple[Any, Flattened]] = (
+_FLATTENED: collections.OrderedDict[int, tuple[weakref.ref, Flattened]] = (
     collections.OrderedDict()
 )
 _FLATTENED_SIZE = 32
@@ -33,7 +36,7 @@ def flatten_module(module: Any) -> Flattened:
     """The flattened form of `module`, cached for concrete modules."""
     key = id(module)
     hit = _FLATTENED.get(key)
-    if hit is not None and hit[0] is module:
+    if hit is not None and hit[0]() is module:
         _FLATTENED.move_to_end(key)
         return hit[1]
     leaves, treedef = jax.tree_util.tree_flatten(module)
@@ -48,7 +51,13 @@ def flatten_module(module: Any) -> Flattened:
         ),
     )
     if not traced:
-        _FLATTENED[key] = (module, flat)
+
+        def forget(ref: weakref.ref, key: int = key) -> None:
+            entry = _FLATTENED.get(key)
+            if entry is not None and entry[0] is ref:
+                del _FLATTENED[key]
+
+        _FLATTENED[key] = (weakref.ref(module, forget), flat)
         if len(_FLATTENED) > _FLATTENED_SIZE:
             _FLATTENED.popitem(last=False)
     return flat
