@@ -30,6 +30,11 @@ from ._solvers import (
     mesolve as mesolve,
     sesolve as sesolve,
 )
+from ._splines import (
+    CubicSpline as CubicSpline,
+    PiecewiseConstant as PiecewiseConstant,
+    PiecewiseLinear as PiecewiseLinear,
+)
 from ._taylor import taylor as taylor
 from ._time_functions import (
     AbstractCoefficient as AbstractCoefficient,
