@@ -58,6 +58,8 @@ def _is_hermitian(operator: AbstractTimeOperator) -> bool:
     operator is then Hermitian at every time."""
     if isinstance(operator, TimeOperator):
         m = operator.matrices
+        if isinstance(m, tuple):
+            return all(matrix.is_hermitian() for matrix in m)
         if is_traced(m):
             return False
         m = np.asarray(m)
@@ -507,16 +509,20 @@ def _propagator_levels(
     )
     order = derivatives.order
     hamiltonian = derivatives.hamiltonian
-    probe = lambda: growth_rate(hamiltonian.term_series(t, 3, None), None)  # noqa: E731
+    # States keep sparse terms sparse (one sparse product per term and order).
+    probe = lambda: growth_rate(hamiltonian.sparse_series(t, 3, None), None)  # noqa: E731
     probe_dtype = _complex_dtype(derivatives, state)
     scale = _time_scale(derivatives, probe, probe_dtype, api)
-    h = hamiltonian.term_series(t, order, scale)
+    h = hamiltonian.sparse_series(t, order, scale)
     dtype = _complex_dtype(derivatives, h, state)
     rdtype = jnp.finfo(dtype).dtype
     scale = scale.astype(rdtype)
     h = h.astype(dtype)
     dense = None if h.dense is None else h.dense * scale
-    h = TermSeries(h.coefficients * scale, h.matrices, dense, h.constant)
+    sparse = h.sparse
+    if sparse is not None:
+        sparse = sparse._replace(coefficients=sparse.coefficients * scale)
+    h = TermSeries(h.coefficients * scale, h.matrices, dense, h.constant, sparse)
     series = propagator_series(h, state.astype(dtype), order)
     errors = propagator_errors(h, series) if estimate else None
     # Coefficient k is s^k U^(k) / k!; carried as one level each, exponent -k log2 s.

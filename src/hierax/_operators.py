@@ -12,7 +12,14 @@ from jaxtyping import Array, ArrayLike, Inexact
 
 from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
 from ._function_series import callable_series
-from ._series import TermSeries, lower_toeplitz, result_dtype, scalar_cauchy_product
+from ._series import (
+    TermSeries,
+    densified,
+    lower_toeplitz,
+    result_dtype,
+    scalar_cauchy_product,
+)
+from ._sparse import SparseMatrix, SparseTerms, apply_terms, as_sparse, is_sparse
 from ._time_functions import (
     AbstractTimeFunction,
     Constant,
@@ -50,6 +57,20 @@ class AbstractTimeOperator(eqx.Module):
         parts: time-function coefficients times constant matrices, plus a dense
         part. Called with arguments already checked, as
         [`hierax.AbstractTimeFunction.series`][] is."""
+
+    def sparse_series(
+        self, t: Time, order: int, time_scale: Array | None
+    ) -> TermSeries:
+        """`term_series` with sparse matrices kept sparse (in its `sparse` part):
+        what the kernels that act on states use. The default is `term_series`."""
+        return self.term_series(t, order, time_scale)
+
+    def apply(self, t: TimeLike, state: ArrayLike) -> Array:
+        """$H(t)$ times a state of shape `(n,)` or `(n, m)`, with sparse terms
+        kept sparse (`H(t) @ state` without forming the matrix)."""
+        api = f"hierax.{type(self).__name__}.apply"
+        series = self.sparse_series(as_time(t, api, canonical=False), 0, None)
+        return apply_at_order_zero(series, jnp.asarray(state))
 
     @typechecked
     def __call__(self, t: TimeLike) -> Inexact[Array, "n n"]:
@@ -92,9 +113,18 @@ class AbstractTimeOperator(eqx.Module):
             raise ValueError(
                 f"Cannot add operators of sizes {self.size} and {other.size}."
             )
-        if isinstance(self, TimeOperator) and isinstance(other, TimeOperator):
-            dtype = result_dtype(self.matrices, other.matrices)
-            matrices = jnp.concatenate([self.matrices, other.matrices]).astype(dtype)
+        if (
+            isinstance(self, TimeOperator)
+            and isinstance(other, TimeOperator)
+            and self.is_sparse == other.is_sparse
+        ):
+            if isinstance(self.matrices, tuple) and isinstance(other.matrices, tuple):
+                matrices = list(self.matrices) + list(other.matrices)
+            else:
+                dtype = result_dtype(self.matrices, other.matrices)
+                matrices = jnp.concatenate(
+                    [cast(Array, self.matrices), cast(Array, other.matrices)]
+                ).astype(dtype)
             return TimeOperator(self.functions + other.functions, matrices)
         return OperatorSum((self, other))
 
@@ -133,6 +163,30 @@ def _is_number(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and x.shape == ()
 
 
+# What `term_series` says when a sparse operator would need too much memory dense.
+_DENSE_USE = "A dense use of a sparse operator (its matrix, series or hierarchy)"
+
+
+def apply_at_order_zero(series: TermSeries, state: Array) -> Array:
+    """$H(t)$ times `state` from the order-0 coefficients of a series."""
+    dtype = jnp.result_type(result_dtype(series), state)
+    series = series.astype(dtype)
+    state = state.astype(dtype)
+    out = jnp.tensordot(
+        jnp.tensordot(series.coefficients[:, 0], series.matrices, axes=(0, 0)),
+        state,
+        axes=(1, 0),
+    )
+    if series.dense is not None:
+        out = out + series.dense[0] @ state
+    if series.sparse is not None:
+        c = series.sparse.coefficients[:, 0]
+        out = out + apply_terms(
+            series.sparse, c.reshape(c.shape + (1,) * state.ndim) * state[None]
+        )
+    return out
+
+
 def _is_zero(x: Any) -> bool:
     return type(x) in (int, float, complex) and x == 0
 
@@ -148,18 +202,20 @@ class TimeOperator(AbstractTimeOperator):
     """
 
     functions: tuple[AbstractTimeFunction, ...]
-    matrices: Inexact[Array, "terms n n"]
+    matrices: Inexact[Array, "terms n n"] | tuple[SparseMatrix, ...]
 
     def __init__(
         self,
         functions: Sequence[Any],
-        matrices: Sequence[ArrayLike] | ArrayLike,
+        matrices: Sequence[Any] | ArrayLike,
     ):
         """**Arguments:**
 
         - `functions`: the time functions $f_a$ (numbers mean constants).
         - `matrices`: the matrices $H_a$, a sequence of `(n, n)` arrays or one
-            `(A, n, n)` array. Integer and real matrices are promoted.
+            `(A, n, n)` array. Integer and real matrices are promoted. Sparse
+            matrices (`scipy.sparse`, BCOO, [`hierax.SparseMatrix`][]) are kept
+            sparse; if any matrix is sparse, all are stored sparse.
         """
         api = "hierax.TimeOperator"
         functions = tuple(
@@ -172,9 +228,14 @@ class TimeOperator(AbstractTimeOperator):
                 f"`{api}`: `matrices` must be a sequence of (n, n) matrices or one "
                 f"(A, n, n) array, got {type(matrices).__name__}."
             )
-        mats = [
-            as_square_matrix(m, f"matrices[{i}]", api) for i, m in enumerate(matrices)
-        ]
+        mats: list[Any]
+        if any(is_sparse(m) for m in matrices):
+            mats = [as_sparse(m, f"matrices[{i}]", api) for i, m in enumerate(matrices)]
+        else:
+            mats = [
+                as_square_matrix(m, f"matrices[{i}]", api)
+                for i, m in enumerate(matrices)
+            ]
         if len(mats) != len(functions):
             raise ValueError(
                 f"`{api}`: got {len(functions)} time functions but {len(mats)} "
@@ -188,27 +249,44 @@ class TimeOperator(AbstractTimeOperator):
                 f"`{api}`: all matrices must have the same shape, got shapes "
                 f"{[tuple(m.shape) for m in mats]}."
             )
-        dtype = jnp.result_type(*mats)
+        dtype = jnp.result_type(*[m.dtype for m in mats])
         self.functions = functions
-        self.matrices = jnp.stack([m.astype(dtype) for m in mats])
+        if isinstance(mats[0], SparseMatrix):
+            self.matrices = tuple(m.astype(dtype) for m in mats)
+        else:
+            self.matrices = jnp.stack([m.astype(dtype) for m in mats])
+
+    @property
+    def is_sparse(self) -> bool:
+        """Whether the matrices are stored sparse."""
+        return isinstance(self.matrices, tuple)
 
     @property
     def size(self) -> int:
-        return self.matrices.shape[-1]
+        return self.matrices[0].shape[-1]
 
     @property
     def is_constant(self) -> bool:
         return all(f.is_constant for f in self.functions)
 
     def term_series(self, t, order, time_scale):
+        return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
+
+    def sparse_series(self, t, order, time_scale):
         series = [f.series(t, order, time_scale) for f in self.functions]
         dtype = jnp.result_type(*series)
-        return TermSeries(
-            jnp.stack([s.astype(dtype) for s in series]),
-            self.matrices,
-            None,
-            tuple(f.is_constant for f in self.functions),
-        )
+        coefficients = jnp.stack([s.astype(dtype) for s in series])
+        constant = tuple(f.is_constant for f in self.functions)
+        if isinstance(self.matrices, tuple):
+            n = self.size
+            return TermSeries(
+                jnp.zeros((0, order + 1), dtype),
+                jnp.zeros((0, n, n), self.matrices[0].dtype),
+                None,
+                (),
+                SparseTerms(coefficients, self.matrices, constant),
+            )
+        return TermSeries(coefficients, self.matrices, None, constant)
 
 
 class CallableOperator(AbstractTimeOperator):
@@ -305,18 +383,28 @@ class ScaledOperator(AbstractTimeOperator):
         return self.function.is_constant and self.operator.is_constant
 
     def term_series(self, t, order, time_scale):
+        return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
+
+    def sparse_series(self, t, order, time_scale):
         c = self.function.series(t, order, time_scale)
-        inner = self.operator.term_series(t, order, time_scale)
+        inner = self.operator.sparse_series(t, order, time_scale)
         dtype = result_dtype(c, inner)
         c = c.astype(dtype)
-        # (f g_a) for each term: a Cauchy product of scalar series per term.
-        coefficients = (
-            jax.vmap(lambda g: scalar_cauchy_product(c, g))(
-                inner.coefficients.astype(dtype)
+
+        def times_function(g: Array) -> Array:
+            # (f g_a) for each term: a Cauchy product of scalar series per term.
+            if not g.shape[0]:
+                return g.astype(dtype)
+            return jax.vmap(lambda g: scalar_cauchy_product(c, g))(g.astype(dtype))
+
+        coefficients = times_function(inner.coefficients)
+        sparse = inner.sparse
+        if sparse is not None:
+            sparse = SparseTerms(
+                times_function(sparse.coefficients),
+                sparse.matrices,
+                tuple(k and self.function.is_constant for k in sparse.constant),
             )
-            if inner.coefficients.shape[0]
-            else inner.coefficients.astype(dtype)
-        )
         dense = None
         if inner.dense is not None:
             dense = jnp.einsum(
@@ -325,7 +413,7 @@ class ScaledOperator(AbstractTimeOperator):
         constant = tuple(
             c and self.function.is_constant for c in inner.constant_flags()
         )
-        return TermSeries(coefficients, inner.matrices, dense, constant)
+        return TermSeries(coefficients, inner.matrices, dense, constant, sparse)
 
 
 class OperatorSum(AbstractTimeOperator):
@@ -362,14 +450,25 @@ class OperatorSum(AbstractTimeOperator):
         return all(op.is_constant for op in self.operators)
 
     def term_series(self, t, order, time_scale):
-        parts = [op.term_series(t, order, time_scale) for op in self.operators]
+        return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
+
+    def sparse_series(self, t, order, time_scale):
+        parts = [op.sparse_series(t, order, time_scale) for op in self.operators]
         dtype = result_dtype(parts)
         coefficients = jnp.concatenate([p.coefficients.astype(dtype) for p in parts])
         matrices = jnp.concatenate([p.matrices.astype(dtype) for p in parts])
         denses = [p.dense.astype(dtype) for p in parts if p.dense is not None]
         dense = sum(denses[1:], denses[0]) if denses else None
         constant = tuple(c for p in parts for c in p.constant_flags())
-        return TermSeries(coefficients, matrices, dense, constant)
+        sparses = [p.sparse for p in parts if p.sparse is not None]
+        sparse = None
+        if sparses:
+            sparse = SparseTerms(
+                jnp.concatenate([q.coefficients.astype(dtype) for q in sparses]),
+                tuple(m for q in sparses for m in q.matrices),
+                tuple(k for q in sparses for k in q.constant),
+            )
+        return TermSeries(coefficients, matrices, dense, constant, sparse)
 
 
 def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
@@ -383,6 +482,8 @@ def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
             f"{type(x).__name__}; multiply it by a matrix, e.g. `{type(x).__name__}"
             "(...) * sigma_x`."
         )
+    if is_sparse(x):
+        return TimeOperator((Constant(1.0),), [as_sparse(x, name, api)])
     if callable(x) and not hasattr(x, "shape"):
         check_callable_operator(x, name, api)
         return CallableOperator(cast(Callable[[Array], Array], x))
@@ -411,6 +512,8 @@ def _time_function_times(function: AbstractTimeFunction, other: Any) -> Any:
     if isinstance(other, AbstractTimeOperator):
         return ScaledOperator(function, other)
     api = f"hierax.{type(function).__name__} * ..."
+    if is_sparse(other):
+        return TimeOperator((function,), [as_sparse(other, "other", api)])
     if callable(other) and not hasattr(other, "shape"):
         return ScaledOperator(function, to_operator(other, "other", api))
     return TimeOperator((function,), [as_square_matrix(other, "other", api)])

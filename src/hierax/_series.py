@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from ._sparse import SparseTerms, check_dense_memory
+
 
 def real_dtype(dtype) -> jnp.dtype:
     """The real dtype of the same precision as `dtype`."""
@@ -119,12 +121,16 @@ class TermSeries(NamedTuple):
     - `constant`: static flags, one per term, true where $f_a$ is constant by
         structure (its coefficients above order 0 vanish): the kernels merge those
         terms into one matrix. Empty means unknown (every term time-dependent).
+    - `sparse`: terms whose matrices are sparse, or `None`. Only the kernels that
+        act on states see them (`AbstractTimeOperator.sparse_series`); the others
+        get a series in which they were made dense (`densified`).
     """
 
     coefficients: Array
     matrices: Array
     dense: Array | None
     constant: tuple[bool, ...] = ()
+    sparse: SparseTerms | None = None
 
     def constant_flags(self) -> tuple[bool, ...]:
         count = self.coefficients.shape[0]
@@ -135,22 +141,55 @@ class TermSeries(NamedTuple):
         return result_dtype(self)
 
     def astype(self, dtype) -> "TermSeries":
+        sparse = self.sparse
+        if sparse is not None:
+            sparse = SparseTerms(
+                sparse.coefficients.astype(dtype),
+                tuple(m.astype(dtype) for m in sparse.matrices),
+                sparse.constant,
+            )
         return TermSeries(
             self.coefficients.astype(dtype),
             self.matrices.astype(dtype),
             None if self.dense is None else self.dense.astype(dtype),
             self.constant,
+            sparse,
         )
 
     def full(self) -> Array:
         """The series of the whole operator, `(K+1, n, n)`."""
-        dtype = self.dtype
+        series = densified(self, "The series of an operator")
+        dtype = series.dtype
         out = jnp.einsum(
-            "ak,anm->knm", self.coefficients.astype(dtype), self.matrices.astype(dtype)
+            "ak,anm->knm",
+            series.coefficients.astype(dtype),
+            series.matrices.astype(dtype),
         )
-        if self.dense is not None:
-            out = out + self.dense.astype(dtype)
+        if series.dense is not None:
+            out = out + series.dense.astype(dtype)
         return out
+
+
+def densified(series: TermSeries, what: str) -> TermSeries:
+    """The same series with its sparse terms made dense (one `(n, n)` matrix
+    each), for the kernels that compute dense operators; raises before a dense
+    computation (about K + terms + 2 matrices) that cannot fit in memory."""
+    sparse = series.sparse
+    if sparse is None:
+        return series
+    n = sparse.matrices[0].shape[0]
+    dtype = result_dtype(series)
+    count = series.coefficients.shape[0] + len(sparse.matrices)
+    check_dense_memory(n, count + series.coefficients.shape[-1] + 2, dtype, what)
+    matrices = jnp.stack([m.todense().astype(dtype) for m in sparse.matrices])
+    return TermSeries(
+        jnp.concatenate(
+            [series.coefficients.astype(dtype), sparse.coefficients.astype(dtype)]
+        ),
+        jnp.concatenate([series.matrices.astype(dtype), matrices]),
+        series.dense,
+        series.constant_flags() + sparse.constant,
+    )
 
 
 def result_dtype(*parts) -> jnp.dtype:
@@ -166,6 +205,7 @@ def result_dtype(*parts) -> jnp.dtype:
 
 __all__ = [
     "TermSeries",
+    "densified",
     "lower_toeplitz",
     "power_series",
     "real_dtype",

@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Array
 
 from ._series import TermSeries, real_dtype
+from ._sparse import SparseMatrix
 
 
 def _frequencies(coefficients: Array) -> Array:
@@ -42,6 +43,28 @@ def _norms(matrices: Array) -> Array:
     return jnp.sqrt(jnp.sum(jnp.abs(traceless) ** 2, axis=(-2, -1)))
 
 
+def _term_rates(coefficients: Array, norms: Array, commutes: bool) -> list[Array]:
+    """The rates of terms $f_a M_a$: their functions' oscillation rates where the
+    matrix acts, and for H the size of $\\mathrm{ad}_H$ per order."""
+    nu = jnp.where(norms > 0, _frequencies(coefficients), 0)
+    rates = [jnp.max(nu)]
+    if commutes:
+        sizes = jnp.sum(jnp.abs(coefficients) * norms[:, None], axis=0)
+        m = jnp.arange(sizes.shape[0], dtype=sizes.dtype)
+        rates.append(2 * jnp.max(sizes ** (1 / (m + 1))))
+    return rates
+
+
+def _sparse_norm(matrix: SparseMatrix, traceless: bool) -> Array:
+    """The Frobenius norm of a sparse matrix, of its traceless part if asked:
+    $\\|A - (\\mathrm{tr} A / n) I\\|^2 = \\|A\\|^2 - |\\mathrm{tr} A|^2 / n$."""
+    norm = matrix.frobenius_norm()
+    if not traceless:
+        return norm
+    n = matrix.shape[0]
+    return jnp.sqrt(jnp.maximum(norm**2 - jnp.abs(matrix.trace()) ** 2 / n, 0))
+
+
 def growth_rate(hamiltonian: TermSeries, observable: TermSeries | None) -> Array:
     """A cheap estimate of the rate at which the series of a hierarchy grow, from
     series of order 3 at scale 1: the size of $\\mathrm{ad}_H$ (its terms' traceless
@@ -57,13 +80,13 @@ def growth_rate(hamiltonian: TermSeries, observable: TermSeries | None) -> Array
             else jnp.sqrt(jnp.sum(jnp.abs(part.matrices) ** 2, axis=(-2, -1)))
         )
         if part.coefficients.shape[0]:
-            acting = norms > 0
-            nu = jnp.where(acting, _frequencies(part.coefficients), 0)
-            rates.append(jnp.max(nu))
-            if commutes:
-                sizes = jnp.sum(jnp.abs(part.coefficients) * norms[:, None], axis=0)
-                m = jnp.arange(sizes.shape[0], dtype=sizes.dtype)
-                rates.append(2 * jnp.max(sizes ** (1 / (m + 1))))
+            rates.extend(_term_rates(part.coefficients, norms, commutes))
+        if part.sparse is not None:
+            terms = part.sparse
+            sparse_norms = jnp.stack(
+                [_sparse_norm(m, commutes) for m in terms.matrices]
+            ).astype(real_dtype(terms.coefficients.dtype))
+            rates.extend(_term_rates(terms.coefficients, sparse_norms, commutes))
         if part.dense is not None:
             dense_norms = (
                 _norms(part.dense)

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
+from .._algorithms import sparse_products
 from .._lindblad import density_generator, density_series
 from .._operators import AbstractTimeOperator
 from .._series import TermSeries
@@ -174,7 +175,8 @@ def step_terms(
     """
     dtype = jnp.result_type(y0, 1j)
     size = jnp.abs(step)
-    series = hamiltonian.term_series(t, order, jnp.where(size > 0, size, 1))
+    # Sparse terms stay sparse: one sparse product per term and order.
+    series = hamiltonian.sparse_series(t, order, jnp.where(size > 0, size, 1))
     signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step)).astype(dtype)
     # -i h / (j + 1) goes into the weights, so each order costs the products only.
     factor = (-1j * step).astype(dtype)
@@ -188,6 +190,12 @@ def step_terms(
     if series.dense is not None:
         shape = (-1,) + (1,) * (series.dense.ndim - 1)
         dense = series.dense.astype(dtype) * (signs * factor).reshape(shape)
+    sparse = series.sparse
+    if sparse is not None:
+        sparse = sparse._replace(
+            coefficients=sparse.coefficients.astype(dtype) * (signs * factor)[None, :],
+            matrices=tuple(m.astype(dtype) for m in sparse.matrices),
+        )
     lags = jnp.arange(order + 1)
     v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0.astype(dtype))
 
@@ -205,6 +213,8 @@ def step_terms(
                 valid.reshape((-1,) + (1,) * (dense.ndim - 1)), dense[index], 0
             )
             out = out + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
+        if sparse is not None:
+            out = out + sparse_products(sparse, v, j)
         return v.at[j + 1].set(out / (j + 1).astype(dtype))
 
     return lax.fori_loop(0, order, body, v)

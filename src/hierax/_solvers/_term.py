@@ -8,6 +8,8 @@ from jaxtyping import Array, ArrayLike, Complex, PyTree
 
 from .._lindblad import _check_jump_operators
 from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
+from .._series import real_dtype, result_dtype
+from .._sparse import SparseMatrix, identity
 
 
 class SchrodingerTerm(diffrax.AbstractTerm):
@@ -47,10 +49,10 @@ class SchrodingerTerm(diffrax.AbstractTerm):
 
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         del args
-        matrix = self.hamiltonian(t)
-        dtype = jnp.result_type(y, matrix, self.energy_shift, 1j)
+        hy = self.hamiltonian.apply(t, y)  # sparse terms stay sparse
+        dtype = jnp.result_type(y, hy, self.energy_shift, 1j)
         y = y.astype(dtype)
-        return -1j * (matrix.astype(dtype) @ y + self.energy_shift.astype(dtype) * y)
+        return -1j * (hy.astype(dtype) + self.energy_shift.astype(dtype) * y)
 
     def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
         del kwargs
@@ -78,16 +80,35 @@ def _split_constant_trace(
         return operator, jnp.zeros((), jnp.result_type(1j))
     n = operator.size
     matrices = operator.matrices
-    dtype = jnp.result_type(matrices, 1j)
+    dtype = jnp.result_type(matrices[0].dtype, 1j)
     shift = jnp.zeros((), dtype)
     shifted = []
     for function, matrix in zip(operator.functions, matrices):
         if function.is_constant:
-            trace = jnp.trace(matrix) / n
+            if isinstance(matrix, SparseMatrix):
+                trace = matrix.trace() / n
+                matrix = matrix - trace * identity(n, matrix.dtype)
+            else:
+                trace = jnp.trace(matrix) / n
+                matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
             shift = shift + (function(0.0) * trace).astype(dtype)
-            matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
         shifted.append(matrix)
     return TimeOperator(operator.functions, shifted), shift
+
+
+def operator_bound(operator: AbstractTimeOperator, t: ArrayLike) -> Array:
+    """An upper bound on $\\|H(t)\\|_\\infty$ (>= the spectral norm for Hermitian
+    H): exact for the dense part, a sum of row-sum bounds for sparse terms (never
+    formed densely)."""
+    series = operator.sparse_series(jnp.asarray(t), 0, None)
+    size = jnp.zeros((), real_dtype(result_dtype(series)))
+    if series.coefficients.shape[0] or series.dense is not None:
+        dense = series._replace(sparse=None).full()[0]
+        size = size + jnp.max(jnp.sum(jnp.abs(dense), axis=-1))
+    if series.sparse is not None:
+        for c, matrix in zip(series.sparse.coefficients, series.sparse.matrices):
+            size = size + jnp.abs(c[0]) * matrix.row_sum_bound()
+    return size
 
 
 class LindbladTerm(diffrax.AbstractTerm):
