@@ -22,6 +22,7 @@ from ._operators import (
     as_operator as as_operator,
 )
 from ._recursion import Recursion as Recursion
+from ._sharding import shard_rows as shard_rows
 from ._solvers import (
     LindbladTerm as LindbladTerm,
     SchrodingerTerm as SchrodingerTerm,
@@ -29,6 +30,11 @@ from ._solvers import (
     TaylorSolver as TaylorSolver,
     mesolve as mesolve,
     sesolve as sesolve,
+)
+from ._sparse import (
+    SparseMatrix as SparseMatrix,
+    kron as kron,
+    site_operator as site_operator,
 )
 from ._splines import (
     CubicSpline as CubicSpline,

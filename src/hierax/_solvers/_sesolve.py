@@ -21,7 +21,7 @@ from ._solver import (
     check_taylor_order,
     order_for_tolerance,
 )
-from ._term import LindbladTerm, SchrodingerTerm
+from ._term import LindbladTerm, SchrodingerTerm, operator_bound
 
 
 _API = "hierax.sesolve"
@@ -282,18 +282,14 @@ def _initial_step(term, t0, t1, rtol, order) -> Array:
     return jax.lax.stop_gradient(jnp.clip(h, span * 1e-6, span))
 
 
-def _inf_norm(matrix: Array) -> Array:
-    return jnp.max(jnp.sum(jnp.abs(matrix), axis=-1))
-
-
 def _generator_size(term: SchrodingerTerm | LindbladTerm, t: Array) -> Array:
     """A bound on the generator's size at `t`: the inf-norm of H (>= |H|_2 for
     Hermitian H); for a Lindblad generator $2\\|H\\| + 2\\sum_j \\|L_j\\|^2$."""
-    size = _inf_norm(term.hamiltonian(t))
+    size = operator_bound(term.hamiltonian, t)
     if isinstance(term, LindbladTerm):
         size = 2 * size
         for op in term.jump_operators:
-            size = size + 2 * _inf_norm(op(t)) ** 2
+            size = size + 2 * operator_bound(op, t) ** 2
     return size
 
 
