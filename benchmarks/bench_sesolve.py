@@ -1,13 +1,15 @@
 """`hierax.sesolve` against diffrax, QuTiP and dynamiqs at matched final error.
 
-    .venv/bin/python benchmarks/bench_sesolve.py [--quick] [--out PATH]
+    .venv/bin/python benchmarks/bench_sesolve.py [--quick] [--out PATH] [--plot PNG]
 
-Two systems, dense matrices for every method, float64/complex128:
+Three systems, dense matrices for every method, float64/complex128:
 
 - a driven transmon, 4 levels in the lab frame (5 GHz, anharmonicity -300 MHz,
   a 50 MHz drive at the qubit frequency), over 2394 carrier periods (`--quick`: 240);
 - a 5-qubit Ising chain $\\sum Z_k Z_{k+1} + h(t) \\sum X_k$ with
-  $h(t) = 1 + 0.5 \\sin 2t$, over $T = 50\\pi$ (`--quick`: $5\\pi$).
+  $h(t) = 1 + 0.5 \\sin 2t$, over $T = 50\\pi$ (`--quick`: $5\\pi$);
+- the same chain of 10 qubits (n = 1024, dense), over $T = \\pi / 2$
+  (`--quick`: $\\pi / 8$).
 
 The reference final state is hierax itself with fixed steps short enough that each
 step's series converges far below rounding ($\\|H_0\\| dt \\le 1$, order 30); its
@@ -15,10 +17,12 @@ distance to diffrax Dopri8 and QuTiP vern9 at rtol 1e-14 is printed. (On the
 transmon, QuTiP vern9 at 1e-14 sits 3.5e-10 from both hierax and Dopri8, which
 agree to 1e-12: a lab-frame phase of 2e4 rad at relative accuracy 1e-14.)
 
-For each method a ladder of tolerances is run once; at each target final error
-(1e-6 and 1e-10) the loosest tolerance that meets it is timed again: the median of
-several calls, side by side in one process, after a compile run for the JAX methods
-(their compile time is the first call minus a run). Ratios are run time over
+For each method a ladder of tolerances (half decades; whole decades on the
+10-qubit chain) is run once, each point timed after a first call for the JAX
+methods (a new tolerance may recompile); these points are the work-precision plot.
+At each target final error (1e-6 and 1e-10) the loosest tolerance that meets it is
+timed again: the median of several calls, side by side in one process. A JAX
+method's compile time is its first call minus a run. Ratios are run time over
 hierax's. The machine load (`uptime`) is printed before and after.
 
 A second table prices diffrax's machinery: `sesolve` with a fixed step against the
@@ -56,7 +60,8 @@ PropagatorDerivatives = hierax.PropagatorDerivatives
 warnings.filterwarnings("ignore", message="Complex dtype support")
 
 TARGETS = (1e-6, 1e-10)
-LADDER = tuple(10.0**-k for k in range(5, 15))
+LADDER = tuple(10.0 ** -(k / 2) for k in range(8, 29))
+COARSE_LADDER = tuple(10.0**-k for k in range(4, 15))
 
 
 # --- the systems -----------------------------------------------------------------
@@ -82,6 +87,7 @@ def transmon(quick):
 
 
 def ising(quick, sites=5):
+    """The transverse-field Ising chain, dense."""
     sx = np.array([[0, 1], [1, 0]], complex)
     sz = np.diag([1.0, -1.0]).astype(complex)
 
@@ -93,13 +99,18 @@ def ising(quick, sites=5):
 
     zz = np.sum([at(sz, k) @ at(sz, k + 1) for k in range(sites - 1)], axis=0)
     x = np.sum([at(sx, k) for k in range(sites)], axis=0)
+    if sites <= 6:
+        span, label = (5 if quick else 50) * np.pi, f"{5 if quick else 50} pi"
+    else:
+        span, label = np.pi / (8 if quick else 2), f"pi/{8 if quick else 2}"
     return dict(
-        name=f"ising-{sites} (T = {5 if quick else 50} pi)",
+        name=f"ising-{sites} (T = {label})",
         h0=zz.astype(complex),
         h1=x.astype(complex),
         f=("1+0.5sin", 2.0, 0.0),
         state=np.eye(2**sites, dtype=complex)[0],
-        span=(5 if quick else 50) * np.pi,
+        span=span,
+        large=sites > 6,
     )
 
 
@@ -273,42 +284,49 @@ def converged_reference(system, order=30):
 
 def bench_system(system, methods, budget, slow_limit):
     reference = converged_reference(system)
-    spreads = {
-        name: error(np.asarray(solve(1e-14)), reference)
-        for name, solve in [
-            ("diffrax Dopri8 1e-14", method_diffrax(system, diffrax.Dopri8())),
-            ("QuTiP vern9 1e-14", method_qutip(system, "vern9")),
-        ]
-    }
+    spreads = {}
+    if not system.get("large"):
+        spreads = {
+            name: error(np.asarray(solve(1e-14)), reference)
+            for name, solve in [
+                ("diffrax Dopri8 1e-14", method_diffrax(system, diffrax.Dopri8())),
+                ("QuTiP vern9 1e-14", method_qutip(system, "vern9")),
+            ]
+        }
     print(
         f"\n## {system['name']}: reference = hierax, fixed steps with |H_0| dt <= 1 "
         f"at order 30; its distance to {spreads}",
         flush=True,
     )
     rows = []
+    ladders = {}
     for name in methods:
         try:
             solve = METHODS[name](system)
         except ImportError as e:
             print(f"{name}: not installed ({e})")
             continue
+        is_jax = name.split()[0] in ("hierax", "diffrax", "dynamiqs")
         ladder = []
-        first = True
-        for tol in LADDER:
+        compile_time = None
+        for tol in COARSE_LADDER if system.get("large") else LADDER:
             seconds, out = timed(solve, tol)
-            if first and name.split()[0] in ("hierax", "diffrax", "dynamiqs"):
-                compile_and_run = seconds
+            if is_jax:
+                # The first call at a tolerance may compile (hierax's order follows
+                # the tolerance); time a second one.
+                first = seconds
                 seconds, out = timed(solve, tol)
-                ladder.append(dict(compile=compile_and_run - seconds))
-            first = False
+                if compile_time is None:
+                    compile_time = first - seconds
             err = error(out, reference)
             ladder.append(dict(tol=tol, error=err, seconds=seconds))
-            previous = [r["error"] for r in ladder if "error" in r][:-1]
-            plateau = bool(previous) and err < 1e-8 and err > 0.3 * previous[-1]
+            previous = [r["error"] for r in ladder][:-1]
+            plateau = bool(previous) and err < 1e-8 and err > 0.7 * previous[-1]
             if err < min(TARGETS) / 10 or seconds > slow_limit or plateau:
                 break
+        ladders[name] = ladder
         for target in TARGETS:
-            met = [r for r in ladder if "tol" in r and r["error"] <= target]
+            met = [r for r in ladder if r["error"] <= target]
             if not met:
                 rows.append(dict(method=name, target=target, tol=None))
                 continue
@@ -321,10 +339,13 @@ def bench_system(system, methods, budget, slow_limit):
                     tol=best["tol"],
                     error=best["error"],
                     seconds=seconds,
-                    compile=ladder[0].get("compile"),
+                    compile=compile_time,
                 )
             )
-        print(f"  {name}: ladder {[(r.get('tol'), r.get('error')) for r in ladder]}")
+        points = ", ".join(
+            "({tol:.1e}, {error:.1e}, {seconds:.4f})".format(**r) for r in ladder
+        )
+        print(f"  {name}: ladder (tol, error, s) {points}", flush=True)
     for target in TARGETS:
         ours = next(
             (
@@ -336,7 +357,7 @@ def bench_system(system, methods, budget, slow_limit):
             ),
             None,
         )
-        print(f"\n### final error <= {target:.0e}")
+        print(f"\n### {system['name']}, final error <= {target:.0e}")
         print("| method | tol | final error | run time (median) | ratio | compile |")
         print("|---|---|---|---|---|---|")
         for r in rows:
@@ -352,7 +373,86 @@ def bench_system(system, methods, budget, slow_limit):
                 f"{r['seconds'] * 1e3:.1f} ms | {ratio} | {comp} |",
                 flush=True,
             )
-    return dict(system=system["name"], rows=rows, reference_spreads=spreads)
+    return dict(
+        system=system["name"], rows=rows, ladders=ladders, reference_spreads=spreads
+    )
+
+
+def bench_compile(system, orders=(10, 20, 30, 60)):
+    """Compile time (first call minus a run) of `sesolve` at several orders and of
+    diffrax Dopri8, each a fresh compile, side by side."""
+    hamiltonian = hierax.TimeOperator(
+        [hierax.Constant(1.0), coefficient_hierax(system["f"])],
+        [system["h0"], system["h1"]],
+    )
+    state = jnp.asarray(system["state"])
+    times = jnp.array([0.0, system["span"]])
+    out = {}
+    for order in orders:
+        # The tolerance is traced; the order is static, so each order compiles.
+        def solve(order=order):
+            return sesolve(
+                hamiltonian, state, times, rtol=1e-8, order=order, max_steps=10**6
+            ).states
+
+        first, _ = timed(solve)
+        run, _ = timed(solve)
+        out[f"hierax order {order}"] = first - run
+    dopri = method_diffrax(system, diffrax.Dopri8())
+    first, _ = timed(dopri, 1e-8)
+    run, _ = timed(dopri, 1e-8)
+    out["diffrax Dopri8"] = first - run
+    print(
+        f"\n### compile time (first call minus a run), {system['name']}\n"
+        + " | ".join(f"{k}: {v:.2f} s" for k, v in out.items()),
+        flush=True,
+    )
+    return out
+
+
+STYLES = {
+    "hierax Taylor": dict(color="black", marker="o", linewidth=2),
+    "diffrax Dopri8": dict(color="tab:blue", marker="s"),
+    "diffrax Tsit5": dict(color="tab:cyan", marker="s"),
+    "QuTiP vern9": dict(color="tab:red", marker="^"),
+    "QuTiP adams": dict(color="tab:orange", marker="v"),
+    "dynamiqs Dopri8": dict(color="tab:green", marker="D"),
+    "dynamiqs Tsit5": dict(color="tab:olive", marker="D"),
+}
+
+
+def plot(results, path, title):
+    """Work-precision: final error against run time, one panel per system, from the
+    ladders measured in this run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        1, len(results), figsize=(4.6 * len(results), 4.0), squeeze=False
+    )
+    for ax, result in zip(axes[0], results):
+        for name, ladder in result["ladders"].items():
+            points = sorted((r["seconds"], r["error"]) for r in ladder)
+            ax.loglog(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                label=name,
+                markersize=4,
+                **STYLES.get(name, {}),
+            )
+        for target in TARGETS:
+            ax.axhline(target, color="gray", linewidth=0.5, linestyle=":")
+        ax.set_title(result["system"], fontsize=10)
+        ax.set_xlabel("run time (s)")
+        ax.set_ylabel("final-state error")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"work-precision plot: {path}")
 
 
 def bench_machinery(system, order=24):
@@ -401,36 +501,64 @@ def bench_machinery(system, order=24):
     return dict(system=system["name"], scan=t_scan / steps, sesolve=t_fixed / steps)
 
 
+DEFAULT_METHODS = (
+    "hierax Taylor",
+    "diffrax Dopri8",
+    "QuTiP vern9",
+    "QuTiP adams",
+    "dynamiqs Dopri8",
+)
+SYSTEMS = {
+    "transmon": transmon,
+    "ising": ising,
+    "ising10": lambda quick: ising(quick, sites=10),
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short spans")
     parser.add_argument("--out", default=None, help="write the results as JSON")
+    parser.add_argument("--plot", default=None, help="write the work-precision PNG")
     parser.add_argument(
-        "--methods", default=",".join(METHODS), help="comma-separated subset"
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help=f"comma-separated subset of {', '.join(METHODS)}",
     )
-    parser.add_argument("--systems", default="transmon,ising")
+    parser.add_argument("--systems", default="transmon,ising,ising10")
     args = parser.parse_args()
     load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout
     print(
         f"# bench_sesolve {'(quick)' if args.quick else ''}\nload before: {load_before}"
     )
     methods = args.methods.split(",")
-    budget = 2.0 if args.quick else 8.0
-    slow_limit = 30.0 if args.quick else 120.0
+    budget = 2.0 if args.quick else 6.0
+    slow_limit = 30.0 if args.quick else 60.0
     results = []
     machinery = []
+    compiles = {}
     for key in args.systems.split(","):
-        system = {"transmon": transmon, "ising": ising}[key](args.quick)
+        system = SYSTEMS[key](args.quick)
         results.append(bench_system(system, methods, budget, slow_limit))
-        machinery.append(bench_machinery(system))
+        if not system.get("large"):
+            machinery.append(bench_machinery(system))
+        if key == "ising":
+            compiles = bench_compile(system)
     load_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout
     print(f"\nload after: {load_after}")
+    if args.plot:
+        plot(
+            results,
+            args.plot,
+            f"sesolve work-precision (x64, CPU); load {load_before.split('load')[-1]}",
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(
                 dict(
                     results=results,
                     machinery=machinery,
+                    compile=compiles,
                     load=[load_before, load_after],
                     quick=args.quick,
                     python=sys.version,
