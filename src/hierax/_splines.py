@@ -181,8 +181,8 @@ class CubicSpline(AbstractTimeFunction):
     Outside the knot range the function holds its end value, $f(t) = y_0$ for
     $t < t_0$ and $f(t) = y_{N-1}$ for $t \\geq t_{N-1}$, with zero derivatives (as
     QuTiP's array coefficients do). At a knot the segment to its right is used, so
-    the series there is one-sided: the third derivative jumps at interior knots (the
-    second and first too at the ends of the range).
+    the series there is one-sided: the third derivative may jump at an interior
+    knot, and the first and second at the two ends, where the held value begins.
 
     The spline's linear system (tridiagonal, one row per knot) is solved in JAX at
     each evaluation, so the series is differentiable with respect to `values` and
