@@ -404,23 +404,7 @@ def test_heisenberg_hierarchy_with_a_spline():
     """H = CubicSpline * sx + sz in `HeisenbergHierarchy`, against the direct
     Taylor recursion in mpmath on scipy's spline written as a SymPy Piecewise, at a
     point inside a segment and exactly at a knot (where the segment on the right is
-    used); k <= 4, so the third derivative's jump at the knot enters X_4 only.
-
-    The same compiled call then gets new samples and knot times and must not
-    retrace (the pattern of `test_retrace.py`: the coefficient of sz is a callable
-    that is 1 and counts how often it is traced)."""
-    runs: list = []
-
-    def one(t):
-        runs.append(None)
-        return jnp.ones_like(t)
-
-    counting = hierax.CallableTimeFunction(one)
-
-    def hierarchy(times, values):
-        hamiltonian = hierax.CubicSpline(times, values) * SIGMA_X + counting * SIGMA_Z
-        return hierax.HeisenbergHierarchy(hamiltonian, SIGMA_Z, 4)
-
+    used); k <= 4, so the third derivative's jump at the knot enters X_4 only."""
     rng = np.random.default_rng(8)
     x = np.linspace(0.0, 2.0, 9)
     y = np.sin(1.5 * x) + 0.1 * rng.normal(size=9)
@@ -435,12 +419,14 @@ def test_heisenberg_hierarchy_with_a_spline():
     spline = sp.Piecewise(*pieces, (sp.Rational(float(y[-1])), True))
     sx = sp.Matrix([[0, 1], [1, 0]])
     sz = sp.Matrix([[1, 0], [0, -1]])
-    levels = hierarchy(x, y)
+    hamiltonian = hierax.CubicSpline(x, y) * SIGMA_X + SIGMA_Z
+    levels = hierax.HeisenbergHierarchy(hamiltonian, SIGMA_Z, 4)
     for t0 in (sp.Rational(7, 10), sp.Rational(float(x[3]))):
         expected = sympy_levels(
             [(spline, sx), (sp.Integer(1), sz)], [(sp.Integer(1), sz)], t0, 4
         )
         errors = mp_relative_errors(levels(float(t0)), expected)
+        print(f"t = {float(t0)}: relative errors per level {errors}")
         assert np.all(errors < 1e-12), errors
     # At the knot, levels 0..3 are continuous and X_4 jumps.
     knot = float(x[3])
@@ -448,13 +434,31 @@ def test_heisenberg_hierarchy_with_a_spline():
     jumps = np.linalg.norm(at - below, axis=(1, 2)) / np.linalg.norm(at, axis=(1, 2))
     assert np.all(jumps[:4] < 1e-6) and jumps[4] > 1e-2, jumps
 
+
+def test_new_samples_do_not_retrace():
+    """New samples and knot times reuse the hierarchy's compiled call (the pattern
+    of `test_retrace.py`: a callable beside the spline counts how often it is
+    traced), and the reused program computes with the new values."""
+    runs: list = []
+
+    def envelope(t):
+        runs.append(None)
+        return jnp.exp(-(t**2))
+
+    counting = hierax.CallableTimeFunction(envelope)
+
+    def levels(times, values, t):
+        hamiltonian = hierax.CubicSpline(times, values) * SIGMA_X + counting * SIGMA_Z
+        return hierax.HeisenbergHierarchy(hamiltonian, SIGMA_Z, 4)(t)
+
+    x = np.linspace(0.0, 2.0, 9)
+    first = levels(x, np.sin(x), 0.7)
     traced = len(runs)
     assert traced >= 1
     for k in range(1, 4):
-        hierarchy(x * (1 + 0.1 * k), np.sin(k * x))(0.3 * k)
+        levels(x * (1 + 0.1 * k), np.sin(k * x), 0.3 * k)
     assert len(runs) == traced, "new samples or knot times retraced the call"
-    # The reused program computes with the new values.
-    assert not np.allclose(hierarchy(x, np.cos(x))(0.7), levels(0.7))
+    assert not np.allclose(levels(x, np.cos(x), 0.7), first)
 
 
 def test_time_function_alone_does_not_retrace():
