@@ -272,9 +272,11 @@ _SHARDED = textwrap.dedent(
     assert len(split.sharding.device_set) == 4, split.sharding
     b = float(jnp.max(jnp.abs(split - one)))
 
-    # (a) a batch of initial states split across the devices.
+    # (a) a batch of initial states split across the devices (all derivatives of
+    # each evolved state).
     batch = jnp.stack([psi, jnp.roll(psi, 1), jnp.roll(psi, 2), jnp.roll(psi, 3)])
-    run = jax.vmap(lambda y: hierax.sesolve(h, y, times, rtol=1e-10).states[-1])
+    derivatives = hierax.PropagatorDerivatives(h, 6)
+    run = jax.vmap(lambda y: derivatives(0.4, y))
     loop = jnp.stack([run(batch[i : i + 1])[0] for i in range(4)])
     sharded = run(jax.device_put(batch, NamedSharding(auto, PartitionSpec("rows"))))
     assert len(sharded.sharding.device_set) == 4, sharded.sharding
