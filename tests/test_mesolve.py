@@ -134,16 +134,31 @@ def test_time_dependent_against_dop853_and_physicality():
     assert np.min(np.linalg.eigvalsh(hermitian)) >= -1e-10
 
 
-def test_expectation_values_are_traces():
+def test_expectation_values_dense_output_and_progress(capsys):
     hamiltonian, jumps = _qubit_t1_t2()
     times = np.linspace(0.0, 8.0, 5)
     ours = mesolve(
-        hamiltonian, jumps, RHO, times, rtol=RTOL, atol=ATOL, exp_ops=[SZ, SX]
+        hamiltonian,
+        jumps,
+        RHO,
+        times,
+        rtol=RTOL,
+        atol=ATOL,
+        exp_ops=[SZ, SX],
+        dense=True,
+        progress=True,
     )
     assert ours.expects is not None
     assert ours.expects.shape == (2, 5)
     traces = np.einsum("enm,tmn->et", np.stack([SZ, SX]), np.asarray(ours.states))
     assert _error(ours.expects, traces) <= 1e-14
+    # Dense output between the saved times, against expm of the Liouvillian.
+    between = np.array([0.3, 2.9, 5.55, 7.9])
+    reference = _expm_reference(
+        hamiltonian, jumps, RHO, np.concatenate([[0.0], between])
+    )
+    assert _error(ours.evaluate(between), reference[1:]) <= 10 * RTOL
+    assert "100.00%" in capsys.readouterr().out
 
 
 def test_no_jump_operators_equals_sesolve():
@@ -157,8 +172,11 @@ def test_no_jump_operators_equals_sesolve():
     assert _error(ours.states, expected) <= 1e-9
 
 
-def _population(gamma, times=None):
+def _population(gamma, amplitude=0.4, times=None):
+    """The excited population at the end of a driven, decaying qubit: a function
+    of a decay rate and of a pulse amplitude."""
     hamiltonian, _ = _qubit_t1_t2()
+    hamiltonian = hamiltonian + hierax.Cos(1.3, amplitude=amplitude) * SX
     if times is None:
         times = jnp.array([0.0, 3.0])
     jumps = [jnp.sqrt(gamma) * SM, np.sqrt(0.05) * SZ]
@@ -166,11 +184,16 @@ def _population(gamma, times=None):
     return jnp.real(states[-1, 0, 0])
 
 
-def test_gradient_with_respect_to_a_decay_rate():
-    gamma, step = 0.2, 1e-4
-    gradient = jax.grad(_population)(gamma)
-    difference = (_population(gamma + step) - _population(gamma - step)) / (2 * step)
-    assert float(gradient) == pytest.approx(float(difference), rel=1e-5)
+def test_gradient_with_respect_to_a_decay_rate_and_a_pulse_amplitude():
+    gamma, amplitude, step = 0.2, 0.4, 1e-4
+    gradient = jax.grad(_population, argnums=(0, 1))(gamma, amplitude)
+    differences = (
+        (_population(gamma + step) - _population(gamma - step)) / (2 * step),
+        (_population(gamma, amplitude + step) - _population(gamma, amplitude - step))
+        / (2 * step),
+    )
+    for got, want in zip(gradient, differences):
+        assert float(got) == pytest.approx(float(want), rel=1e-5)
 
 
 def test_vmap_over_rates_equals_loop_and_no_retrace():
@@ -182,7 +205,7 @@ def test_vmap_over_rates_equals_loop_and_no_retrace():
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
     def solve(gamma, times):
-        return _population(gamma, times)
+        return _population(gamma, times=times)
 
     solve(jnp.asarray(0.2), jnp.array([0.0, 1.0, 3.0]))
     solve(jnp.asarray(0.5), jnp.array([0.5, 2.0, 4.0]))
