@@ -19,6 +19,7 @@ from ._algorithms import (
     without_trace,
 )
 from ._custom_types import OrderLike, TimeLike, typechecked
+from ._interop import as_matrix, as_state
 from ._jit import module_jit
 from ._operators import (
     AbstractTimeOperator,
@@ -395,6 +396,12 @@ class PropagatorDerivatives(AbstractHierarchy):
     costs one matrix product per term. Each coefficient is a sum whose largest term
     has the size of the result, so the recursion loses no digits to offsets or
     spectators.
+
+    A square state `(n, n)` is always read as a propagator (or as $n$ kets side by
+    side), never as a density matrix: $\rho' = -i[H, \rho]$ is a different
+    equation, which [`hierax.DensityMatrixDerivatives`][] solves (with no jump
+    operators for a closed system). States may also be QuTiP or dynamiqs kets and
+    operators (a ket `(n, 1)` is read as `(n,)`).
     """
 
     hamiltonian: AbstractTimeOperator
@@ -421,15 +428,16 @@ class PropagatorDerivatives(AbstractHierarchy):
 
     @typechecked
     def __call__(
-        self, t: TimeLike, state: ArrayLike
+        self, t: TimeLike, state: Any
     ) -> Complex[Array, "order_plus_1 n *rest"]:
         """All derivatives at `t`.
 
         **Arguments:**
 
         - `t`: the time, a scalar.
-        - `state`: $U(t)$: a propagator of shape `(n, n)`, a state vector of shape
-            `(n,)`, or several states as columns, `(n, m)`.
+        - `state`: $U(t)$: a propagator of shape `(n, n)` (never a density
+            matrix, see above), a state vector of shape `(n,)`, or several states
+            as columns, `(n, m)`.
 
         **Returns:**
 
@@ -442,7 +450,7 @@ class PropagatorDerivatives(AbstractHierarchy):
 
     @typechecked
     def normalised(
-        self, t: TimeLike, state: ArrayLike
+        self, t: TimeLike, state: Any
     ) -> Complex[Array, "order_plus_1 n *rest"]:
         """The derivatives divided by $k!$ (the Taylor coefficients of $U$ around
         `t`), for high orders.
@@ -461,9 +469,7 @@ class PropagatorDerivatives(AbstractHierarchy):
         return _propagator(self, t, self._check_state(state, api), normalised=True)
 
     @typechecked
-    def error_estimate(
-        self, t: TimeLike, state: ArrayLike
-    ) -> Float[Array, " order_plus_1"]:
+    def error_estimate(self, t: TimeLike, state: Any) -> Float[Array, " order_plus_1"]:
         """An estimate of the relative rounding error of each derivative
         $U^{(k)}(t)$ (and of $U^{(k)}/k!$), computed alongside: coefficient k is a
         sum of products $h_m u_{k-1-m}$, each carrying the estimate of its $u$ plus
@@ -484,6 +490,7 @@ class PropagatorDerivatives(AbstractHierarchy):
         return _propagator_errors(self, t, self._check_state(state, api))
 
     def _check_state(self, state: Any, api: str) -> Array:
+        state = as_state(state, "state", api)
         state = as_numeric_array(state, "state", api, finite=True)
         n = self.hamiltonian.size
         if state.ndim not in (1, 2) or state.shape[0] != n:
@@ -560,15 +567,18 @@ class NestedCommutators(AbstractHierarchy):
     operator: Inexact[Array, "n n"]
     order: int = eqx.field(static=True)
 
-    def __init__(self, generator: ArrayLike, operator: ArrayLike, order: OrderLike):
+    def __init__(self, generator: Any, operator: Any, order: OrderLike):
         """**Arguments:**
 
-        - `generator`: $G$, an `(n, n)` matrix.
-        - `operator`: $X$, an `(n, n)` matrix.
+        - `generator`: $G$, an `(n, n)` matrix (an array, or a constant QuTiP or
+            dynamiqs operator).
+        - `operator`: $X$, an `(n, n)` matrix, in the same forms.
         - `order`: the highest nesting depth $K$, a non-negative Python int.
         """
         api = "hierax.NestedCommutators"
         self.order = check_order(order, api)
+        generator = as_matrix(generator, "generator", api)
+        operator = as_matrix(operator, "operator", api)
         self.generator = as_square_matrix(generator, "generator", api)
         self.operator = as_square_matrix(operator, "operator", api)
         if self.generator.shape != self.operator.shape:

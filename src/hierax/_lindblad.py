@@ -45,6 +45,7 @@ from ._hierarchies import (
     _scaled_generator,
     _time_scale,
 )
+from ._interop import as_state
 from ._jit import module_jit
 from ._operators import AbstractTimeOperator, to_operator
 from ._series import TermSeries, real_dtype, scalar_cauchy_product
@@ -807,16 +808,15 @@ class DensityMatrixDerivatives(AbstractHierarchy):
         )
 
     @typechecked
-    def __call__(
-        self, t: TimeLike, rho: ArrayLike
-    ) -> Complex[Array, "order_plus_1 n n"]:
+    def __call__(self, t: TimeLike, rho: Any) -> Complex[Array, "order_plus_1 n n"]:
         """All derivatives at `t`.
 
         **Arguments:**
 
         - `t`: the time, a real scalar.
         - `rho`: $\\rho(t)$, an `(n, n)` matrix (any operator works: the equation
-            is linear).
+            is linear), or a QuTiP or dynamiqs density matrix or ket (a ket
+            $|\\psi\\rangle$ is read as $|\\psi\\rangle\\langle\\psi|$).
 
         **Returns:**
 
@@ -828,9 +828,7 @@ class DensityMatrixDerivatives(AbstractHierarchy):
         return _density(self, t, self._check_rho(rho, api), normalised=False)
 
     @typechecked
-    def normalised(
-        self, t: TimeLike, rho: ArrayLike
-    ) -> Complex[Array, "order_plus_1 n n"]:
+    def normalised(self, t: TimeLike, rho: Any) -> Complex[Array, "order_plus_1 n n"]:
         """The derivatives divided by $k!$ (the Taylor coefficients of $\\rho$
         around `t`), for high orders.
 
@@ -848,9 +846,7 @@ class DensityMatrixDerivatives(AbstractHierarchy):
         return _density(self, t, self._check_rho(rho, api), normalised=True)
 
     @typechecked
-    def error_estimate(
-        self, t: TimeLike, rho: ArrayLike
-    ) -> Float[Array, " order_plus_1"]:
+    def error_estimate(self, t: TimeLike, rho: Any) -> Float[Array, " order_plus_1"]:
         """An estimate of the relative rounding error of each derivative (and of
         its normalised value), as [`hierax.PropagatorDerivatives.error_estimate`][]
         computes it, with the size of each coefficient of the generator's series
@@ -870,6 +866,7 @@ class DensityMatrixDerivatives(AbstractHierarchy):
         return _density_errors(self, t, self._check_rho(rho, api))
 
     def _check_rho(self, rho: Any, api: str) -> Array:
+        rho = as_state(rho, "rho", api, density=True)
         rho = as_numeric_array(rho, "rho", api, finite=True)
         n = self.hamiltonian.size
         if rho.ndim != 2 or rho.shape != (n, n):

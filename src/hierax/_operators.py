@@ -26,7 +26,13 @@ from ._time_functions import (
     as_time_function,
     register_operator_product,
 )
-from ._validation import as_square_matrix, as_time, check_order, trace_callable
+from ._validation import (
+    as_square_matrix,
+    as_time,
+    check_order,
+    is_traced,
+    trace_callable,
+)
 
 
 class AbstractTimeOperator(eqx.Module):
@@ -484,10 +490,48 @@ def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
         )
     if is_sparse(x):
         return TimeOperator((Constant(1.0),), [as_sparse(x, name, api)])
-    if callable(x) and not hasattr(x, "shape"):
+    foreign = _foreign_operator(x, name, api)
+    if foreign is not None:
+        return foreign
+    if _is_function(x):
         check_callable_operator(x, name, api)
         return CallableOperator(cast(Callable[[Array], Array], x))
     return TimeOperator((Constant(1.0),), [as_square_matrix(x, name, api)])
+
+
+# QuTiP and dynamiqs objects: the interop module, which comes after this one,
+# registers its converter here (it returns None for everything else).
+_FOREIGN: list[Callable[[Any, str, str], "AbstractTimeOperator | None"]] = []
+
+
+def register_foreign_operator(
+    fn: Callable[[Any, str, str], "AbstractTimeOperator | None"],
+) -> None:
+    _FOREIGN[:] = [fn]
+
+
+def _foreign_operator(x: Any, name: str, api: str) -> "AbstractTimeOperator | None":
+    return _FOREIGN[0](x, name, api) if _FOREIGN else None
+
+
+def times_terms(function: AbstractTimeFunction, operator: AbstractTimeOperator) -> Any:
+    """`f * H` with `f` folded into each term of a `TimeOperator` (`f` alone where a
+    term's function is the constant 1), a `ScaledOperator` otherwise."""
+    if not isinstance(operator, TimeOperator):
+        return ScaledOperator(function, operator)
+    functions = [
+        function
+        if isinstance(g, Constant) and not is_traced(g.value) and g.value == 1
+        else function * g
+        for g in operator.functions
+    ]
+    return TimeOperator(functions, list(operator.matrices))
+
+
+def _is_function(x: Any) -> bool:
+    """A function of time: anything callable but an array (a time-dependent object
+    with a `.shape` is a function too, and gets a function's errors)."""
+    return callable(x) and not isinstance(x, (jax.Array, np.ndarray))
 
 
 @typechecked
@@ -514,7 +558,10 @@ def _time_function_times(function: AbstractTimeFunction, other: Any) -> Any:
     api = f"hierax.{type(function).__name__} * ..."
     if is_sparse(other):
         return TimeOperator((function,), [as_sparse(other, "other", api)])
-    if callable(other) and not hasattr(other, "shape"):
+    foreign = _foreign_operator(other, "other", api)
+    if foreign is not None:
+        return times_terms(function, foreign)
+    if _is_function(other):
         return ScaledOperator(function, to_operator(other, "other", api))
     return TimeOperator((function,), [as_square_matrix(other, "other", api)])
 

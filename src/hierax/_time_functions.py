@@ -114,31 +114,31 @@ class AbstractTimeFunction(eqx.Module):
         return self.series(as_time(t, api, canonical=False), 0, None)[0]
 
     def __add__(self, other: Any) -> "AbstractTimeFunction":
-        other = _as_time_function_or_none(other)
-        if other is None:
-            return NotImplemented
-        return TimeFunctionSum((self, other))
+        term = _as_time_function_or_none(other)
+        if term is None:
+            return _not_a_sum(self, other, "+")
+        return TimeFunctionSum((self, term))
 
     def __radd__(self, other: Any) -> "AbstractTimeFunction":
-        other = _as_time_function_or_none(other)
-        if other is None:
-            return NotImplemented
-        return TimeFunctionSum((other, self))
+        term = _as_time_function_or_none(other)
+        if term is None:
+            return _not_a_sum(self, other, "+", reflected=True)
+        return TimeFunctionSum((term, self))
 
     def __neg__(self) -> "AbstractTimeFunction":
         return TimeFunctionProduct(Constant(-1.0), self)
 
     def __sub__(self, other: Any) -> "AbstractTimeFunction":
-        other = _as_time_function_or_none(other)
-        if other is None:
-            return NotImplemented
-        return self + (-other)
+        term = _as_time_function_or_none(other)
+        if term is None:
+            return _not_a_sum(self, other, "-")
+        return self + (-term)
 
     def __rsub__(self, other: Any) -> "AbstractTimeFunction":
-        other = _as_time_function_or_none(other)
-        if other is None:
-            return NotImplemented
-        return (-self) + other
+        term = _as_time_function_or_none(other)
+        if term is None:
+            return _not_a_sum(self, other, "-", reflected=True)
+        return (-self) + term
 
     def __mul__(self, other: Any) -> Any:
         factor = _as_time_function_or_none(other)
@@ -164,6 +164,24 @@ def register_operator_product(fn: Callable[[AbstractTimeFunction, Any], Any]) ->
 
 def _times_operator(function: AbstractTimeFunction, other: Any) -> Any:
     return _OPERATOR_PRODUCT[0](function, other)
+
+
+def _not_a_sum(
+    function: AbstractTimeFunction, other: Any, sign: str, reflected: bool = False
+) -> Any:
+    """A time function plus a matrix (an array, a sparse, QuTiP or dynamiqs matrix)
+    is a mistake with one usual fix, said here; anything else is left to `other`."""
+    shape = getattr(other, "shape", None)
+    if not isinstance(shape, tuple) or len(shape) < 1:
+        return NotImplemented
+    name = type(function).__name__
+    api = f"... {sign} hierax.{name}" if reflected else f"hierax.{name} {sign} ..."
+    raise TypeError(
+        f"`{api}`: cannot {'add' if sign == '+' else 'subtract'} a scalar time "
+        "function and a matrix "
+        f"(got {type(other).__name__} of shape {shape}); multiply the function by "
+        f"its matrix first, e.g. `hierax.{name}(...) * sigma_x {sign} sigma_z`."
+    )
 
 
 def _as_time_function_or_none(x: Any) -> "AbstractTimeFunction | None":
