@@ -5,6 +5,7 @@ the argument and what was expected. Values that are only known inside `jit` (a t
 time) are checked with `eqx.error_if` instead.
 """
 
+import functools
 import math
 import numbers
 from typing import Any
@@ -128,6 +129,11 @@ def as_square_matrix(x: Any, name: str, api: str) -> Array:
     return array
 
 
+@functools.cache
+def _largest(dtype: np.dtype) -> float:
+    return float(np.finfo(dtype).max)
+
+
 def as_time(t: Any, api: str, canonical: bool = True) -> Time:
     """Check a time and return it in one canonical form: a 0-d array of the default
     float (or complex) dtype, so that a Python float, a NumPy scalar and a JAX array
@@ -144,21 +150,22 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Time:
     if isinstance(t, (bool, np.bool_)):
         raise TypeError(f"`{api}`: `t` must be a real or complex number, got {t!r}.")
     if type(t) in (float, int):
-        # The common case, kept cheap: a NumPy scalar of the default float dtype.
+        # The common case, kept cheap: a NumPy scalar of the default float dtype
+        # (compared with the dtype's largest value first, so the conversion never
+        # overflows and needs no floating-point error context).
         dtype = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
-        with np.errstate(over="ignore"):
+        if math.isfinite(t) and abs(t) <= _largest(dtype):
             value = dtype.type(t)
-        if not math.isfinite(t) or not np.isfinite(value):
-            overflow = math.isfinite(t)
-            raise ValueError(
-                f"`{api}`: `t` must be finite in {dtype}, got {t!r}"
-                + (
-                    " (it overflows: enable x64 or change the unit of time)."
-                    if overflow
-                    else "."
-                )
+            return value if canonical else jnp.asarray(t)
+        overflow = math.isfinite(t)
+        raise ValueError(
+            f"`{api}`: `t` must be finite in {dtype}, got {t!r}"
+            + (
+                " (it overflows: enable x64 or change the unit of time)."
+                if overflow
+                else "."
             )
-        return value if canonical else jnp.asarray(t)
+        )
     array = as_numeric_array(t, "t", api)
     if array.ndim != 0:
         raise ValueError(
