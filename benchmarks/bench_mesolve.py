@@ -495,7 +495,8 @@ def main():
         plot(
             results,
             args.plot,
-            f"mesolve work-precision (x64, CPU); load {load_before.split('load')[-1]}",
+            f"mesolve work-precision (x64, CPU); "
+            f"load {load_before.split('load')[-1].strip()}",
         )
     if args.out:
         with open(args.out, "w") as f:
