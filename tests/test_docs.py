@@ -303,6 +303,7 @@ RUNNABLE_PAGES = [
     "api/taylor.md",
     "how-to/sampled-pulses.md",
     "how-to/many-body.md",
+    "coming-from-qutip.md",
 ]
 
 

@@ -76,7 +76,7 @@ def _jax_drive(t):
 
 @functools.cache
 def _dynamiqs_hamiltonian():
-    static = dq.asqarray(STATIC).assparsedia()
+    static = dq.asqarray(STATIC, layout=dq.dia)
     return (
         dq.modulated(lambda t: _ramp(t, *RAMP), dq.asqarray(X1))
         + static
@@ -99,23 +99,18 @@ PSI = np.array([0.6, 0.0, 0.8j, 0.0])  # a state of the pair
 
 
 @functools.cache
-def _native():
-    """The native system's series and propagator derivatives, computed once."""
-    hamiltonian = _native_hamiltonian()
-    propagator = hierax.PropagatorDerivatives(hamiltonian, ORDER)
-    series = _series(hamiltonian, jnp.asarray(TIMES))
-    return series, [propagator(t, PSI) for t in TIMES]
+def _native_derivatives():
+    """The native system's propagator derivatives on PSI, computed once."""
+    propagator = hierax.PropagatorDerivatives(_native_hamiltonian(), ORDER)
+    return [propagator(t, PSI) for t in TIMES]
 
 
 def _check_system(hamiltonian, state):
-    """The converted Hamiltonian's series against the native one's at each time,
-    and the propagator derivatives built from the converted Hamiltonian and state
-    against the native ones."""
-    series, derivatives = _native()
-    converted = hierax.as_operator(hamiltonian)
-    assert relative_error(_series(converted, jnp.asarray(TIMES)), series) < TOL
+    """The propagator derivatives built from the converted Hamiltonian and state
+    against the native ones (levels 0..K: the Hamiltonian's series to order K - 1
+    and the state, all compared)."""
     propagator = hierax.PropagatorDerivatives(hamiltonian, ORDER)
-    for t, expected in zip(TIMES, derivatives):
+    for t, expected in zip(TIMES, _native_derivatives()):
         assert relative_error(propagator(t, state), expected) < TOL
 
 
@@ -348,7 +343,9 @@ def test_untraceable_qutip_coefficients_name_the_coefficient_and_the_fix():
     h = qt.QobjEvo([_q(STATIC), [_q(X1), numpy_drive]], args={"w": W})
     with pytest.raises(TypeError, match=r"`hamiltonian`.*numpy_drive`.*jnp\.cos"):
         hierax.HeisenbergHierarchy(h, OBSERVABLE, 2)
-    h = qt.QobjEvo([_q(STATIC), [_q(X1), "cos(w*t)"]], args={"w": W})
+    with warnings.catch_warnings():  # (no C compiler here: QuTiP falls back on eval)
+        warnings.simplefilter("ignore", UserWarning)
+        h = qt.QobjEvo([_q(STATIC), [_q(X1), "cos(w*t)"]], args={"w": W})
     with pytest.raises(TypeError, match=r"`hamiltonian`.*'cos\(w\*t\)'.*hierax\.Cos"):
         hierax.PropagatorDerivatives(h, 2)
     h = qt.QobjEvo(lambda t: qt.sigmax() * t)

@@ -540,8 +540,11 @@ def as_operator(x: Any) -> AbstractTimeOperator:
 
     **Arguments:**
 
-    - `x`: an operator (returned as is), a square matrix (a constant operator), or a
-        callable `t -> (n, n)` (a [`hierax.CallableOperator`][]).
+    - `x`: an operator (returned as is), a square matrix (a constant operator; a
+        `scipy.sparse` or BCOO matrix stays sparse), a callable `t -> (n, n)` (a
+        [`hierax.CallableOperator`][]), or a QuTiP `Qobj` / `QobjEvo` or dynamiqs
+        `QArray` / `TimeQArray`, converted with one term per part (see "Coming
+        from QuTiP or dynamiqs").
 
     **Returns:**
 
