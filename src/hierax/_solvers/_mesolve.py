@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from .._custom_types import typechecked
+from .._interop import as_matrices, as_state
 from ._sesolve import _check_exp_ops, solve
 from ._solution import Solution
 from ._term import LindbladTerm
@@ -21,14 +22,14 @@ _API = "hierax.mesolve"
 def mesolve(
     hamiltonian: Any,
     jump_operators: Any,
-    rho: ArrayLike,
+    rho: Any,
     times: ArrayLike,
     *,
     rtol: float | int = 1e-8,
     atol: float | int = 1e-10,
     order: int | None = None,
     dt: float | int | None = None,
-    exp_ops: Sequence[ArrayLike] | ArrayLike | None = None,
+    exp_ops: Sequence[Any] | ArrayLike | None = None,
     progress: bool = False,
     dense: bool = False,
     max_steps: int = 100_000,
@@ -57,7 +58,8 @@ def mesolve(
         included in the operators (`jnp.sqrt(gamma) * sm`,
         `hierax.Polynomial(c) * sm`); `[]` for a closed system.
     - `rho`: the initial density matrix, shape `(n, n)` (any matrix works: the
-        equation is linear).
+        equation is linear), or a QuTiP or dynamiqs density matrix or ket (a ket
+        $|\\psi\\rangle$ is read as $|\\psi\\rangle\\langle\\psi|$).
     - `times`: the times at which to save $\\rho$, strictly increasing, shape `(T,)`
         with T >= 2; the solve runs from `times[0]` to `times[-1]`.
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
@@ -93,8 +95,8 @@ def mesolve(
     """
     term = LindbladTerm(hamiltonian, jump_operators)
     n = term.size
-    rho = _check_rho(rho, n)
-    exp_ops = _check_exp_ops(exp_ops, None, n, _API)
+    rho = _check_rho(as_state(rho, "rho", _API, density=True), n)
+    exp_ops = _check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), None, n, _API)
     return solve(
         term,
         rho.astype(jnp.result_type(rho, 1j)),

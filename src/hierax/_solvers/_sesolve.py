@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, PyTree
 
 from .._custom_types import typechecked
+from .._interop import as_matrices, as_state
 from .._jit import module_jit
 from ._solution import Solution
 from ._solver import (
@@ -51,14 +52,14 @@ def _max_norm(x: PyTree) -> Array:
 @typechecked
 def sesolve(
     hamiltonian: Any,
-    state: ArrayLike,
+    state: Any,
     times: ArrayLike,
     *,
     rtol: float | int = 1e-8,
     atol: float | int = 1e-10,
     order: int | None = None,
     dt: float | int | None = None,
-    exp_ops: Sequence[ArrayLike] | ArrayLike | None = None,
+    exp_ops: Sequence[Any] | ArrayLike | None = None,
     progress: bool = False,
     dense: bool = False,
     max_steps: int = 100_000,
@@ -79,7 +80,8 @@ def sesolve(
     - `hamiltonian`: $H(t)$, an `(n, n)` matrix, a callable `t -> (n, n)`, or an
         operator such as `hierax.Cos(w) * sx + sz`.
     - `state`: the initial state: a vector `(n,)`, several vectors as columns
-        `(n, m)`, or a propagator `(n, n)` (a square state is a propagator).
+        `(n, m)`, or a propagator `(n, n)` (a square state is a propagator, never
+        a density matrix: use `mesolve` for those); QuTiP and dynamiqs kets too.
     - `times`: the times at which to save the state, strictly increasing, shape
         `(T,)` with T >= 2; the solve runs from `times[0]` to `times[-1]`.
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
@@ -118,9 +120,9 @@ def sesolve(
     """
     term = SchrodingerTerm(hamiltonian)
     n = term.size
-    state = _check_state(state, n)
+    state = _check_state(as_state(state, "state", _API), n)
     dtype = jnp.result_type(state, 1j)
-    exp_ops = _check_exp_ops(exp_ops, state, n, _API)
+    exp_ops = _check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), state, n, _API)
     return solve(
         term,
         state.astype(dtype),
