@@ -1,6 +1,14 @@
-"""Run every script in `examples/` in its fast mode and check what it prints."""
+"""Run every script in `examples/` in its fast mode and check what it prints.
+
+The scripts run one after another in a single subprocess (importing JAX once), each
+as `python examples/<name> --fast ...` would run it: `__name__ == "__main__"`, its
+own `sys.argv`, its own output, its exit status. The process asks XLA for four host
+devices before JAX starts, which `batch_and_shard.py` shards over and the others
+ignore (they compute on the default device).
+"""
 
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -16,22 +24,78 @@ from .helpers import SEED_EXACT
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
+# Runs each (script, arguments) of the JSON list in argv[1] and writes, by script,
+# its exit status, standard output and standard error to the JSON file argv[2].
+_EXAMPLE_RUNNER = """
+import contextlib, io, json, sys, traceback
+import jax
 
-def run_example(name: str, *args: str, env: dict | None = None) -> str:
-    """Run `examples/<name> --fast`, assert it exits 0 and ends with OK; the output."""
-    full_env = {**os.environ, **(env or {})}
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), "--fast", *args],
+scripts, results_path = json.loads(sys.argv[1]), sys.argv[2]
+results = {}
+for name, path, args in scripts:
+    jax.config.update("jax_enable_x64", False)  # each script starts from the default
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = [path, *args]
+    status = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = compile(open(path, encoding="utf-8").read(), path, "exec")
+            exec(code, {"__name__": "__main__", "__file__": path})
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else int(
+                exit_.code is not None
+            )
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    results[name] = dict(status=status, stdout=out.getvalue(), stderr=err.getvalue())
+with open(results_path, "w", encoding="utf-8") as file:
+    json.dump(results, file)
+"""
+
+_HAS_OPTAX = importlib.util.find_spec("optax") is not None
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """Every example, run once with `--fast` in one subprocess: its outputs by name."""
+    tmp = tmp_path_factory.mktemp("examples")
+    specs = [
+        ("seed_problem.py", []),
+        ("short_time_evolution.py", ["--out", str(tmp / "plots")]),
+        ("batch_and_shard.py", []),
+    ]
+    if _HAS_OPTAX:
+        specs.append(("mlp_pulse_control.py", []))
+    scripts = [(name, str(EXAMPLES / name), ["--fast", *args]) for name, args in specs]
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+    }
+    results = tmp / "results.json"
+    process = subprocess.run(
+        [sys.executable, "-c", _EXAMPLE_RUNNER, json.dumps(scripts), str(results)],
         cwd=ROOT,
-        env=full_env,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"{name} failed:\n{output}"
-    assert result.stdout.strip().splitlines()[-1] == "OK", output
-    return result.stdout
+    assert process.returncode == 0, process.stdout + process.stderr
+    outputs = json.loads(results.read_text(encoding="utf-8"))
+    outputs["plots"] = tmp / "plots"
+    return outputs
+
+
+def example_output(runs: dict, name: str) -> str:
+    """The standard output of `examples/<name> --fast`, which exited 0 and ended
+    with OK."""
+    run = runs[name]
+    output = run["stdout"] + run["stderr"]
+    assert run["status"] == 0, f"{name} failed:\n{output}"
+    assert run["stdout"].strip().splitlines()[-1] == "OK", output
+    return run["stdout"]
 
 
 def number(pattern: str, text: str) -> float:
@@ -50,8 +114,8 @@ def test_every_example_is_tested():
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
-def test_seed_problem():
-    out = run_example("seed_problem.py")
+def test_seed_problem(runs):
+    out = example_output(runs, "seed_problem.py")
     assert number(r"max \|difference\| = (\S+)", out) < 1e-9
     assert "scan answer is wrong from k = 2 on" in out
     # The table's rows k = 2 and 9: the seed's known values (to the 15 digits
@@ -68,11 +132,10 @@ def test_seed_problem():
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("optax") is None,
-    reason="optax is not installed (pip install -e '.[examples]')",
+    not _HAS_OPTAX, reason="optax is not installed (pip install -e '.[examples]')"
 )
-def test_mlp_pulse_control():
-    out = run_example("mlp_pulse_control.py")
+def test_mlp_pulse_control(runs):
+    out = example_output(runs, "mlp_pulse_control.py")
     for k in (1, 2):
         initial = number(rf"initial: \|X_{k}\(T\)\| = (\S+)", out)
         final = number(rf"final: \|X_{k}\(T\)\| = (\S+)", out)
@@ -81,8 +144,8 @@ def test_mlp_pulse_control():
     assert abs(number(r"final: pulse area (\S+)", out) - 1.5708) < 1e-2
 
 
-def test_short_time_evolution(tmp_path):
-    out = run_example("short_time_evolution.py", "--out", str(tmp_path))
+def test_short_time_evolution(runs):
+    out = example_output(runs, "short_time_evolution.py")
     rows = re.findall(r"^\s*([0-9.e-]+)((?:\s+[0-9.]+e[-+]\d+){4})$", out, re.MULTILINE)
     assert len(rows) >= 5, out
     taus = [float(tau) for tau, _ in rows]
@@ -93,15 +156,11 @@ def test_short_time_evolution(tmp_path):
         assert 6 < previous[0] / current[0] < 10
     assert number(r"smallest error \(K = 12, tau = \S+\): (\S+)", out) < 1e-11
     if importlib.util.find_spec("matplotlib") is not None:
-        assert (tmp_path / "short_time_error.png").stat().st_size > 10_000
+        assert (runs["plots"] / "short_time_error.png").stat().st_size > 10_000
 
 
-def test_batch_and_shard():
-    env = {
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-        "JAX_PLATFORMS": "cpu",
-    }
-    out = run_example("batch_and_shard.py", env=env)
+def test_batch_and_shard(runs):
+    out = example_output(runs, "batch_and_shard.py")
     assert "1000 (t, omega, delta) entries" in out
     assert "4 device(s)" in out
     assert number(r"max \|loop - vmap\| / max \|loop\| = (\S+)", out) < 1e-12
