@@ -378,9 +378,11 @@ def _solve(t, adjoint, controller):
 def test_diffrax_against_nested_jvp(controller):
     forward = lambda t: _solve(t, diffrax.ForwardMode(), controller)
     checkpointed = lambda t: _solve(t, diffrax.RecursiveCheckpointAdjoint(), controller)
-    reference = nested_jvp(forward, 0.3, 4)
-    assert_close(hierax.taylor(forward, 0.3, 4), reference)
-    assert_close(hierax.taylor(checkpointed, 0.3, 4), reference)
+    # Order 3: nested jvp through the solve grows fast with the order (order 4
+    # cost twice as much); order 10 is checked on a linear ODE below.
+    reference = nested_jvp(forward, 0.3, 3)
+    assert_close(hierax.taylor(forward, 0.3, 3), reference)
+    assert_close(hierax.taylor(checkpointed, 0.3, 3), reference)
 
 
 def test_diffrax_linear_ode_order_10_closed_form():
