@@ -405,7 +405,7 @@ def test_gradient_with_respect_to_a_decay_rate():
 
     for fn in (level, derivative):
         gamma = jnp.asarray(0.2)
-        grad = jax.grad(fn)(gamma)
+        grad = jax.jit(jax.grad(fn))(gamma)  # one compile, forward and reverse
         fd = _central_difference(fn, gamma)
         np.testing.assert_allclose(grad, fd, rtol=1e-7)
 
