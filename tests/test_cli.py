@@ -180,13 +180,10 @@ def test_argument_error_in_subprocess_has_no_traceback(argv, tmp_path):
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_import_hierax_never_loads_the_cli():
-    result = _python(
-        "import sys, hierax; "
-        "print(sorted(m for m in sys.modules if m.startswith('hierax._cli')))"
-    )
+def test_import_hierax_never_loads_the_cli(seed_run):
+    result, _ = seed_run
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert "IMPORTED []\n" in result.stdout
     # Nor does any library module import it later, lazily.
     library = ROOT / "src" / "hierax"
     for path in library.rglob("*.py"):
@@ -205,10 +202,12 @@ def test_console_script_is_installed():
     assert result.stdout.startswith("hierax ")
 
 
-# Runs `hierax seed` in a fresh process and reports which of the modules that
-# `hierax seed` has no use for it loaded.
+# In a fresh process: reports which CLI modules `import hierax` loaded (none), then
+# runs `hierax seed` and reports which of the modules it has no use for it loaded.
 _SEED_IN_PROCESS = """
 import sys
+import hierax
+print("IMPORTED", sorted(m for m in sys.modules if m.startswith("hierax._cli")))
 from hierax._cli import main
 status = main(sys.argv[1:])
 unwanted = ("hierax._cli._bench", "hierax._cli._memory", "jax.experimental.jet")
@@ -217,13 +216,20 @@ sys.exit(status)
 """
 
 
-def test_seed_run_agrees_writes_strict_json_and_loads_no_benchmark(tmp_path):
+@pytest.fixture(scope="module")
+def seed_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
+    """`_SEED_IN_PROCESS` run once: the finished process and its JSON path."""
     # Order 230 reaches past float64's range: levels from 221 on overflow.
-    path = tmp_path / "out" / "seed.json"
+    path = tmp_path_factory.mktemp("seed") / "out" / "seed.json"
     result = _python(
         _SEED_IN_PROCESS,
         *("seed", "--order", "230", "--naive-order", "2", "--json", str(path)),
     )
+    return result, path
+
+
+def test_seed_run_agrees_writes_strict_json_and_loads_no_benchmark(seed_run):
+    result, path = seed_run
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "LOADED []" in result.stdout
