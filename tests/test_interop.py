@@ -221,6 +221,30 @@ def test_qutip_density_matrices():
     assert relative_error(converted(0.37, ket), expected) < TOL
 
 
+def test_mesolve_takes_qutip_objects_against_qutip():
+    """A QuTiP Hamiltonian, jump operator, ket (read as |psi><psi|) and observable
+    in `hierax.mesolve`, against QuTiP's own `mesolve` of the same system."""
+    times = np.linspace(0.0, 1.5, 4)
+    h = _q(STATIC) + hierax.Polynomial(np.array(RAMP)) * _q(X1)
+    ket = qt.Qobj(PSI[:, None], dims=[[2, 2], [1, 1]])
+    jump = 0.3 * qt.tensor(qt.destroy(2), qt.qeye(2))
+    ours = hierax.mesolve(
+        h, [jump], ket, times, exp_ops=[_q(OBSERVABLE)], rtol=1e-10, atol=1e-12
+    )
+    qutip_h = qt.QobjEvo([_q(STATIC), [_q(X1), _ramp]], args=dict(zip("abc", RAMP)))
+    reference = qt.mesolve(
+        qutip_h,
+        ket,
+        times,
+        c_ops=[jump],
+        e_ops=[_q(OBSERVABLE)],
+        options={"atol": 1e-13, "rtol": 1e-12},
+    )
+    np.testing.assert_allclose(ours.expects[0], reference.expect[0], atol=1e-8)
+    with pytest.raises(TypeError, match=r"`hierax.sesolve`: `state` .* QuTiP bra"):
+        hierax.sesolve(h, ket.dag(), times)
+
+
 def test_state_conversions():
     """Kets to vectors, square states unchanged (read by the call: a propagator in
     PropagatorDerivatives, a density matrix in DensityMatrixDerivatives)."""

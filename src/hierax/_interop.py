@@ -224,6 +224,43 @@ class _Conjugate(AbstractTimeFunction):
         return jnp.conj(self.function.series(t, order, time_scale))
 
 
+class _Window(AbstractTimeFunction):
+    """1 on $[a, b)$ and 0 elsewhere, either end possibly open: dynamiqs' time
+    bounds, and the held ends of QuTiP's step interpolation. Its series is the
+    value alone (one-sided at the edges, as every sampled function's)."""
+
+    start: Array | None
+    end: Array | None
+
+    @property
+    def knots(self) -> Array:
+        """The finite edges (jump times for a step-size controller)."""
+        return jnp.stack([e for e in (self.start, self.end) if e is not None])
+
+    @property
+    def is_constant(self) -> bool:
+        return False
+
+    def series(self, t, order, time_scale):
+        edges = [e for e in (self.start, self.end) if e is not None]
+        dtype = jnp.result_type(*edges, jnp.real(t))
+        x = jnp.real(t).astype(dtype)
+        inside = jnp.ones((), bool)
+        if self.start is not None:
+            inside = inside & (x >= self.start)
+        if self.end is not None:
+            inside = inside & (x < self.end)
+        value = jnp.where(inside, jnp.ones((), dtype), jnp.zeros((), dtype))
+        return jnp.zeros((order + 1,), dtype).at[0].set(value)
+
+
+def _window(start: Any, end: Any) -> _Window:
+    def edge(x: Any) -> Array | None:
+        return None if x is None else jnp.asarray(x, jnp.result_type(float))
+
+    return _Window(edge(start), edge(end))
+
+
 class _QutipFunction(eqx.Module):
     """A QuTiP function coefficient, called as QuTiP calls it: `func(t, **args)`
     (pythonic style) or `func(t, args)` (dict style). Numeric `args` are arrays, so
@@ -312,12 +349,12 @@ def _interpolated(coefficient: Any, where: str, api: str) -> AbstractTimeFunctio
     degree = poly.shape[0] - 1
     samples = _real_if_real(poly[-1])
     if degree == 0:
-        # QuTiP holds the first and last value outside the knots (a piecewise
-        # constant pulse is zero there): two outer segments hold them.
-        big = np.finfo(jnp.result_type(float)).max
-        edges = np.concatenate([[-big], times, [big]])
-        values = np.concatenate([samples[:1], samples])
-        return PiecewiseConstant(edges, values)
+        # QuTiP holds the first and last value outside the knots, where a piecewise
+        # constant pulse is zero: two windows hold them.
+        inner = PiecewiseConstant(times, samples[:-1])
+        before = _window(None, times[0]) * Constant(samples[0])
+        after = _window(times[-1], None) * Constant(samples[-1])
+        return TimeFunctionSum((inner, before, after))
     if degree == 1:
         return PiecewiseLinear(times, samples)
     if degree in (2, 3) and times.shape[0] >= 3:
@@ -419,15 +456,12 @@ class _DenseOutput(eqx.Module):
         return out.to_jax() if hasattr(out, "to_jax") else jnp.asarray(out)
 
 
-def _window(x: Any) -> AbstractTimeFunction | None:
-    """dynamiqs' time bounds (zero before `tstart` and from `tend` on) as a
-    piecewise-constant pulse; None without bounds."""
+def _bounds(x: Any) -> AbstractTimeFunction | None:
+    """dynamiqs' time bounds (zero before `tstart` and from `tend` on) as a window;
+    None without bounds."""
     if x.tstart is None and x.tend is None:
         return None
-    big = float(np.finfo(jnp.result_type(float)).max)
-    start = -big if x.tstart is None else x.tstart
-    end = big if x.tend is None else x.tend
-    return PiecewiseConstant(jnp.asarray([start, end]), jnp.ones((1,)))
+    return _window(x.tstart, x.tend)
 
 
 def _scalar_values(values: Any) -> Any:
@@ -483,7 +517,7 @@ def _timeqarray(x: Any, name: str, api: str) -> AbstractTimeOperator:
         raise TypeError(
             f"`{api}`: `{name}` is a dynamiqs {kind}, which hierax does not convert."
         )
-    window = _window(x)
+    window = _bounds(x)
     return operator if window is None else _times(window, operator)
 
 
