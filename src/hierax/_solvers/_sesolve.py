@@ -22,7 +22,7 @@ from ._solver import (
     check_taylor_order,
     order_for_tolerance,
 )
-from ._term import LindbladTerm, SchrodingerTerm, operator_bound
+from ._term import LindbladTerm, SchrodingerTerm, jump_times, operator_bound
 
 
 _API = "hierax.sesolve"
@@ -227,6 +227,9 @@ def _solve_impl(
             icoeff=_ICOEFF,
             dcoeff=_DCOEFF,
             norm=_max_norm,
+            # Knots of sampled pulses: no step straddles one, so every step's
+            # series is that of one segment.
+            jump_ts=jump_times(term.hamiltonian, *getattr(term, "jump_operators", ())),
         )
         dt0 = _initial_step(term, t0, t1, rtol, order)
     else:

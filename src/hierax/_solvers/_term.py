@@ -3,6 +3,7 @@
 from typing import Any
 
 import diffrax
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
@@ -10,6 +11,7 @@ from .._lindblad import _check_jump_operators
 from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from .._series import real_dtype, result_dtype
 from .._sparse import SparseMatrix, identity
+from .._time_functions import AbstractTimeFunction
 
 
 class SchrodingerTerm(diffrax.AbstractTerm):
@@ -94,6 +96,30 @@ def _split_constant_trace(
             shift = shift + (function(0.0) * trace).astype(dtype)
         shifted.append(matrix)
     return TimeOperator(operator.functions, shifted), shift
+
+
+def jump_times(*operators: Any) -> Array | None:
+    """The knots of every sampled time function in `operators` (splines and
+    piecewise functions expose them as `knots`), also inside sums and products of
+    time functions: where the series before and after differ, so a step-size
+    controller must stop there. `None` when there are none."""
+    knots = _knots(operators)
+    if not knots:
+        return None
+    dtype = jnp.result_type(*knots)
+    return jnp.concatenate([jnp.ravel(k).astype(dtype) for k in knots])
+
+
+def _knots(tree: Any) -> list[Array]:
+    found = []
+    leaves = jax.tree_util.tree_leaves(
+        tree, is_leaf=lambda x: isinstance(x, AbstractTimeFunction) and x is not tree
+    )
+    for leaf in leaves:
+        if isinstance(leaf, AbstractTimeFunction):
+            knots = getattr(leaf, "knots", None)
+            found.extend([knots] if knots is not None else _knots(leaf))
+    return found
 
 
 def operator_bound(operator: AbstractTimeOperator, t: ArrayLike) -> Array:
