@@ -219,14 +219,16 @@ def _solve_impl(
     )
     t0, t1 = times[0], times[-1]
     if dt is None:
-        controller = diffrax.PIDController(
-            rtol=rtol,
-            atol=atol,
-            safety=_SAFETY,
-            pcoeff=_PCOEFF,
-            icoeff=_ICOEFF,
-            dcoeff=_DCOEFF,
-            norm=_max_norm,
+        controller = diffrax.ClipStepSizeController(
+            diffrax.PIDController(
+                rtol=rtol,
+                atol=atol,
+                safety=_SAFETY,
+                pcoeff=_PCOEFF,
+                icoeff=_ICOEFF,
+                dcoeff=_DCOEFF,
+                norm=_max_norm,
+            ),
             # Knots of sampled pulses: no step straddles one, so every step's
             # series is that of one segment.
             jump_ts=jump_times(term.hamiltonian, *getattr(term, "jump_operators", ())),
