@@ -398,7 +398,7 @@ class PropagatorDerivatives(AbstractHierarchy):
     spectators.
 
     A square state `(n, n)` is always read as a propagator (or as $n$ kets side by
-    side), never as a density matrix: $\rho' = -i[H, \rho]$ is a different
+    side), never as a density matrix: $\\rho' = -i[H, \\rho]$ is a different
     equation, which [`hierax.DensityMatrixDerivatives`][] solves (with no jump
     operators for a closed system). States may also be QuTiP or dynamiqs kets and
     operators (a ket `(n, 1)` is read as `(n,)`).
