@@ -564,3 +564,23 @@ __all__ = [
     "kron",
     "site_operator",
 ]
+
+
+def sparse_products(terms: SparseTerms, v: Array, j: Array) -> Array:
+    """$\\sum_s S_s \\sum_{i \\le j} c_{s,i} v_{j-i}$ for the coefficients `v`
+    of a series (`(K+1, n, ...)`): one sparse product per term and order. A term
+    whose function is constant needs only $c_{s,0} v_j$, the others the Cauchy
+    window."""
+    lags = jnp.arange(v.shape[0])
+    valid = lags <= j
+    index = jnp.where(valid, j - lags, 0)
+    out = jnp.zeros(v.shape[1:], v.dtype)
+    for s, matrix in enumerate(terms.matrices):
+        c = terms.coefficients[s].astype(v.dtype)
+        if terms.constant[s]:
+            inner = c[0] * v[j]
+        else:
+            weights = jnp.where(valid, c[index], 0)
+            inner = jnp.tensordot(weights, v, axes=(0, 0))
+        out = out + matrix.astype(v.dtype).matvec(inner)
+    return out

@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
-from .._algorithms import sparse_products
 from .._lindblad import density_generator, density_series
 from .._operators import AbstractTimeOperator
 from .._series import TermSeries
+from .._sparse import sparse_products
 from ._term import LindbladTerm, SchrodingerTerm
 
 
