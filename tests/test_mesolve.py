@@ -134,6 +134,53 @@ def test_time_dependent_against_dop853_and_physicality():
     assert np.min(np.linalg.eigvalsh(hermitian)) >= -1e-10
 
 
+def test_structured_operators_against_dop853():
+    """Every kind of term the density kernel treats apart: diagonal (constant, with
+    an offset, time-dependent, complex), real, imaginary and general complex
+    matrices, constant and time-dependent, in H and in the jump operators; and a
+    callable jump operator, which takes the generic kernel."""
+    rng = np.random.default_rng(1)
+    n = 4
+    m = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
+    general = (m + m.conj().T) / 4
+    a = np.diag(np.sqrt(np.arange(1.0, n)), 1).astype(complex)
+    sy = np.kron(np.array([[0, -1j], [1j, 0]]), np.eye(2))
+    diagonal = np.diag(rng.normal(size=n) + 5.0).astype(complex)
+    hamiltonian = (
+        hierax.Cos(1.3) * general
+        + diagonal
+        + hierax.Sin(0.7) * sy
+        + hierax.as_operator(a + a.T)
+    )
+    jumps = [
+        np.sqrt(0.1) * a,
+        hierax.Polynomial(jnp.array([0.3, 0.05])) * np.diag(np.linspace(-1, 1, n)),
+        hierax.Cos(0.4) * (0.2 * (a.T + 1j * a)),
+        0.2 * np.diag(np.exp(1j * np.arange(n))),
+        0.1 * general,
+    ]
+    term = LindbladTerm(hamiltonian, jumps)
+    diagonals = [
+        op
+        for op in term.hamiltonian.operators  # pyright: ignore[reportAttributeAccessIssue]
+        if isinstance(op, hierax.TimeOperator) and op.is_sparse
+    ]
+    assert len(diagonals) == 1
+    psi = rng.normal(size=n) + 1j * rng.normal(size=n)
+    rho = np.outer(psi, psi.conj()) / np.vdot(psi, psi)
+    times = np.array([0.0, 1.0, 2.0])
+    operators = [hierax.as_operator(jump) for jump in jumps]
+    reference = _dop853(hamiltonian, operators, rho, times)
+    ours = mesolve(hamiltonian, jumps, rho, times, rtol=RTOL, atol=ATOL)
+    assert _error(ours.states, reference) <= 10 * RTOL
+    callable_jump = hierax.as_operator(lambda t: 0.3 * jnp.cos(t) * jnp.asarray(a))
+    generic = mesolve(
+        hamiltonian, [*jumps[:2], callable_jump], rho, times, rtol=RTOL, atol=ATOL
+    )
+    reference = _dop853(hamiltonian, [*operators[:2], callable_jump], rho, times)
+    assert _error(generic.states, reference) <= 10 * RTOL
+
+
 def test_expectation_values_dense_output_and_progress(capsys):
     hamiltonian, jumps = _qubit_t1_t2()
     times = np.linspace(0.0, 8.0, 5)

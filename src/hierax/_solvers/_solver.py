@@ -15,6 +15,7 @@ from .._lindblad import density_generator, density_series
 from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator
 from .._series import TermSeries, real_dtype
 from .._sparse import sparse_products
+from ._density import operator_terms, structured_density_terms
 from ._term import LindbladTerm, SchrodingerTerm
 
 
@@ -290,6 +291,16 @@ def density_step_terms(
     dtype = jnp.result_type(rho, 1j)
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
+    hamiltonian = operator_terms(term.hamiltonian, t, order, scale, step)
+    jumps = [operator_terms(op, t, order, scale, step) for op in term.jump_operators]
+    if hamiltonian is not None and all(j is not None for j in jumps):
+        return structured_density_terms(
+            hamiltonian,
+            [j for j in jumps if j is not None],
+            step,
+            rho.astype(dtype),
+            order,
+        )
     h = _signed(term.hamiltonian.term_series(t, order, scale), step)
     jumps = [
         _signed(op.term_series(t, order, scale), step) for op in term.jump_operators

@@ -68,26 +68,34 @@ class SchrodingerTerm(diffrax.AbstractTerm):
         return vf * jnp.asarray(control).astype(vf.dtype)
 
 
-def real_terms(operator: AbstractTimeOperator) -> AbstractTimeOperator:
+def real_terms(
+    operator: AbstractTimeOperator, diagonal: bool = False
+) -> AbstractTimeOperator:
     """The same operator with every dense term's matrix in real arithmetic: a known
     (not traced) complex matrix $M = R + iI$ becomes the terms $f R$ and $(if) I$,
     with a zero part dropped, and the dense terms of a sum are gathered into one
     `TimeOperator`. A complex product costs four real ones; a real matrix times a
     complex vector costs two, so a Hamiltonian with real or imaginary matrices (the
     Pauli and ladder operators) steps in half the work, and no product costs more.
-    Traced matrices (a gradient with respect to them) are left as they are."""
+    With `diagonal`, known diagonal matrices become diagonal `SparseMatrix` terms
+    (gathered into a second `TimeOperator`), which the density kernel applies
+    elementwise. Traced matrices (a gradient with respect to them) are left as
+    they are."""
     parts = operator.operators if isinstance(operator, OperatorSum) else (operator,)
     functions, matrices, rest = [], [], []
+    diagonal_functions, diagonals = [], []
     for op in parts:
         if not isinstance(op, TimeOperator) or op.is_sparse or is_traced(op.matrices):
             rest.append(op)
             continue
         stacked = np.asarray(op.matrices)
-        if not np.iscomplexobj(stacked):
-            functions.extend(op.functions)
-            matrices.extend(stacked)
-            continue
+        n = stacked.shape[-1]
+        off_diagonal = ~np.eye(n, dtype=bool)
         for function, matrix in zip(op.functions, stacked):
+            if diagonal and not np.any(matrix[off_diagonal]):
+                diagonal_functions.append(function)
+                diagonals.append(np.diagonal(matrix))
+                continue
             real, imaginary = matrix.real, matrix.imag
             if np.any(real) or not np.any(imaginary):
                 functions.append(function)
@@ -95,10 +103,22 @@ def real_terms(operator: AbstractTimeOperator) -> AbstractTimeOperator:
             if np.any(imaginary):
                 functions.append(1j * function)
                 matrices.append(imaginary)
-    if not matrices:
+    gathered = []
+    if matrices:
+        gathered.append(TimeOperator(functions, [jnp.asarray(m) for m in matrices]))
+    if diagonals:
+        n = diagonals[0].shape[0]
+        columns = np.arange(n)[:, None]
+        sparse = [
+            SparseMatrix(jnp.asarray(d)[:, None], columns, diagonal=True)
+            for d in diagonals
+        ]
+        gathered.append(TimeOperator(diagonal_functions, sparse))
+    if not gathered:
         return operator
-    gathered = TimeOperator(functions, [jnp.asarray(m) for m in matrices])
-    return OperatorSum([gathered, *rest]) if rest else gathered
+    if len(gathered) == 1 and not rest:
+        return gathered[0]
+    return OperatorSum([*gathered, *rest])
 
 
 def _split_constant_trace(
@@ -202,10 +222,12 @@ class LindbladTerm(diffrax.AbstractTerm):
             `hierax.Polynomial(c) * sm`); `[]` for a closed system.
         """
         api = "hierax.LindbladTerm"
-        self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
-        self.jump_operators = _check_jump_operators(
-            jump_operators, self.hamiltonian.size, api
-        )
+        hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
+        jumps = _check_jump_operators(jump_operators, hamiltonian.size, api)
+        # Structure for the Taylor solver's kernel: diagonal matrices act
+        # elementwise, real and imaginary ones in real arithmetic.
+        self.hamiltonian = real_terms(hamiltonian, diagonal=True)
+        self.jump_operators = tuple(real_terms(op, diagonal=True) for op in jumps)
 
     @property
     def size(self) -> int:

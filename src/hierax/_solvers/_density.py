@@ -1,0 +1,237 @@
+"""The Lindblad step's series with the structure of its operators kept: diagonal
+matrices (dephasing, lab-frame energies, number operators) act elementwise, real
+and imaginary ones in real arithmetic, and constant parts are merged, so that a
+dephasing chain costs a few matrix products per order instead of two per jump
+operator."""
+
+from typing import Any, NamedTuple
+
+import jax.lax as lax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator
+from .._series import real_dtype, scalar_cauchy_product
+from .._sparse import SparseMatrix
+
+
+class _Term(NamedTuple):
+    """One term $f(t + h\\sigma) M$ of an operator: `series` the signed series of
+    f at scale |h| (`(K+1,)`), `matrix` an `(n, n)` matrix or, when `diagonal`, the
+    `(n,)` diagonal; `constant` is static."""
+
+    series: Array
+    matrix: Array
+    diagonal: bool
+    constant: bool
+
+
+def operator_terms(
+    operator: AbstractTimeOperator, t: Array, order: int, scale: Array, step: Array
+) -> list[_Term] | None:
+    """The terms of an operator made of `TimeOperator`s with dense or diagonal
+    matrices, at $t$, with the series at scale $h$ (odd orders negated for
+    $h < 0$); `None` for any other operator (a callable, a general sparse matrix),
+    which the generic kernel handles."""
+    ops = operator.operators if isinstance(operator, OperatorSum) else (operator,)
+    signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
+    terms = []
+    for op in ops:
+        if not isinstance(op, TimeOperator):
+            return None
+        series = op.sparse_series(t, order, scale)
+        if series.sparse is not None:
+            sparse = series.sparse
+            for c, m, k in zip(sparse.coefficients, sparse.matrices, sparse.constant):
+                if not (isinstance(m, SparseMatrix) and m.diagonal):
+                    return None
+                diagonal = jnp.sum(m.values, axis=1)
+                terms.append(_Term(c * signs.astype(c.dtype), diagonal, True, k))
+        flags = series.constant_flags()
+        for c, m, k in zip(series.coefficients, series.matrices, flags):
+            terms.append(_Term(c * signs.astype(c.dtype), m, False, k))
+    return terms
+
+
+def _left(matrix: Array, diagonal: bool, w: Array) -> Array:
+    """`matrix @ w`; a real matrix acts on both halves of w in one product."""
+    if diagonal:
+        return matrix[:, None] * w
+    if jnp.iscomplexobj(matrix):
+        return matrix @ w
+    n = w.shape[-1]
+    both = matrix @ jnp.concatenate([w.real, w.imag], axis=1)
+    return lax.complex(both[:, :n], both[:, n:])
+
+
+def _right(w: Array, matrix: Array, diagonal: bool) -> Array:
+    """`w @ matrix`, as `_left`."""
+    if diagonal:
+        return w * matrix[None, :]
+    if jnp.iscomplexobj(matrix):
+        return w @ matrix
+    n = w.shape[0]
+    both = jnp.concatenate([w.real, w.imag], axis=0) @ matrix
+    return lax.complex(both[:n], both[n:])
+
+
+def _adjoint(matrix: Array, diagonal: bool) -> Array:
+    return jnp.conj(matrix) if diagonal else jnp.conj(matrix.T)
+
+
+def _merge(terms: list[tuple[Any, Array, bool]]) -> tuple[Array, bool] | None:
+    """$\\sum_a c_a M_a$ for constant terms: a diagonal when every $M_a$ is one."""
+    if not terms:
+        return None
+    diagonal = all(d for _, _, d in terms)
+    parts = [c * (m if diagonal or not d else jnp.diag(m)) for c, m, d in terms]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total, diagonal
+
+
+class _Sided(NamedTuple):
+    """A term of $w \\mapsto M w + \\text{sign}\\, w M$ with window weights."""
+
+    series: Array
+    matrix: Array
+    diagonal: bool
+    sign: float
+
+
+def structured_density_terms(
+    hamiltonian: list[_Term],
+    jumps: list[list[_Term]],
+    step: Array,
+    rho: Array,
+    order: int,
+) -> Array:
+    """The terms $v_j = \\rho^{(j)}(t)\\, h^j / j!$, $j = 0..K$, for
+    $r_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} \\mathcal{L}_m[r_{j-m}]$ with
+    $\\mathcal{L}[r] = -ih[H, r] - \\frac h2 \\{N, r\\} + h \\sum_j L_j r L_j^\\dagger$
+    in the step's own time scale ($N = \\sum_j L_j^\\dagger L_j$), term by term:
+
+    - constant parts of $H$ and $N$ merged into $G r - r R$ (the Hamiltonian's
+      trace part removed first: the commutator does not see it, and an offset then
+      costs no digits), elementwise when diagonal;
+    - a time-dependent term $f_a M_a$ as $M_a w_a \\pm w_a M_a$ with the window sum
+      $w_a = \\sum_i c_{a,i} r_{j-i}$;
+    - a constant diagonal jump operator $d$ as $(d d^\\dagger) \\circ r_j$, all of
+      them in one elementwise product; a constant dense one as $L (r_j L^\\dagger)$;
+      a time-dependent one through the carried series $Q = r L^\\dagger$.
+
+    **Returns:** shape `(order + 1, n, n)`, in `rho`'s dtype.
+    """
+    dtype = rho.dtype
+    rdtype = real_dtype(dtype)
+    n = rho.shape[-1]
+    h = step.astype(rdtype)
+
+    def cast(matrix: Array) -> Array:
+        return matrix.astype(rdtype if not jnp.iscomplexobj(matrix) else dtype)
+
+    # Two-sided terms: -ih (H w - w H) and -h/2 (N w + w N).
+    fixed_left, fixed_right, sided = [], [], []
+    for term in hamiltonian:
+        matrix = cast(term.matrix)
+        if term.constant:
+            # The trace part of constant terms removed (exact for the commutator).
+            if term.diagonal:
+                matrix = matrix - jnp.mean(matrix)
+            else:
+                matrix = matrix - jnp.trace(matrix) / n * jnp.eye(n, dtype=matrix.dtype)
+            c = (-1j * h * term.series[0]).astype(dtype)
+            fixed_left.append((c, matrix, term.diagonal))
+            fixed_right.append((c, matrix, term.diagonal))
+        else:
+            sided.append(_Sided(-1j * h * term.series, matrix, term.diagonal, -1.0))
+    for terms in jumps:
+        for a in terms:
+            for b in terms:
+                diagonal = a.diagonal and b.diagonal
+                ma, mb = cast(a.matrix), cast(b.matrix)
+                if diagonal:
+                    matrix = jnp.conj(ma) * mb
+                else:
+                    da = jnp.diag(ma) if a.diagonal else ma
+                    db = jnp.diag(mb) if b.diagonal else mb
+                    matrix = jnp.conj(da.T) @ db
+                if a.constant and b.constant:
+                    c = (-0.5 * h * jnp.conj(a.series[0]) * b.series[0]).astype(dtype)
+                    fixed_left.append((c, matrix, diagonal))
+                    fixed_right.append((-c, matrix, diagonal))
+                else:
+                    series = scalar_cauchy_product(jnp.conj(a.series), b.series)
+                    sided.append(_Sided(-0.5 * h * series, matrix, diagonal, 1.0))
+    left = _merge(fixed_left)
+    right = _merge(fixed_right)
+
+    # Jump operators: constant diagonal ones in one elementwise product; constant
+    # dense ones merged per operator; time-dependent ones carry Q = r L^dagger.
+    elementwise = None
+    dense_constant, varying = [], []
+    for terms in jumps:
+        if all(term.constant for term in terms):
+            merged = _merge(
+                [(cast(t.series[0]), cast(t.matrix), t.diagonal) for t in terms]
+            )
+            assert merged is not None
+            matrix, diagonal = merged
+            if diagonal:
+                outer = h * matrix[:, None] * jnp.conj(matrix)[None, :]
+                elementwise = outer if elementwise is None else elementwise + outer
+            else:
+                dense_constant.append(matrix)
+        else:
+            varying.append(terms)
+
+    dense_constant = [(m, _adjoint(m, False)) for m in dense_constant]
+    varying = [[t._replace(matrix=cast(t.matrix)) for t in terms] for terms in varying]
+    lags = jnp.arange(order + 1)
+    r = jnp.zeros((order + 1, n, n), dtype).at[0].set(rho)
+    carried = [jnp.zeros((order + 1, n, n), dtype) for _ in varying]
+    sided_series = jnp.stack([s.series.astype(dtype) for s in sided]) if sided else None
+
+    def window_sums(series: Array, values: Array, j: Array) -> Array:
+        """$\\sum_i c_{a, j-i} x_i$ for each row a of `series`: `(A, n, n)`."""
+        valid = lags <= j
+        weights = jnp.where(valid[None, :], series[:, jnp.where(valid, j - lags, 0)], 0)
+        return jnp.tensordot(weights.astype(dtype), values, axes=(1, 0))
+
+    def body(j, state):
+        r, carried = state
+        rj = r[j]
+        total = jnp.zeros((n, n), dtype)
+        if left is not None and right is not None:
+            total = total + _left(left[0], left[1], rj) - _right(rj, right[0], right[1])
+        if elementwise is not None:
+            total = total + elementwise * rj
+        for matrix, adjoint in dense_constant:
+            total = total + h * _left(matrix, False, _right(rj, adjoint, False))
+        if sided_series is not None:
+            sums = window_sums(sided_series, r, j)
+            for term, w in zip(sided, sums):
+                total = total + _left(term.matrix, term.diagonal, w)
+                total = total + term.sign * _right(w, term.matrix, term.diagonal)
+        new_carried = []
+        for terms, q in zip(varying, carried):
+            # Q_j = sum_i r_{j-i} l_i^dagger, then h sum_i l_i Q_{j-i}.
+            series = jnp.stack([jnp.conj(t.series).astype(dtype) for t in terms])
+            sums = window_sums(series, r, j)
+            q_j = jnp.zeros((n, n), dtype)
+            for term, w in zip(terms, sums):
+                q_j = q_j + _right(
+                    w, _adjoint(term.matrix, term.diagonal), term.diagonal
+                )
+            q = q.at[j].set(q_j)
+            series = jnp.stack([t.series.astype(dtype) for t in terms])
+            sums = window_sums(series, q, j)
+            for term, w in zip(terms, sums):
+                total = total + h * _left(term.matrix, term.diagonal, w)
+            new_carried.append(q)
+        step = (1 / (j + 1)).astype(rdtype).astype(dtype)
+        return r.at[j + 1].set(total * step), new_carried
+
+    r, _ = lax.fori_loop(0, order, body, (r, carried))
+    return r
