@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact
 
+from ._arrays import to_jax
 from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._series import (
@@ -127,10 +128,7 @@ class AbstractTimeOperator(eqx.Module):
             if isinstance(self.matrices, tuple) and isinstance(other.matrices, tuple):
                 matrices = list(self.matrices) + list(other.matrices)
             else:
-                dtype = result_dtype(self.matrices, other.matrices)
-                matrices = jnp.concatenate(
-                    [cast(Array, self.matrices), cast(Array, other.matrices)]
-                ).astype(dtype)
+                matrices = _unstack(self.matrices) + _unstack(other.matrices)
             return TimeOperator(self.functions + other.functions, matrices)
         return OperatorSum((self, other))
 
@@ -228,7 +226,7 @@ class TimeOperator(AbstractTimeOperator):
             as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
         )
         if isinstance(matrices, (jax.Array, np.ndarray)) and matrices.ndim == 3:
-            matrices = list(matrices)
+            matrices = _unstack(matrices)
         if not isinstance(matrices, Sequence):
             raise TypeError(
                 f"`{api}`: `matrices` must be a sequence of (n, n) matrices or one "
@@ -260,7 +258,7 @@ class TimeOperator(AbstractTimeOperator):
         if isinstance(mats[0], SparseMatrix):
             self.matrices = tuple(m.astype(dtype) for m in mats)
         else:
-            self.matrices = jnp.stack([m.astype(dtype) for m in mats])
+            self.matrices = _stack(mats, dtype)
 
     @property
     def is_sparse(self) -> bool:
@@ -269,7 +267,9 @@ class TimeOperator(AbstractTimeOperator):
 
     @property
     def size(self) -> int:
-        return self.matrices[0].shape[-1]
+        if isinstance(self.matrices, tuple):
+            return self.matrices[0].shape[-1]
+        return self.matrices.shape[-1]
 
     @property
     def is_constant(self) -> bool:
@@ -335,6 +335,22 @@ class CallableOperator(AbstractTimeOperator):
             jnp.zeros((0, self.n, self.n), dtype),
             dense,
         )
+
+
+def _unstack(matrices: Any) -> list[Any]:
+    """The matrices of an `(A, n, n)` array, split in NumPy when concrete (eager
+    indexing of a JAX array compiles a program per shape)."""
+    if is_traced(matrices):
+        return list(matrices)
+    return list(np.asarray(matrices))
+
+
+def _stack(matrices: Sequence[Any], dtype: Any) -> Array:
+    """`(n, n)` matrices stacked to one `(A, n, n)` array of `dtype`, in NumPy when
+    concrete."""
+    if any(is_traced(m) for m in matrices):
+        return jnp.stack([jnp.asarray(m).astype(dtype) for m in matrices])
+    return to_jax(np.stack([np.asarray(m) for m in matrices]).astype(dtype))
 
 
 def check_callable_operator(fn: Callable, name: str, api: str) -> int:

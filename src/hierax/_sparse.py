@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int
 
+from ._arrays import to_jax
 from ._validation import is_traced
 
 
@@ -63,8 +64,8 @@ class SparseMatrix(eqx.Module):
         - `diagonal`: whether the matrix is known to be diagonal with
             `columns[r, 0] == r` (products then skip the gather).
         """
-        self.values = jnp.asarray(values)
-        self.columns = jnp.asarray(columns, jnp.int32)
+        self.values = to_jax(values)
+        self.columns = to_jax(columns, jnp.int32)
         self.diagonal = diagonal
 
     @classmethod
@@ -101,6 +102,11 @@ class SparseMatrix(eqx.Module):
     def todense(self) -> Array:
         """The dense `(n, n)` array (explicit: it costs $n^2$ memory)."""
         n = self.shape[0]
+        if not (is_traced(self.values) or is_traced(self.columns)):
+            dense = np.zeros((n, n), self.values.dtype)
+            rows = np.broadcast_to(np.arange(n)[:, None], self.columns.shape)
+            np.add.at(dense, (rows, np.asarray(self.columns)), np.asarray(self.values))
+            return to_jax(dense)
         rows = jnp.broadcast_to(jnp.arange(n)[:, None], self.columns.shape)
         dense = jnp.zeros((n, n), self.values.dtype)
         return dense.at[rows, self.columns].add(self.values)
@@ -115,6 +121,9 @@ class SparseMatrix(eqx.Module):
 
     def trace(self) -> Array:
         n = self.shape[0]
+        if not (is_traced(self.values) or is_traced(self.columns)):
+            on = np.asarray(self.columns) == np.arange(n)[:, None]
+            return to_jax(np.sum(np.where(on, np.asarray(self.values), 0)))
         on_diagonal = self.columns == jnp.arange(n)[:, None]
         return jnp.sum(jnp.where(on_diagonal, self.values, 0))
 
@@ -268,7 +277,7 @@ def as_sparse(x: Any, name: str, api: str) -> SparseMatrix:
         return _from_coo(
             np.asarray(coo.row),
             np.asarray(coo.col),
-            jnp.asarray(values),
+            to_jax(values),
             shape[0],
             name,
         )
@@ -283,7 +292,7 @@ def as_sparse(x: Any, name: str, api: str) -> SparseMatrix:
                 f"with n_batch={x.n_batch}, n_dense={x.n_dense}."
             )
         indices = _concrete_columns(x.indices, f"`{api}`: `{name}`")
-        data = jnp.asarray(x.data)
+        data = to_jax(x.data)
         if not is_traced(data):
             _check_values(np.asarray(data), name, api)
         # BCOO pads with out-of-range indices; those entries are dropped.
@@ -292,7 +301,7 @@ def as_sparse(x: Any, name: str, api: str) -> SparseMatrix:
             indices[valid, 0], indices[valid, 1], data[valid], shape[0], name
         )
     if _is_dense_matrix(x) or isinstance(x, Sequence):
-        array = jnp.asarray(x)
+        array = to_jax(x)
         _check_square(tuple(array.shape), name, api)
         return dense_to_sparse(array)
     raise TypeError(

@@ -1,0 +1,31 @@
+"""Concrete values onto the device without compiling anything.
+
+In eager mode `jnp.asarray(numpy_array)` and `x.astype(dtype)` each compile a
+small XLA program per shape and dtype (10-30 ms on a CPU), which adds up in the
+constructors of operators and sparse matrices. Concrete values are converted in
+NumPy and placed with `jax.device_put` instead (same dtype canonicalisation, weak
+types kept for Python scalars); traced values go through `jnp.asarray`, and a JAX
+array already of the right dtype is returned as it is (its sharding kept).
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from ._validation import is_traced
+
+
+def to_jax(x: Any, dtype: Any = None) -> Array:
+    """`x` as a JAX array (of `dtype` if given), compiling nothing when concrete."""
+    if is_traced(x):
+        return jnp.asarray(x, dtype)
+    if isinstance(x, jax.Array):
+        if dtype is None or x.dtype == jnp.dtype(dtype):
+            return x
+        return jax.device_put(np.asarray(x).astype(dtype))
+    if dtype is None and isinstance(x, (bool, int, float, complex)):
+        return jax.device_put(x)  # weakly typed, as `jnp.asarray` makes it
+    return jax.device_put(np.asarray(x, dtype))
