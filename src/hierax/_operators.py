@@ -13,6 +13,7 @@ from jaxtyping import Array, ArrayLike, Inexact
 from ._arrays import to_jax
 from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
 from ._function_series import callable_series
+from ._jit import module_jit
 from ._series import (
     TermSeries,
     densified,
@@ -76,8 +77,7 @@ class AbstractTimeOperator(eqx.Module):
         """$H(t)$ times a state of shape `(n,)` or `(n, m)`, with sparse terms
         kept sparse (`H(t) @ state` without forming the matrix)."""
         api = f"hierax.{type(self).__name__}.apply"
-        series = self.sparse_series(as_time(t, api, canonical=False), 0, None)
-        return apply_at_order_zero(series, jnp.asarray(state))
+        return _apply(self, as_time(t, api, canonical=False), jnp.asarray(state))
 
     @typechecked
     def __call__(self, t: TimeLike) -> Inexact[Array, "n n"]:
@@ -92,7 +92,7 @@ class AbstractTimeOperator(eqx.Module):
         The matrix $H(t)$, shape `(n, n)`.
         """
         api = f"hierax.{type(self).__name__}(...)(t)"
-        return self.term_series(as_time(t, api, canonical=False), 0, None).full()[0]
+        return _value(self, as_time(t, api, canonical=False))
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> OperatorSeries:
@@ -109,8 +109,7 @@ class AbstractTimeOperator(eqx.Module):
         """
         api = f"hierax.{type(self).__name__}.taylor"
         order = check_order(order, api)
-        t = as_time(t, api, canonical=False)
-        return self.term_series(t, order, None).full()
+        return _taylor(self, as_time(t, api, canonical=False), order=order)
 
     def __add__(self, other: Any) -> "AbstractTimeOperator":
         if _is_zero(other):
@@ -335,6 +334,14 @@ class CallableOperator(AbstractTimeOperator):
             jnp.zeros((0, self.n, self.n), dtype),
             dense,
         )
+
+
+# The public evaluations, compiled once per structure like the hierarchies.
+_value = module_jit(lambda op, t: op.term_series(t, 0, None).full()[0])
+_taylor = module_jit(lambda op, t, order: op.term_series(t, order, None).full())
+_apply = module_jit(
+    lambda op, t, state: apply_at_order_zero(op.sparse_series(t, 0, None), state)
+)
 
 
 def _unstack(matrices: Any) -> list[Any]:
