@@ -234,14 +234,6 @@ def naive_levels(h_fn, x_fn, t, order):
     return jacfwd_levels(step, lambda s: x_fn(s).astype(complex), t, order)
 
 
-def jacfwd_taylor(fn, t, order):
-    """Normalised Taylor coefficients `fn^(j)(t) / j!`, j = 0..order, stacked on a
-    leading axis, by nested `jax.jacfwd` (`jacfwd_levels` with `step = d/dt`)."""
-    derivatives = jacfwd_levels(lambda s, x, dx: dx, fn, t, order)
-    factorials = np.array([math.factorial(j) for j in range(order + 1)], float)
-    return derivatives / factorials.reshape((-1,) + (1,) * (derivatives.ndim - 1))
-
-
 # ----------------------------------------------------------------------------------
 # ODE propagation: U(t + tau) from U(t), and the Heisenberg observable.
 # ----------------------------------------------------------------------------------

@@ -2,12 +2,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import mpmath
 import numpy as np
 import pytest
 
 import hierax
-
-from .helpers import jacfwd_taylor
 
 
 sx = jnp.array([[0.0, 1.0], [1.0, 0.0]])
@@ -44,8 +43,21 @@ OPERATORS = {
 
 @functools.cache
 def _plain_series(t: float, order: int) -> np.ndarray:
-    """The oracle, once for every parametrisation: nested `jax.jacfwd`."""
-    return jacfwd_taylor(_plain, t, order)
+    """The oracle, once for every parametrisation: the Taylor coefficients of each
+    scalar function of `_plain` by mpmath at 30 digits, times its matrix."""
+    mp = mpmath.mp.clone()
+    mp.dps = 30
+    scalars = [
+        (lambda s: mp.cos(mp.mpf(1.3) * s), sy),
+        (lambda s: mp.mpf(0.5) - s + mp.mpf(0.25) * s**2, sz),
+        (lambda s: mp.exp(mp.mpf(-0.4) * s) * mp.sin(2 * s), sx),
+    ]
+    series = np.zeros((order + 1, 2, 2), complex)
+    series[0] += 0.3 * np.asarray(sx)
+    for f, matrix in scalars:
+        c = np.array([complex(x) for x in mp.taylor(f, mp.mpf(t), order)])
+        series += c[:, None, None] * np.asarray(matrix)
+    return series
 
 
 @pytest.mark.parametrize("name", list(OPERATORS))
