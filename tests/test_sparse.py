@@ -234,6 +234,10 @@ def test_bad_sparse_input_names_the_argument():
         hierax.sesolve(sp.identity(4), np.ones(3), np.array([0.0, 1.0]))
     with pytest.raises(ValueError, match="0 <= site < sites"):
         hierax.site_operator(SX, 3, 3)
+    with pytest.raises(ValueError, match="0 <= column < n = 2"):
+        hierax.SparseMatrix(np.ones((2, 1)), np.array([[0], [2]]))
+    with pytest.raises(ValueError, match="same shape"):
+        hierax.SparseMatrix(np.ones((2, 1)), np.zeros((2, 2), int))
     with pytest.raises(ValueError, match="unbatched"):
         hierax.as_operator(jsparse.BCOO.fromdense(jnp.ones((3, 3)), n_dense=1))
 
