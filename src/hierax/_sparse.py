@@ -133,7 +133,10 @@ class SparseMatrix(eqx.Module):
         # The columns are checked to be in range when built: "clip" skips the
         # bounds handling of plain indexing (measured 1.6x faster on a CPU).
         gathered = x.at[self.columns].get(mode="clip")  # (n, width, ...)
-        return jnp.einsum("rk,rk...->r...", self.values, gathered)
+        # Multiply and sum rather than einsum: a batched dot with one row per batch
+        # element is about 10x slower on a CPU for (n, m) states and under vmap.
+        values = self.values.reshape(self.values.shape + (1,) * (x.ndim - 1))
+        return jnp.sum(values * gathered, axis=1)
 
     def trace(self) -> Array:
         n = self.shape[0]
