@@ -421,14 +421,22 @@ def bench_hierarchy_cost(n=32, order=20, calls=30):
             samples[k].append((time.perf_counter() - start) / reps)
     per_call = {k: statistics.median(v) for k, v in samples.items()}
     per_call["matmul"] /= 100
-    # The docstrings' counts: products per coefficient update (LindbladHierarchy,
-    # about 0.56 K^2 updates) and per order (DensityMatrixDerivatives, K orders).
-    # H: two time-dependent terms; N = sum L^+ L: one constant (merged) and one
-    # time-dependent term; jump operators one term each.
+    # The docstrings' counts: products per coefficient update (LindbladHierarchy:
+    # one phase of K levels by K + 1 coefficients at this size, down to about
+    # 0.56 K^2 updates for large n K, see `_phases`) and per order
+    # (DensityMatrixDerivatives, K orders). H: two time-dependent terms;
+    # N = sum L^+ L: one constant (merged) and one time-dependent term; jump
+    # operators one term each; one product per term of H and N when the hierarchy
+    # is Hermitian (as here), two otherwise.
+    from hierax._algorithms import _phases
+
+    updates = sum(
+        (last - first + 1) * width for first, last, width in _phases(order, n)
+    )
     h_and_n_terms = 2 + 2
     jump_terms = 3
-    lindblad_low = (h_and_n_terms + 2 * jump_terms) * 0.56 * order**2
-    lindblad_high = (2 * h_and_n_terms + 2 * jump_terms) * 0.56 * order**2
+    lindblad_low = (h_and_n_terms + 2 * jump_terms) * updates
+    lindblad_high = (2 * h_and_n_terms + 2 * jump_terms) * updates
     density_count = (2 * h_and_n_terms + 2 * jump_terms) * order
     rows = {
         "LindbladHierarchy": (lindblad_low, lindblad_high),

@@ -128,29 +128,33 @@ def test_constant_hamiltonian_against_expm():
 
 
 def test_real_and_imaginary_parts_in_real_arithmetic():
-    """Known complex matrices step as real ones (real part with f, imaginary part
-    with i f, zero parts dropped), beside a callable term that stays complex: the
-    propagator against DOP853."""
+    """Known complex matrices of a large system step as real ones (real part with
+    f, imaginary part with i f, zero parts dropped), beside a callable term that
+    stays complex: against DOP853."""
+    sites = 8
     rng = np.random.default_rng(3)
-    m = rng.normal(size=(4, 4)) + 1j * rng.normal(size=(4, 4))
-    general = (m + m.conj().T) / 4
-    sy = np.kron(SY, np.eye(2))
+    n = 2**sites
+    m = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
+    general = (m + m.conj().T) / (4 * np.sqrt(n))
+    sy = _kron_at(SY, 0, sites)
+    zx = _kron_at(SZ, 1, sites) @ _kron_at(SX, 2, sites)
     hamiltonian = hierax.TimeOperator(
-        [hierax.Cos(1.3), hierax.Sin(0.7), hierax.Constant(1.0)],
-        [general, sy, np.kron(SZ, SX)],
-    ) + hierax.as_operator(lambda t: jnp.cos(t) * jnp.asarray(np.kron(SX, SY)))
+        [hierax.Cos(1.3), hierax.Sin(0.7), hierax.Constant(1.0)], [general, sy, zx]
+    ) + hierax.as_operator(
+        lambda t: jnp.cos(t) * jnp.asarray(_kron_at(SX, 3, sites) @ sy)
+    )
     term = SchrodingerTerm(hamiltonian)
     assert isinstance(term.hamiltonian, hierax.OperatorSum)
     real = term.hamiltonian.operators[0]
     assert isinstance(real, hierax.TimeOperator)
-    # general: both parts; sy: imaginary only; sz x sx: real only.
     matrices = jnp.asarray(real.matrices)
+    # general: both parts; sy: imaginary only; sz x sx: real only.
     assert matrices.shape[0] == 4 and not jnp.iscomplexobj(matrices)
-    times = np.array([0.0, 1.5, 3.0])
-    solution = sesolve(hamiltonian, np.eye(4, dtype=complex), times, rtol=RTOL)
-    assert _error(solution.states, _reference(hamiltonian, np.eye(4), times)) <= (
-        10 * RTOL
-    )
+    state = rng.normal(size=n) + 1j * rng.normal(size=n)
+    state = state / np.linalg.norm(state)
+    times = np.array([0.0, 0.5, 1.0])
+    solution = sesolve(hamiltonian, state, times, rtol=RTOL)
+    assert _error(solution.states, _reference(hamiltonian, state, times)) <= (10 * RTOL)
 
 
 def test_piecewise_constant_pulse_against_expm_per_segment():

@@ -8,11 +8,13 @@ from typing import Any, NamedTuple
 
 import jax.lax as lax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator
 from .._series import real_dtype, scalar_cauchy_product
 from .._sparse import SparseMatrix
+from ._term import REAL_DENSITY_SIZE
 
 
 class _Term(NamedTuple):
@@ -57,7 +59,7 @@ def _left(matrix: Array, diagonal: bool, w: Array) -> Array:
     """`matrix @ w`; a real matrix acts on both halves of w in one product."""
     if diagonal:
         return matrix[:, None] * w
-    if jnp.iscomplexobj(matrix):
+    if jnp.iscomplexobj(matrix) or w.shape[0] < REAL_DENSITY_SIZE:
         return matrix @ w
     n = w.shape[-1]
     both = matrix @ jnp.concatenate([w.real, w.imag], axis=1)
@@ -68,7 +70,7 @@ def _right(w: Array, matrix: Array, diagonal: bool) -> Array:
     """`w @ matrix`, as `_left`."""
     if diagonal:
         return w * matrix[None, :]
-    if jnp.iscomplexobj(matrix):
+    if jnp.iscomplexobj(matrix) or w.shape[0] < REAL_DENSITY_SIZE:
         return w @ matrix
     n = w.shape[0]
     both = jnp.concatenate([w.real, w.imag], axis=0) @ matrix
@@ -235,3 +237,105 @@ def structured_density_terms(
 
     r, _ = lax.fori_loop(0, order, body, (r, carried))
     return r
+
+
+def _kron_right(matrix: Array, diagonal: bool) -> Array:
+    """The superoperator of $r \\mapsto r M$ on row-major vec(r): $I \\otimes M^T$."""
+    n = matrix.shape[0]
+    dense = jnp.diag(matrix) if diagonal else matrix
+    return jnp.kron(jnp.eye(n, dtype=dense.dtype), dense.T)
+
+
+def _kron_left(matrix: Array, diagonal: bool) -> Array:
+    """The superoperator of $r \\mapsto M r$ on row-major vec(r): $M \\otimes I$."""
+    n = matrix.shape[0]
+    dense = jnp.diag(matrix) if diagonal else matrix
+    return jnp.kron(dense, jnp.eye(n, dtype=dense.dtype))
+
+
+def vectorised_density_terms(
+    hamiltonian: list[_Term],
+    jumps: list[list[_Term]],
+    step: Array,
+    rho: Array,
+    order: int,
+) -> Array:
+    """The terms of `structured_density_terms` for small n, on vec(rho) with the
+    Liouvillian's own term structure: $\\mathcal{L} = \\sum_a g_a(\\sigma) S_a$,
+    each $S_a$ an $n^2 \\times n^2$ superoperator (the constant ones merged), so an
+    order costs one matrix-vector product of size $n^2 \\times A n^2$ instead of a
+    dozen tiny matrix products, each of which costs more to dispatch than to
+    compute. The Hamiltonian's trace part is removed as there.
+
+    **Returns:** shape `(order + 1, n, n)`, in `rho`'s dtype.
+    """
+    dtype = rho.dtype
+    rdtype = real_dtype(dtype)
+    n = rho.shape[-1]
+    h = step.astype(rdtype)
+    width = order + 1
+    constant = jnp.zeros((n * n, n * n), dtype)
+    series, operators = [], []
+
+    def add(coefficients: Array, superoperator: Array, fixed: bool) -> None:
+        nonlocal constant
+        if fixed:
+            constant = constant + (coefficients[0] * superoperator).astype(dtype)
+        else:
+            series.append(coefficients.astype(dtype))
+            operators.append(superoperator.astype(dtype))
+
+    for term in hamiltonian:
+        matrix = term.matrix.astype(dtype)
+        if term.constant:
+            if term.diagonal:
+                matrix = matrix - jnp.mean(matrix)
+            else:
+                matrix = matrix - jnp.trace(matrix) / n * jnp.eye(n, dtype=dtype)
+        commutator = _kron_left(matrix, term.diagonal) - _kron_right(
+            matrix, term.diagonal
+        )
+        add(-1j * h * term.series, commutator, term.constant)
+    for terms in jumps:
+        for a in terms:
+            for b in terms:
+                ma, mb = a.matrix.astype(dtype), b.matrix.astype(dtype)
+                da = jnp.diag(ma) if a.diagonal else ma
+                db = jnp.diag(mb) if b.diagonal else mb
+                fixed = a.constant and b.constant
+                # -h/2 {A_a^dagger A_b, r} with conj(f_a) f_b.
+                number = jnp.conj(da.T) @ db
+                anticommutator = _kron_left(number, False) + _kron_right(number, False)
+                product = scalar_cauchy_product(jnp.conj(a.series), b.series)
+                add(-0.5 * h * product, anticommutator, fixed)
+                # h A_a r A_b^dagger with f_a conj(f_b): A_a kron conj(A_b).
+                product = scalar_cauchy_product(a.series, jnp.conj(b.series))
+                add(h * product, jnp.kron(da, jnp.conj(db)), fixed)
+    unit = jnp.zeros((width,), dtype).at[0].set(1)
+    coefficients = jnp.stack([unit, *series])
+    stacked = jnp.concatenate([constant, *operators], axis=1)
+    count = coefficients.shape[0]
+    weights = lagged_weights(coefficients)
+    v = jnp.zeros((width, n * n), dtype).at[0].set(rho.reshape(-1))
+
+    def body(j, v):
+        inner = jnp.tensordot(weights[j], v, axes=(1, 0)).reshape(count * n * n)
+        return v.at[j + 1].set(stacked @ inner)
+
+    v = lax.fori_loop(0, order, body, v)
+    return v.reshape(width, n, n)
+
+
+def lagged_weights(coefficients: Array) -> Array:
+    """`weights[j, a, i]` $= c_{a, j-i} / (j+1)$ for $i \\le j$, else 0: the Cauchy
+    products of a recursion $v_{j+1} = \\frac{1}{j+1} \\sum_a M_a \\sum_{i \\le j}
+    c_{a,j-i} v_i$ as one slice per order (A (K+1)^2 numbers, formed once per
+    step), so that the loop body is a contraction and a product."""
+    width = coefficients.shape[-1]
+    lags = np.arange(width)
+    valid = lags[None, :] <= lags[:, None]
+    index = np.where(valid, lags[:, None] - lags[None, :], 0)
+    rdtype = real_dtype(coefficients.dtype)
+    scale = (1 / jnp.arange(1, width + 1, dtype=rdtype)).astype(coefficients.dtype)
+    taken = coefficients[:, index] * scale[None, :, None]
+    return jnp.transpose(jnp.where(jnp.asarray(valid)[None], taken, 0), (1, 0, 2))

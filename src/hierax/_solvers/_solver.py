@@ -15,8 +15,16 @@ from .._lindblad import density_generator, density_series
 from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator
 from .._series import TermSeries, real_dtype
 from .._sparse import sparse_products
-from ._density import operator_terms, structured_density_terms
-from ._term import LindbladTerm, SchrodingerTerm
+from ._density import (
+    operator_terms,
+    structured_density_terms,
+    vectorised_density_terms,
+)
+from ._term import REAL_STATE_SIZE, LindbladTerm, SchrodingerTerm
+
+
+# The largest n for which mesolve steps vec(rho) with n^2 x n^2 superoperators.
+_VECTORISED_SIZE = 8
 
 
 class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
@@ -180,7 +188,9 @@ def step_terms(
     rdtype = real_dtype(dtype)
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
-    real, series = _real_and_other_series(hamiltonian, t, order, scale)
+    real, series = _real_and_other_series(
+        hamiltonian, t, order, scale, y0.shape[0] >= REAL_STATE_SIZE
+    )
     signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step)).astype(dtype)
     # -i h / (j + 1) goes into the weights, so each order costs the products only.
     factor = signs * (-1j * step).astype(dtype)
@@ -235,7 +245,11 @@ def step_terms(
 
 
 def _real_and_other_series(
-    hamiltonian: AbstractTimeOperator, t: Array, order: int, scale: Array
+    hamiltonian: AbstractTimeOperator,
+    t: Array,
+    order: int,
+    scale: Array,
+    use_real: bool,
 ) -> tuple[TermSeries | None, TermSeries | None]:
     """The series of the dense terms whose matrices are real, and of the rest (each
     `None` when empty): kept apart, because a sum's series casts every matrix to
@@ -243,7 +257,8 @@ def _real_and_other_series(
     ops = hamiltonian.operators if isinstance(hamiltonian, OperatorSum) else ()
     ops = ops or (hamiltonian,)
     is_real = [
-        isinstance(op, TimeOperator)
+        use_real
+        and isinstance(op, TimeOperator)
         and not op.is_sparse
         and not jnp.iscomplexobj(op.matrices)
         for op in ops
@@ -294,7 +309,13 @@ def density_step_terms(
     hamiltonian = operator_terms(term.hamiltonian, t, order, scale, step)
     jumps = [operator_terms(op, t, order, scale, step) for op in term.jump_operators]
     if hamiltonian is not None and all(j is not None for j in jumps):
-        return structured_density_terms(
+        # Small systems on vec(rho): one product per order beats a dozen tiny ones.
+        kernel = (
+            vectorised_density_terms
+            if rho.shape[-1] <= _VECTORISED_SIZE
+            else structured_density_terms
+        )
+        return kernel(
             hamiltonian,
             [j for j in jumps if j is not None],
             step,
