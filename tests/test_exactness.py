@@ -53,6 +53,37 @@ def _check_estimate(estimate, observed, dtype: type = np.float64):
     assert np.all(estimate <= 1000 * np.maximum(observed, floor)), (estimate, observed)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_powers_of_two_are_exact(dtype):
+    """The scales carried with the levels are exact powers of two (`jnp.exp2` is
+    off by up to 50 ulp on a CPU), zero below the normal range and inf above it."""
+    from hierax._series import exact_exp2
+
+    info = np.finfo(dtype)
+    e = np.arange(info.minexp - 60, info.maxexp + 60).astype(dtype)
+    got = np.asarray(jax.jit(exact_exp2)(jnp.asarray(e)))
+    with np.errstate(over="ignore"):
+        want = np.ldexp(np.ones((), dtype), e.astype(int))
+    normal = (e >= info.minexp) & (e < info.maxexp)
+    np.testing.assert_array_equal(got[normal], want[normal])
+    assert np.all(got[e < info.minexp] <= want[e < info.minexp])
+    assert np.all(np.isposinf(got[e >= info.maxexp]))
+    assert got.dtype == dtype
+
+
+def test_small_programs_compile_lean_and_agree(seed_reference):
+    """The eager call of a small hierarchy is compiled with XLA's cheaper options
+    (`hierax._jit`); a user's `jax.jit` compiles the same program with XLA's
+    defaults. Both are exact against the oracle and agree to rounding."""
+    h = hierax.HeisenbergHierarchy(hierax.Cos() * SIGMA_Y, SIGMA_X, 12)
+    eager = np.asarray(h(1.0))
+    jitted = np.asarray(jax.jit(lambda h, t: h(t))(h, 1.0))
+    reference = seed_reference[:13]
+    assert np.all(_per_level(eager, reference) <= 1e-14)
+    assert np.all(_per_level(jitted, reference) <= 1e-14)
+    np.testing.assert_allclose(eager, jitted, rtol=1e-14, atol=1e-14)
+
+
 @pytest.mark.parametrize("offset", [1e2, 1e4, 1e6])
 def test_offset_changes_nothing(offset, seed_reference):
     """H + cI has the same hierarchy as H: exact to rounding at every level."""

@@ -111,6 +111,18 @@ def test_bad_time(t, error, match):
         hierax.PropagatorDerivatives(H, 3)(t, sx)
 
 
+def test_array_times_are_read_like_numbers():
+    """A concrete JAX time (weakly typed, float32, NumPy) is read on the host to the
+    default dtype: the same levels as a Python float, one compile for all."""
+    h = hierax.HeisenbergHierarchy(H, sx, 3)
+    want = np.asarray(h(0.5))
+    for t in (jnp.asarray(0.5), jnp.asarray(0.5, jnp.float32), np.float32(0.5)):
+        np.testing.assert_array_equal(np.asarray(h(t)), want)
+    assert np.asarray(h(jnp.asarray(0.5 + 0j))).shape == want.shape
+    with pytest.raises(ValueError, match="`t` must be finite"):
+        h(jnp.asarray(jnp.nan, jnp.float32))
+
+
 def test_non_finite_time_inside_jit_raises():
     h = hierax.HeisenbergHierarchy(H, sx, 3)
     with pytest.raises(Exception, match="`t` must be finite"):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._series import TermSeries, real_dtype, times_exp
+from ._series import TermSeries, exact_exp2, real_dtype, times_exp
 from ._sparse import sparse_products
 
 
@@ -34,6 +34,14 @@ class Levels(NamedTuple):
     errors: Array | None = None
 
 
+# Matrices at or below this size are multiplied (and reduced) entry by entry, n^3
+# scalar products fused into the kernels around them: a dot or a reduction of such
+# matrices would be a kernel launch of its own, and a compile, for a handful of flops.
+_SMALL_SIZE = 4
+# Series at or below this width are summed by one fused reduction, wider ones by dots.
+_SMALL_WIDTH = 32
+
+
 def _diagonal_shift(matrices: Array) -> Array:
     """For each matrix, the diagonal entry nearest the middle of its diagonal's
     range: subtracting it removes a constant offset, and each difference
@@ -43,6 +51,20 @@ def _diagonal_shift(matrices: Array) -> Array:
     the mean 333.67 is not representable, and 0 - 333.67 and 1 - 333.67 would each
     be rounded.)"""
     diagonal = jnp.diagonal(matrices, axis1=-2, axis2=-1)
+    n = diagonal.shape[-1]
+    if n <= _SMALL_SIZE:
+        # The same choice entry by entry (first of equals), fused: no reductions.
+        d = [diagonal[..., i] for i in range(n)]
+        low = high = d[0].real
+        for x in d[1:]:
+            low, high = jnp.minimum(low, x.real), jnp.maximum(high, x.real)
+        middle = low + (high - low) / 2
+        best, distance = d[0], jnp.abs(d[0].real - middle)
+        for x in d[1:]:
+            closer = jnp.abs(x.real - middle) < distance
+            best = jnp.where(closer, x, best)
+            distance = jnp.where(closer, jnp.abs(x.real - middle), distance)
+        return best
     low = jnp.min(diagonal.real, axis=-1, keepdims=True)
     high = jnp.max(diagonal.real, axis=-1, keepdims=True)
     middle = low + (high - low) / 2
@@ -98,7 +120,7 @@ def _normalised(level: Array, e: Array) -> Array:
 
 def _times_powers_of_two(x: Array, e: Array) -> Array:
     """`x[j] * 2**e[j]` along the leading axis (exact, bar underflow)."""
-    factor = jnp.exp2(e).astype(x.dtype)
+    factor = exact_exp2(e, real_dtype(x.dtype)).astype(x.dtype)
     return x * factor.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
@@ -191,9 +213,9 @@ def commutator_series(
     varying = [a for a, c in enumerate(constant) if not c]
     j = np.arange(width)
     # shift[j, m] = 2^(E_m - F_j), for m <= j (the lower triangle).
-    shift = jnp.exp2(
-        jnp.minimum(exponents[None, :] - out_exponents[:, None], 0)
-    ).astype(rdtype)
+    shift = exact_exp2(
+        jnp.minimum(exponents[None, :] - out_exponents[:, None], 0), rdtype
+    )
     shift = jnp.where(jnp.asarray(j[:, None] >= j[None, :]), shift, 0)
     right_matrices = generator.matrices if right is None else right.matrices
     pairs = []  # (left matrices (B, n, n), right matrices, z (B, W, n, n))
@@ -240,7 +262,7 @@ def commutator_series(
             shifted = jnp.roll(level, m, axis=0)
             e = jnp.roll(exponents, m) - out_exponents
             keep = jnp.arange(width) >= m
-            weight = jnp.where(keep, jnp.exp2(jnp.minimum(e, 0)), 0).astype(rdtype)
+            weight = jnp.where(keep, exact_exp2(jnp.minimum(e, 0), rdtype), 0)
             shifted = shifted * weight.astype(level.dtype)[:, None, None]
             d, r = dense[m], dense_right[m]
             left = jnp.einsum("nm,jmp->jnp", d, shifted)
@@ -278,12 +300,160 @@ def heisenberg_levels(
     in scaled time: `taylor_levels` with the step $Y \\mapsto [G, Y]$ (see
     `commutator_series`; `hermitian` as there)."""
 
+    if not estimate and generator.dense is None:
+        return _lean_levels(generator, observable, order, hermitian)
+
     def step(level, exponents, out_exponents, magnitude):
         return commutator_series(
             generator, level, exponents, out_exponents, hermitian, magnitude
         )
 
     return taylor_levels(step, observable, order, estimate)
+
+
+def _matmul(a: Array, b: Array, small: bool) -> Array:
+    if not small:
+        return jnp.matmul(a, b)
+    n = a.shape[-1]
+    out = a[..., :, 0:1] * b[..., 0:1, :]
+    for r in range(1, n):
+        out = out + a[..., :, r : r + 1] * b[..., r : r + 1, :]
+    return out
+
+
+def _small_weighted_sums(t: Array, level: Array) -> Array:
+    """`_weighted_sums` as one fused reduction (real weights still act on the real and
+    imaginary parts separately: a complex product would form `0 * inf = nan` beside
+    an infinite part)."""
+    w = t[..., None, None]
+    if jnp.iscomplexobj(t) or not jnp.iscomplexobj(level):
+        return jnp.sum(w.astype(level.dtype) * level[None, None], axis=2)
+    parts = jnp.stack([level.real, level.imag], axis=-1)
+    sums = jnp.sum(w[..., None] * parts[None, None], axis=2)
+    return lax.complex(sums[..., 0], sums[..., 1])
+
+
+def _lean_levels(
+    generator: TermSeries, observable: Array, order: int, hermitian: bool
+) -> Levels:
+    """`taylor_levels` with the commutator step, for a generator without a dense
+    part and without the error estimate: the same recursion and the same
+    power-of-two exponents, written with as few kernels per level as it takes (each
+    level's scale exponents and floor carried instead of recomputed, its outputs
+    collected by the scan, and for small matrices and orders every product and
+    reduction written out term by term). It is what a small hierarchy's call
+    costs."""
+    dtype = observable.dtype
+    rdtype = real_dtype(dtype)
+    n = observable.shape[-1]
+    small = n <= _SMALL_SIZE
+    constant = generator.constant_flags()
+    fixed = [a for a, c in enumerate(constant) if c]
+    varying = [a for a, c in enumerate(constant) if not c]
+    merged = None
+    if fixed:
+        idx = np.asarray(fixed)
+        c = generator.coefficients[idx, 0].astype(dtype)
+        merged = jnp.einsum("a,anm->nm", c, generator.matrices[idx].astype(dtype))
+    matrices = coefficients = None
+    if varying:
+        matrices = generator.matrices[np.asarray(varying)].astype(dtype)
+        coefficients = generator.coefficients[np.asarray(varying)]
+
+    def sizes(x):
+        # The largest entry of each coefficient.
+        a = jnp.abs(x)
+        if not small:
+            return jnp.max(a, axis=(1, 2))
+        out = a[:, 0, 0]
+        for p in range(n):
+            for q in range(n):
+                if p or q:
+                    out = jnp.maximum(out, a[:, p, q])
+        return out
+
+    def normalise(x, size):
+        # `_exponents` and `_normalised`, from the sizes already at hand.
+        usable = jnp.isfinite(size) & (size > 0)
+        e = jnp.round(jnp.log2(jnp.where(usable, size, 1)))
+        smallest = jnp.min(jnp.where(usable, e, jnp.inf))
+        smallest = jnp.where(jnp.isfinite(smallest), smallest, 0)
+        e = lax.stop_gradient(jnp.where(usable, e, smallest).astype(rdtype))
+        return _normalised(x, e), e
+
+    size = sizes(observable)
+    level, exponents = normalise(observable, size)
+    scales = jnp.where(size > 0, exponents, _ZERO_EXPONENT)
+    values = [level[:1]]
+    out_exponents = [exponents[:1]]
+    constant_series = observable.shape[0] == 1
+    phases = [(1, order, 1)] if constant_series else _phases(order, n)
+    for first, last, width in phases:
+        level, exponents, scales = level[:width], exponents[:width], scales[:width]
+        floor = jnp.min(exponents)
+        j = np.arange(width)
+        factor = np.arange(1, width + 1)
+        log_factor = jnp.asarray(np.round(np.log2(factor)), rdtype)
+        factor = jnp.asarray(factor, rdtype)
+        lower = jnp.asarray(j[:, None] >= j[None, :])
+        toeplitz = None
+        if coefficients is not None:
+            toeplitz = _toeplitz(coefficients[:, :width], width)
+
+        def body(carry, k, factor=factor, log_factor=log_factor, toeplitz=toeplitz):
+            # (Traced at once by the scan below, within this phase: `lower` and
+            # `width` are this phase's.)
+            level, exponents, scales, floor = carry
+            above = jnp.concatenate([exponents[1:], floor[None]])
+            above_scale = jnp.concatenate(
+                [scales[1:], jnp.full((1,), _ZERO_EXPONENT, rdtype)]
+            )
+            out = jnp.maximum(lax.cummax(scales), above_scale + log_factor)
+            out = jnp.maximum(out, floor)
+            weight = factor * exact_exp2(jnp.minimum(above - out, 0))
+            shifted = jnp.concatenate([level[1:], jnp.zeros_like(level[:1])])
+            derivative = shifted * weight.astype(dtype)[:, None, None]
+            z = []  # (left matrices (B, n, n), z (B, W, n, n))
+            if merged is not None:
+                zs = _times_powers_of_two(level, exponents - out)
+                z.append((merged[None], zs[None]))
+            if toeplitz is not None and matrices is not None:
+                shift = exact_exp2(jnp.minimum(exponents[None, :] - out[:, None], 0))
+                weights = toeplitz * jnp.where(lower, shift, 0)[None]  # noqa: B023
+                if small and width <= _SMALL_WIDTH:  # noqa: B023
+                    # One fused reduction over m, instead of a dot per real part.
+                    z.append((matrices, _small_weighted_sums(weights, level)))
+                else:
+                    z.append((matrices, _weighted_sums(weights, level)))
+            # The commutator first, then the derivative: G z and z G may be large
+            # and cancel (lab-frame energies), the derivative must not round first.
+            grown = jnp.zeros_like(level)
+            for left, zs in z:
+                right = _matmul(zs, left[:, None], small).sum(0)
+                if hermitian and not small:
+                    # [G, z] = -(z G + (z G)^dagger) for anti-Hermitian G and
+                    # Hermitian z: one product.
+                    grown = grown - right - jnp.conj(jnp.swapaxes(right, -1, -2))
+                else:
+                    # (Entry by entry, G z - z G is that same Hermitian matrix, bit
+                    # for bit, without a transpose.)
+                    grown = grown + _matmul(left[:, None], zs, small).sum(0) - right
+            grown = (grown + derivative) * (1 / k.astype(rdtype)).astype(dtype)
+            size = sizes(grown)
+            level, e = normalise(grown, size)
+            exponents = out + e
+            scales = jnp.where(size > 0, exponents, _ZERO_EXPONENT)
+            floor = jnp.min(exponents)
+            return (level, exponents, scales, floor), (level[0], exponents[0])
+
+        steps = jnp.arange(first, last + 1)
+        carry, (new_values, new_exponents) = lax.scan(
+            body, (level, exponents, scales, floor), steps
+        )
+        level, exponents, scales, _ = carry
+        values.append(new_values)
+        out_exponents.append(new_exponents)
+    return Levels(jnp.concatenate(values), jnp.concatenate(out_exponents))
 
 
 # `step(level, exponents, out_exponents, magnitude)`: coefficients j < W of
@@ -368,7 +538,7 @@ def taylor_levels(
             out = jnp.maximum(running, above_scale + jnp.round(jnp.log2(scale)))
             out = jnp.maximum(out, floor)
             shifted = jnp.concatenate([level[1:], jnp.zeros_like(level[:1])])
-            weight = scale * jnp.exp2(jnp.minimum(above - out, 0))
+            weight = scale * exact_exp2(jnp.minimum(above - out, 0))
             derivative = shifted * weight.astype(dtype)[:, None, None]
             if estimate:
                 grown, size = step(level, exponents, out, True)
@@ -382,7 +552,7 @@ def taylor_levels(
             if estimate:
                 # Whole-level sizes, each coefficient at its own power of two.
                 top = jnp.max(out)
-                weights = jnp.exp2(out - top)
+                weights = exact_exp2(out - top)
                 own = jnp.sum(_norm(grown, (1, 2)) * weights)
                 total = jnp.sum(size * weights) / k.astype(rdtype)
                 local = jnp.where(total > 0, unit * (total / own + 2), 0)

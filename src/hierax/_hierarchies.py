@@ -93,6 +93,43 @@ def _checked_time(module: eqx.Module, t: Array, api: str) -> Array:
     )
 
 
+def _call_checks(module: eqx.Module, t: Array, api: str) -> list[tuple[Array, str]]:
+    """What `_checked_time` checks, as (predicate, message) pairs for `_raise_if`."""
+    checks = [(~jnp.isfinite(t), f"`{api}`: `t` must be finite.")]
+    leaves = [
+        x
+        for x in jax.tree_util.tree_leaves(module)
+        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
+    if leaves:
+        # One reduction over every entry (not one per leaf).
+        finite = jnp.all(jnp.concatenate([jnp.isfinite(x).ravel() for x in leaves]))
+        checks.append(
+            (
+                ~finite,
+                f"`{api}`: every parameter and matrix must be finite (a nan or inf "
+                "reached the compiled call).",
+            )
+        )
+    return checks
+
+
+def _raise_if(x: Any, checks: list[tuple[Array, str]]) -> Any:
+    """`x`, with a run-time error carrying the message of the first failed check: all
+    checks of a call in one `eqx.branched_error_if` (one branch in the compiled
+    program instead of one per check)."""
+    failed = [jnp.asarray(p).reshape(()) for p, _ in checks]
+    # The first failed check, 0 where none failed (under vmap, equinox reports the
+    # largest index in the batch: one that failed).
+    index = jnp.asarray(0)
+    for i in reversed(range(len(checks))):
+        index = jnp.where(failed[i], i, index)
+    any_failed = failed[0]
+    for p in failed[1:]:
+        any_failed = any_failed | p
+    return eqx.branched_error_if(x, any_failed, index, [m for _, m in checks])
+
+
 def _hermitian_matrices(terms: TermSeries) -> Array:
     """Inside the compiled call: whether the term matrices are exactly Hermitian."""
     m = terms.matrices
@@ -135,22 +172,30 @@ def _check_time_scale(scale: Any, api: str) -> Array | None:
     return array
 
 
-def _time_scale(module: Any, rate: Any, dtype: Any, api: str) -> Array:
+def _time_scale(
+    module: Any,
+    rate: Any,
+    dtype: Any,
+    api: str,
+    checks: list[tuple[Array, str]] | None = None,
+) -> Array:
     """The unit of time of a call: automatic from the growth estimate `rate()`, or
     the module's explicit one (checked when traced), kept within a factor
     `_WINDOW` of the automatic choice, outside which the carried numbers would leave
     floating-point range (zeros or infinities in float32). Within the window it is
-    used exactly as given."""
+    used exactly as given. With `checks`, the check of an explicit value is appended
+    there (for `_raise_if`) instead of raised here."""
     rdtype = jnp.finfo(dtype).dtype
     automatic = default_time_scale(rate(), module.order, dtype)
     if module.time_scale is None:
         return automatic
     scale = module.time_scale.astype(rdtype)
-    scale = eqx.error_if(
-        scale,
-        ~(jnp.isfinite(scale) & (scale > 0)),
-        f"`{api}`: `time_scale` must be positive and finite.",
-    )
+    bad = ~(jnp.isfinite(scale) & (scale > 0))
+    message = f"`{api}`: `time_scale` must be positive and finite."
+    if checks is None:
+        scale = eqx.error_if(scale, bad, message)
+    else:
+        checks.append((bad, message))
     return jnp.clip(scale, automatic / _WINDOW, automatic * _WINDOW)
 
 
@@ -330,7 +375,7 @@ def _heisenberg_levels(
     hierarchy: HeisenbergHierarchy, t: Array, estimate: bool = False
 ) -> Levels:
     api = "hierax.HeisenbergHierarchy(...)(t)"
-    t = _checked_time(hierarchy, t, api)
+    checks = _call_checks(hierarchy, t, api)
     order = hierarchy.order
     hamiltonian, observable = hierarchy.hamiltonian, hierarchy.observable
     constant = hamiltonian.is_constant and observable.is_constant
@@ -342,7 +387,7 @@ def _heisenberg_levels(
     scale = (
         jnp.ones((), jnp.finfo(probe_dtype).dtype)
         if constant
-        else _time_scale(hierarchy, probe, probe_dtype, api)
+        else _time_scale(hierarchy, probe, probe_dtype, api, checks)
     )
     h = hamiltonian.term_series(t, width, None if constant else scale)
     x = observable.term_series(t, width, None if constant else scale)
@@ -359,19 +404,25 @@ def _heisenberg_levels(
     if hermitian:
         # The flag was set from the matrices at construction; refuse matrices that
         # were swapped for non-Hermitian ones since (e.g. by `eqx.tree_at`).
-        ok = _hermitian_matrices(h) & _hermitian_matrices(x)
-        series = eqx.error_if(
-            series,
-            ~ok,
-            f"`{api}`: the hierarchy was built for Hermitian matrices and they have "
-            "been replaced by non-Hermitian ones; build a new HeisenbergHierarchy.",
+        common = jnp.result_type(h.matrices, x.matrices)
+        m = jnp.concatenate([h.matrices.astype(common), x.matrices.astype(common)])
+        ok = jnp.all(m == jnp.conj(jnp.swapaxes(m, -1, -2)))
+        checks.append(
+            (
+                ~ok,
+                f"`{api}`: the hierarchy was built for Hermitian matrices and they "
+                "have been replaced by non-Hermitian ones; build a new "
+                "HeisenbergHierarchy.",
+            )
         )
     levels = heisenberg_levels(generator, series, order, hermitian, estimate)
+    # Every check at once, on what the call returns (so none is optimised away).
+    values, errors = _raise_if((levels.values, levels.errors), checks)
     if constant:
-        return levels
+        return Levels(values, levels.exponents, errors)
     k = jnp.arange(order + 1, dtype=levels.exponents.dtype)
     exponents = levels.exponents - k * jnp.log2(scale.astype(k.dtype))
-    return Levels(levels.values, exponents, levels.errors)
+    return Levels(values, exponents, errors)
 
 
 def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool):
@@ -382,8 +433,8 @@ def _heisenberg_errors_impl(hierarchy: HeisenbergHierarchy, t: Array):
     return finish_errors(_heisenberg_levels(hierarchy, t, estimate=True), False)
 
 
-_heisenberg = module_jit(_heisenberg_impl)
-_heisenberg_errors = module_jit(_heisenberg_errors_impl)
+_heisenberg = module_jit(_heisenberg_impl, fast_compile=True)
+_heisenberg_errors = module_jit(_heisenberg_errors_impl, fast_compile=True)
 
 
 class PropagatorDerivatives(AbstractHierarchy):
@@ -549,8 +600,8 @@ def _propagator_errors_impl(
     return finish_errors(_propagator_levels(derivatives, t, state, True), False)
 
 
-_propagator_errors = module_jit(_propagator_errors_impl)
-_propagator = module_jit(_propagator_impl)
+_propagator_errors = module_jit(_propagator_errors_impl, fast_compile=True)
+_propagator = module_jit(_propagator_impl, fast_compile=True)
 
 
 class NestedCommutators(AbstractHierarchy):
@@ -608,4 +659,4 @@ def _nested_impl(commutators: NestedCommutators) -> Array:
     return finish_levels(levels, normalised=False)
 
 
-_nested = module_jit(_nested_impl)
+_nested = module_jit(_nested_impl, fast_compile=True)

@@ -19,6 +19,7 @@ from jaxtyping import Array, ArrayLike, Inexact
 from ._custom_types import OrderLike, ScalarSeries, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._series import (
+    exact_exp2,
     power_series,
     real_dtype,
     scalar_cauchy_product,
@@ -447,7 +448,7 @@ class Gaussian(AbstractTimeFunction):
             shift = lax.stop_gradient(
                 jnp.where(size > 0, jnp.round(jnp.log2(size)), 0.0)
             )
-            down = jnp.exp2(-shift).astype(dtype)
+            down = exact_exp2(-shift, real_dtype(dtype)).astype(dtype)
             return (m * down, m_next * down, exponent + shift), (m_next * down, shift)
 
         one = jnp.ones((), dtype)

@@ -134,6 +134,18 @@ def _largest(dtype: np.dtype) -> float:
     return float(np.finfo(dtype).max)
 
 
+# The dtypes a time may have.
+_TIME_DTYPES = tuple(
+    np.dtype(d) for d in (np.float32, np.float64, np.complex64, np.complex128)
+)
+
+
+def _canonical_time_dtype(dtype: np.dtype) -> np.dtype:
+    """The default float (or complex) dtype, with x64 as it is now."""
+    kind = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
+    return np.dtype(jax.dtypes.canonicalize_dtype(kind))
+
+
 def as_time(t: Any, api: str, canonical: bool = True) -> Time:
     """Check a time and return it in one canonical form: a 0-d array of the default
     float (or complex) dtype, so that a Python float, a NumPy scalar and a JAX array
@@ -166,6 +178,22 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Time:
                 else "."
             )
         )
+    if (
+        canonical
+        and isinstance(t, jax.Array)
+        and not isinstance(t, Tracer)
+        and t.ndim == 0
+        and t.dtype in _TIME_DTYPES
+    ):
+        # A concrete JAX scalar: read on the host (a 0-d array is one word; the
+        # finiteness check reads it anyway) and canonicalised there, so the call
+        # runs no JAX operation of its own before the compiled one (an eager
+        # `astype` costs more than a small hierarchy).
+        dtype = _canonical_time_dtype(t.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            value = np.asarray(t).astype(dtype)[()]
+        if np.isfinite(value):
+            return value
     array = as_numeric_array(t, "t", api)
     if array.ndim != 0:
         raise ValueError(
