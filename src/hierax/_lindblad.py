@@ -536,8 +536,9 @@ class LindbladHierarchy(AbstractHierarchy):
     are carried in up to eight phases of shrinking width), $K$ when everything is
     constant. Each update also forms the scalar-weighted sums of its time-dependent
     terms and renormalises by powers of two, $O(K n^2)$ work beside the products
-    (measured at $n = 32$, $K = 20$, three jump operators: 0.6-0.9 of the product
-    count, the products being faster in a batch than one at a time). Memory: a
+    (measured at $n = 32$, $K = 20$, three jump operators: 0.6-1.2 times the
+    product count in two runs, the products being faster in a batch than one at a
+    time). Memory: a
     few $(K+1) \\times n \\times n$ arrays.
 
     !!! example
@@ -771,7 +772,7 @@ class DensityMatrixDerivatives(AbstractHierarchy):
     and two per term of each jump operator; $K$ orders. A time-dependent term
     also forms a scalar-weighted sum over earlier coefficients, $O(K n^2)$ per
     order, which at $n = 32$, $K = 20$ weighs about as much as the products
-    (measured: 2.1x the product count; [`hierax.mesolve`][] steps with a kernel
+    (measured: 1.7-2.1x the product count; [`hierax.mesolve`][] steps with a kernel
     that also keeps diagonal and real matrices apart). Memory: a few
     $(K+1) \\times n \\times n$ arrays. The Hamiltonian's trace part is removed
     (the commutator does not see it), so an offset $H + cI$ costs no digits.

@@ -151,6 +151,16 @@ def _split_constant_trace(
     n = operator.size
     matrices = operator.matrices
     dtype = jnp.result_type(matrices[0].dtype, 1j)
+    if not isinstance(matrices, tuple) and not is_traced(matrices):
+        # Known matrices: the traces in NumPy, and nothing to do for traceless
+        # constant terms (Pauli strings): no eager JAX operation on every call.
+        stacked = np.asarray(matrices)
+        traces = np.trace(stacked, axis1=-2, axis2=-1) / n
+        constant = [
+            f.is_constant and t != 0 for f, t in zip(operator.functions, traces)
+        ]
+        if not any(constant):
+            return operator, jnp.zeros((), dtype)
     shift = jnp.zeros((), dtype)
     shifted = []
     for function, matrix in zip(operator.functions, matrices):
