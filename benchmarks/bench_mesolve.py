@@ -503,7 +503,7 @@ def main():
         plot(
             results,
             args.plot,
-            f"mesolve work-precision (x64, CPU); "
+            f"mesolve work-precision (x64, CPU{', quick' if args.quick else ''}); "
             f"load {load_before.split('load')[-1].strip()}",
         )
     if args.out:
