@@ -18,7 +18,6 @@ from .._interop import as_matrices, as_state
 from .._jit import module_jit
 from ._solution import Solution
 from ._solver import (
-    VECTORISED_SIZE,
     TaylorSolver,
     check_taylor_order,
     order_for_tolerance,
@@ -164,8 +163,7 @@ def solve(
     rtol = _check_positive(rtol, "rtol", api)
     atol = _check_positive(atol, "atol", api)
     if order is None:
-        small = isinstance(term, LindbladTerm) and term.size <= VECTORISED_SIZE
-        order = order_for_tolerance(rtol, state.dtype, dispatch_bound=small)
+        order = order_for_tolerance(rtol, state.dtype)
     else:
         order = check_taylor_order(order, api)
     if dt is not None:

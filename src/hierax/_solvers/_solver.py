@@ -24,7 +24,7 @@ from ._term import REAL_STATE_SIZE, LindbladTerm, SchrodingerTerm
 
 
 # The largest n for which mesolve steps vec(rho) with n^2 x n^2 superoperators.
-VECTORISED_SIZE = 8
+_VECTORISED_SIZE = 8
 
 
 class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
@@ -312,7 +312,7 @@ def density_step_terms(
         # Small systems on vec(rho): one product per order beats a dozen tiny ones.
         kernel = (
             vectorised_density_terms
-            if rho.shape[-1] <= VECTORISED_SIZE
+            if rho.shape[-1] <= _VECTORISED_SIZE
             else structured_density_terms
         )
         return kernel(
@@ -349,9 +349,7 @@ def truncation_estimate(terms: Array) -> Array:
     return jnp.maximum(jnp.abs(terms[order - 1]), jnp.abs(terms[order]))
 
 
-def order_for_tolerance(
-    tolerance: float, dtype: Any, dispatch_bound: bool = False
-) -> int:
+def order_for_tolerance(tolerance: float, dtype: Any) -> int:
     """The series order for a local tolerance.
 
     Jorba and Zou's optimum, $K \\approx -\\tfrac12 \\ln \\varepsilon + 1$, assumes
@@ -359,16 +357,10 @@ def order_for_tolerance(
     a step of order K goes about K / (e^2 ||H||) far and higher orders pay: we take
     about twice theirs. The cap keeps $x = \\|H\\| h$ below about 4, where the
     largest term of the series, about $e^x$, costs no more than two digits to
-    rounding (30 in float64, 18 in float32). With `dispatch_bound` (a step whose
-    every order costs about the same fixed time whatever its size, as the
-    vectorised density kernel of small systems), the cap itself: measured on the
-    4-level transmon with T1/T2, order 30 instead of 14-20 took 0.6-0.75 of the time
-    at rtol 1e-5 to 3e-8, and the same at 1e-4.
+    rounding (30 in float64, 18 in float32).
     """
     eps = float(jnp.finfo(dtype).eps)
     cap = 30 if eps < 1e-10 else 18
-    if dispatch_bound:
-        return cap
     tolerance = max(float(tolerance), eps)
     return min(cap, max(4, math.ceil(-math.log(tolerance) + 2)))
 
