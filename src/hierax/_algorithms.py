@@ -34,12 +34,9 @@ class Levels(NamedTuple):
     errors: Array | None = None
 
 
-# Matrices at or below this size are multiplied (and reduced) entry by entry, n^3
-# scalar products fused into the kernels around them: a dot or a reduction of such
-# matrices would be a kernel launch of its own, and a compile, for a handful of flops.
+# Diagonals at or below this size are searched entry by entry (fused; no reduction
+# or gather, each a kernel launch of its own for a handful of numbers).
 _SMALL_SIZE = 4
-# Series at or below this width are summed by one fused reduction, wider ones by dots.
-_SMALL_WIDTH = 32
 
 
 def _diagonal_shift(matrices: Array) -> Array:
@@ -311,28 +308,6 @@ def heisenberg_levels(
     return taylor_levels(step, observable, order, estimate)
 
 
-def _matmul(a: Array, b: Array, small: bool) -> Array:
-    if not small:
-        return jnp.matmul(a, b)
-    n = a.shape[-1]
-    out = a[..., :, 0:1] * b[..., 0:1, :]
-    for r in range(1, n):
-        out = out + a[..., :, r : r + 1] * b[..., r : r + 1, :]
-    return out
-
-
-def _small_weighted_sums(t: Array, level: Array) -> Array:
-    """`_weighted_sums` as one fused reduction (real weights still act on the real and
-    imaginary parts separately: a complex product would form `0 * inf = nan` beside
-    an infinite part)."""
-    w = t[..., None, None]
-    if jnp.iscomplexobj(t) or not jnp.iscomplexobj(level):
-        return jnp.sum(w.astype(level.dtype) * level[None, None], axis=2)
-    parts = jnp.stack([level.real, level.imag], axis=-1)
-    sums = jnp.sum(w[..., None] * parts[None, None], axis=2)
-    return lax.complex(sums[..., 0], sums[..., 1])
-
-
 def _lean_levels(
     generator: TermSeries, observable: Array, order: int, hermitian: bool
 ) -> Levels:
@@ -340,13 +315,10 @@ def _lean_levels(
     part and without the error estimate: the same recursion and the same
     power-of-two exponents, written with as few kernels per level as it takes (each
     level's scale exponents and floor carried instead of recomputed, its outputs
-    collected by the scan, and for small matrices and orders every product and
-    reduction written out term by term). It is what a small hierarchy's call
-    costs."""
+    collected by the scan). It is what a small hierarchy's call costs."""
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
     n = observable.shape[-1]
-    small = n <= _SMALL_SIZE
     constant = generator.constant_flags()
     fixed = [a for a, c in enumerate(constant) if c]
     varying = [a for a, c in enumerate(constant) if not c]
@@ -362,15 +334,7 @@ def _lean_levels(
 
     def sizes(x):
         # The largest entry of each coefficient.
-        a = jnp.abs(x)
-        if not small:
-            return jnp.max(a, axis=(1, 2))
-        out = a[:, 0, 0]
-        for p in range(n):
-            for q in range(n):
-                if p or q:
-                    out = jnp.maximum(out, a[:, p, q])
-        return out
+        return jnp.max(jnp.abs(x), axis=(1, 2))
 
     def normalise(x, size):
         # `_exponents` and `_normalised`, from the sizes already at hand.
@@ -420,24 +384,20 @@ def _lean_levels(
             if toeplitz is not None and matrices is not None:
                 shift = exact_exp2(jnp.minimum(exponents[None, :] - out[:, None], 0))
                 weights = toeplitz * jnp.where(lower, shift, 0)[None]  # noqa: B023
-                if small and width <= _SMALL_WIDTH:  # noqa: B023
-                    # One fused reduction over m, instead of a dot per real part.
-                    z.append((matrices, _small_weighted_sums(weights, level)))
-                else:
-                    z.append((matrices, _weighted_sums(weights, level)))
+                z.append((matrices, _weighted_sums(weights, level)))
             # The commutator first, then the derivative: G z and z G may be large
             # and cancel (lab-frame energies), the derivative must not round first.
             grown = jnp.zeros_like(level)
             for left, zs in z:
-                right = _matmul(zs, left[:, None], small).sum(0)
-                if hermitian and not small:
+                right = jnp.einsum("ajmp,apq->ajmq", zs, left).sum(0)
+                if hermitian:
                     # [G, z] = -(z G + (z G)^dagger) for anti-Hermitian G and
                     # Hermitian z: one product.
                     grown = grown - right - jnp.conj(jnp.swapaxes(right, -1, -2))
                 else:
-                    # (Entry by entry, G z - z G is that same Hermitian matrix, bit
-                    # for bit, without a transpose.)
-                    grown = grown + _matmul(left[:, None], zs, small).sum(0) - right
+                    grown = (
+                        grown + jnp.einsum("anm,ajmp->ajnp", left, zs).sum(0) - right
+                    )
             grown = (grown + derivative) * (1 / k.astype(rdtype)).astype(dtype)
             size = sizes(grown)
             level, e = normalise(grown, size)

@@ -65,19 +65,16 @@ def flatten_module(module: Any) -> Flattened:
 
 
 # XLA's CPU compiler spends most of a small program's compile time generating code
-# for each of its many small kernels, which then run in about a microsecond each
-# whatever the optimisation: for programs on small matrices, its MLIR fusion
-# emitters and LLVM's optimisation passes cost more than they save (the seed
-# hierarchy compiles 2-3x faster without them and runs as fast up to order 10, 2x
-# slower at order 40, and, at order 200, 6x slower: 0.3 s instead of 0.05 s, still
-# less than the compile time saved). Calls that opt in (`fast_compile`) get these
-# options when every array leaf of the module is small; a user's own `jax.jit`
-# keeps XLA's defaults. Per-call compile options, never global configuration; a
-# version of XLA that does not know them gets the defaults.
-_FAST_COMPILE = {
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_backend_optimization_level": 0,
-}
+# for each of its many small kernels. For programs on small matrices its older
+# kernel emitters compile the seed hierarchy about a quarter to a third faster than
+# its MLIR fusion emitters, and the programs run as fast (and give the same bits).
+# (Turning LLVM's optimisation off as well would halve the compile time again, but
+# the eager call then runs 2-3x slower.) Calls that opt in (`fast_compile`) get
+# this when every array leaf of the module and the arguments is small and nothing
+# is tracing; a user's own `jax.jit` keeps XLA's defaults. Per-call compile
+# options, never global configuration; a version of XLA that does not know them
+# gets the defaults.
+_FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
 # Small: every array leaf of at most this many elements (a 4x4 matrix).
 _SMALL_LEAF = 16
 _fast_compile_known = [True]
