@@ -4,8 +4,9 @@ In eager mode `jnp.asarray(numpy_array)` and `x.astype(dtype)` each compile a
 small XLA program per shape and dtype (10-30 ms on a CPU), which adds up in the
 constructors of operators and sparse matrices. Concrete values are converted in
 NumPy and placed with `jax.device_put` instead (same dtype canonicalisation, weak
-types kept for Python scalars); traced values go through `jnp.asarray`, and a JAX
-array already of the right dtype is returned as it is (its sharding kept).
+types kept for Python scalars); traced values and arrays committed to a device go
+through JAX operations (their placement kept), and a JAX array already of the
+right dtype is returned as it is.
 """
 
 from typing import Any
@@ -18,9 +19,17 @@ from jaxtyping import Array
 from ._validation import is_traced
 
 
+def placed(x: Any) -> bool:
+    """Whether `x` is traced or a JAX array committed to its devices (by
+    `jax.device_put` or a sharding): JAX operations then keep where it lives, which
+    a round trip through NumPy would not."""
+    return is_traced(x) or (isinstance(x, jax.Array) and x.committed)
+
+
 def to_jax(x: Any, dtype: Any = None) -> Array:
-    """`x` as a JAX array (of `dtype` if given), compiling nothing when concrete."""
-    if is_traced(x):
+    """`x` as a JAX array (of `dtype` if given), compiling nothing when concrete
+    and not committed to a device."""
+    if placed(x):
         return jnp.asarray(x, dtype)
     if isinstance(x, jax.Array):
         if dtype is None or x.dtype == jnp.dtype(dtype):

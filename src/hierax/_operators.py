@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._arrays import to_jax
+from ._arrays import placed, to_jax
 from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._jit import module_jit
@@ -347,7 +347,7 @@ _apply = module_jit(
 def _unstack(matrices: Any) -> list[Any]:
     """The matrices of an `(A, n, n)` array, split in NumPy when concrete (eager
     indexing of a JAX array compiles a program per shape)."""
-    if is_traced(matrices):
+    if placed(matrices):
         return list(matrices)
     return list(np.asarray(matrices))
 
@@ -355,7 +355,7 @@ def _unstack(matrices: Any) -> list[Any]:
 def _stack(matrices: Sequence[Any], dtype: Any) -> Array:
     """`(n, n)` matrices stacked to one `(A, n, n)` array of `dtype`, in NumPy when
     concrete."""
-    if any(is_traced(m) for m in matrices):
+    if any(placed(m) for m in matrices):
         return jnp.stack([jnp.asarray(m).astype(dtype) for m in matrices])
     return to_jax(np.stack([np.asarray(m) for m in matrices]).astype(dtype))
 

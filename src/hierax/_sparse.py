@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int
 
-from ._arrays import to_jax
+from ._arrays import placed, to_jax
 from ._validation import is_traced
 
 
@@ -116,7 +116,7 @@ class SparseMatrix(eqx.Module):
     def todense(self) -> Array:
         """The dense `(n, n)` array (explicit: it costs $n^2$ memory)."""
         n = self.shape[0]
-        if not (is_traced(self.values) or is_traced(self.columns)):
+        if not (placed(self.values) or placed(self.columns)):
             dense = np.zeros((n, n), self.values.dtype)
             rows = np.broadcast_to(np.arange(n)[:, None], self.columns.shape)
             np.add.at(dense, (rows, np.asarray(self.columns)), np.asarray(self.values))
@@ -140,7 +140,7 @@ class SparseMatrix(eqx.Module):
 
     def trace(self) -> Array:
         n = self.shape[0]
-        if not (is_traced(self.values) or is_traced(self.columns)):
+        if not (placed(self.values) or placed(self.columns)):
             on = np.asarray(self.columns) == np.arange(n)[:, None]
             return to_jax(np.sum(np.where(on, np.asarray(self.values), 0)))
         on_diagonal = self.columns == jnp.arange(n)[:, None]
@@ -244,7 +244,7 @@ class SparseMatrix(eqx.Module):
 def _values(values: Array, *others: Any) -> Any:
     """`values` as a NumPy array when neither it nor `others` is traced (eager JAX
     operations compile once per shape), else as it is."""
-    if is_traced(values) or any(is_traced(x) for x in others):
+    if placed(values) or any(placed(x) for x in others):
         return values
     return np.asarray(values)
 
@@ -405,7 +405,7 @@ def _parts(*matrices: SparseMatrix) -> tuple[Any, list[Any]]:
     """The array module to combine sparse matrices with (NumPy when nothing is
     traced: eager JAX operations would compile once per shape) and their values
     and columns in it."""
-    traced = any(is_traced(m.values) or is_traced(m.columns) for m in matrices)
+    traced = any(placed(m.values) or placed(m.columns) for m in matrices)
     xp: Any = jnp if traced else np
     return xp, [(xp.asarray(m.values), xp.asarray(m.columns)) for m in matrices]
 
