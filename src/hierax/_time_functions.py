@@ -18,6 +18,7 @@ from jaxtyping import Array, ArrayLike, Inexact
 
 from ._custom_types import OrderLike, ScalarSeries, Time, TimeLike, typechecked
 from ._function_series import callable_series
+from ._jit import module_jit
 from ._series import (
     exact_exp2,
     power_series,
@@ -97,7 +98,7 @@ class AbstractTimeFunction(eqx.Module):
         """
         api = f"hierax.{type(self).__name__}.taylor"
         order = check_order(order, api)
-        return self.series(as_time(t, api, canonical=False), order, None)
+        return _taylor(self, as_time(t, api, canonical=False), order=order)
 
     @typechecked
     def __call__(self, t: TimeLike) -> Array:
@@ -112,7 +113,7 @@ class AbstractTimeFunction(eqx.Module):
         $f(t)$, a 0-d array.
         """
         api = f"hierax.{type(self).__name__}(...)(t)"
-        return self.series(as_time(t, api, canonical=False), 0, None)[0]
+        return _value(self, as_time(t, api, canonical=False))
 
     def __add__(self, other: Any) -> "AbstractTimeFunction":
         term = _as_time_function_or_none(other)
@@ -157,6 +158,11 @@ class AbstractTimeFunction(eqx.Module):
 # `f * M` for a matrix or operator M is an operator. The operators module, which comes
 # after this one, registers the constructor here, so the imports point one way.
 _OPERATOR_PRODUCT: list[Callable[[AbstractTimeFunction, Any], Any]] = []
+
+
+# The public evaluations, compiled once per structure like the hierarchies.
+_value = module_jit(lambda f, t: f.series(t, 0, None)[0])
+_taylor = module_jit(lambda f, t, order: f.series(t, order, None))
 
 
 def register_operator_product(fn: Callable[[AbstractTimeFunction, Any], Any]) -> None:
