@@ -14,9 +14,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import Array
 
-from ._validation import is_traced
+
+def is_traced(x: Any) -> bool:
+    return isinstance(x, Tracer)
 
 
 def placed(x: Any) -> bool:

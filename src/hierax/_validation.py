@@ -14,9 +14,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.core import Tracer
 from jaxtyping import Array
 
+from ._arrays import is_traced, to_jax
 from ._custom_types import Time
 
 
@@ -41,10 +41,6 @@ def check_order(order: Any, api: str) -> int:
             "orders that high overflow every floating-point type."
         )
     return order
-
-
-def is_traced(x: Any) -> bool:
-    return isinstance(x, Tracer)
 
 
 def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array:
@@ -76,7 +72,7 @@ def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array
                 f"`{api}`: `{name}` must be a numeric array, got dtype {dtype}."
             )
         try:
-            array = jnp.asarray(x)
+            array = to_jax(x)  # compiles nothing for concrete values
         except (TypeError, ValueError) as e:
             raise TypeError(
                 f"`{api}`: `{name}` must be a numeric array, got {type(x).__name__}."
@@ -93,7 +89,7 @@ def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array
             "float32/complex64 or float64/complex128."
         )
     if jnp.issubdtype(dtype, jnp.integer):
-        array = array.astype(jnp.result_type(float))
+        array = to_jax(array, jnp.result_type(float))
     elif not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(f"`{api}`: `{name}` must be numeric, got dtype {dtype}.")
     if finite:
@@ -181,7 +177,7 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Time:
     if (
         canonical
         and isinstance(t, jax.Array)
-        and not isinstance(t, Tracer)
+        and not is_traced(t)
         and t.ndim == 0
         and t.dtype in _TIME_DTYPES
     ):
