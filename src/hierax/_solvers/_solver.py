@@ -188,14 +188,21 @@ def step_terms(
     rdtype = real_dtype(dtype)
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
-    real, series = _real_and_other_series(
-        hamiltonian, t, order, scale, y0.shape[0] >= REAL_STATE_SIZE
-    )
-    signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step)).astype(dtype)
+    small = y0.shape[0] < REAL_STATE_SIZE
+    real, series = _real_and_other_series(hamiltonian, t, order, scale, not small)
+    signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
+    if (
+        small
+        and real is None
+        and series is not None
+        and series.dense is None
+        and series.sparse is None
+    ):
+        return _embedded_step_terms(series, (signs * step).astype(rdtype), y0, order)
+    signs = signs.astype(dtype)
     # -i h / (j + 1) goes into the weights, so each order costs the products only.
     factor = signs * (-1j * step).astype(dtype)
     n = y0.shape[0]
-    columns = math.prod(y0.shape[1:])
     parts = []
     for part, matrix_dtype in ((real, rdtype), (series, dtype)):
         if part is None or part.coefficients.shape[0] == 0:
@@ -214,18 +221,91 @@ def step_terms(
             coefficients=series.sparse.coefficients.astype(dtype) * factor[None, :],
             matrices=tuple(m.astype(dtype) for m in series.sparse.matrices),
         )
+    return _series_loop(parts, dense, sparse, y0.astype(dtype), order)
+
+
+def _embedded_step_terms(
+    series: TermSeries, factor: Array, y0: Array, order: int
+) -> Array:
+    """`step_terms` for a small state and dense terms, in real arithmetic: the state
+    as $(\Re y, \Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
+    real matrix $\begin{pmatrix} I_a & R_a \\ -R_a & I_a \end{pmatrix}$. The
+    same operations as a complex product, but XLA's CPU products of small complex
+    matrices cost about four times as much as real ones of twice the size (measured,
+    n = 32: 1.15 us against 0.27 us per product). A complex coefficient
+    $c = c_r + i c_i$ adds the terms $c_i H_a$ (embedded as
+    $\begin{pmatrix} R_a & -I_a \\ I_a & R_a \end{pmatrix}$). `factor` holds
+    $h$ with odd orders negated for $h < 0$."""
+    dtype = jnp.result_type(y0, 1j)
+    rdtype = real_dtype(dtype)
+    n = y0.shape[0]
+    matrices = series.matrices.astype(dtype)
+    r, i = matrices.real, matrices.imag
+    blocks = [_blocks(i, r)]
+    coefficients = [series.coefficients.real.astype(rdtype) * factor[None, :]]
+    if jnp.iscomplexobj(series.coefficients):
+        blocks.append(_blocks(r, -i))
+        coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
+    stacked = jnp.concatenate(blocks)  # (A', 2n, 2n)
+    count = stacked.shape[0]
+    stacked = jnp.transpose(stacked, (1, 0, 2)).reshape(2 * n, count * 2 * n)
+    y = y0.astype(dtype)
+    v = _series_loop(
+        [(jnp.concatenate(coefficients), stacked)],
+        None,
+        None,
+        jnp.concatenate([y.real, y.imag]),
+        order,
+    )
+    return lax.complex(v[:, :n], v[:, n:])
+
+
+def _blocks(a: Array, b: Array) -> Array:
+    """The real matrices $\begin{pmatrix} a & b \\ -b & a \end{pmatrix}$, one per
+    term: the complex matrix $a - ib$ acting on $(\Re y, \Im y)$."""
+    top = jnp.concatenate([a, b], axis=-1)
+    bottom = jnp.concatenate([-b, a], axis=-1)
+    return jnp.concatenate([top, bottom], axis=-2)
+
+
+def _series_loop(
+    parts: list[tuple[Array, Array]],
+    dense: Array | None,
+    sparse: Any,
+    y0: Array,
+    order: int,
+) -> Array:
+    """The recursion $v_{j+1} = \frac{1}{j+1} \sum_m h_m v_{j-m}$, $v_0 = y_0$,
+    with the step's factor already in the series: `parts` are (coefficients
+    `(A, K+1)`, matrices side by side `(n, A n)`), `dense` a series `(K+1, n, n)`,
+    `sparse` sparse terms. A loop over orders of fixed shape, so the traced program
+    does not grow with K. Real matrices with a complex state are applied to its real
+    and imaginary parts side by side."""
+    dtype = y0.dtype
+    n = y0.shape[0]
+    columns = math.prod(y0.shape[1:])
     lags = jnp.arange(order + 1)
-    v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0.astype(dtype))
+    v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
+    # windows[j, a, i] = c_{a, j - i} for i <= j, else 0: the Cauchy product's
+    # window of each order, gathered once.
+    rows = np.arange(order)[:, None] - np.arange(order + 1)[None, :]
+    index = np.where(rows >= 0, rows, order + 1)
+    windows = [
+        jnp.transpose(
+            jnp.concatenate([c, jnp.zeros((c.shape[0], 1), c.dtype)], axis=1)[:, index],
+            (1, 0, 2),
+        )
+        for c, _ in parts
+    ]
 
     def body(j, v):
-        # weights[a, i] = c_{a, j - i} for i <= j: the Cauchy product's window.
         valid = lags <= j
         index = jnp.where(valid, j - lags, 0)
         out = jnp.zeros((n, columns), dtype)
-        for coefficients, stacked in parts:
-            weights = jnp.where(valid[None, :], coefficients[:, index], 0)
+        for window, (_, stacked) in zip(windows, parts):
+            weights = lax.dynamic_index_in_dim(window, j, keepdims=False)
             inner = jnp.tensordot(weights, v, axes=(1, 0)).reshape(-1, columns)
-            if jnp.iscomplexobj(stacked):
+            if jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(inner):
                 out = out + stacked @ inner
             else:
                 # One pass over the real matrices for both halves of the state.
@@ -239,7 +319,7 @@ def step_terms(
             out = out + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
         if sparse is not None:
             out = out + sparse_products(sparse, v, j)
-        return v.at[j + 1].set(out / (j + 1).astype(dtype))
+        return lax.dynamic_update_index_in_dim(v, out / (j + 1).astype(dtype), j + 1, 0)
 
     return lax.fori_loop(0, order, body, v)
 

@@ -19,6 +19,8 @@ from .._validation import is_traced
 # From which size real matrices pay (measured, x64 CPU): a matrix-vector product in
 # real halves costs more operations than it saves below a few hundred rows (n = 32:
 # 2x slower; n = 1024: 2x faster); a matrix-matrix product pays from a few dozen.
+# Below REAL_STATE_SIZE the Taylor solver steps the state as (Re y, Im y) with each
+# -iH_a as one real matrix of twice the size instead (`_embedded_step_terms`).
 REAL_STATE_SIZE = 256
 REAL_DENSITY_SIZE = 32
 
