@@ -138,9 +138,9 @@ def test_time_dependent_against_dop853_and_physicality():
 def test_structured_operators_against_dop853(n):
     """Every kind of term the density kernels treat apart: diagonal (constant, with
     an offset, time-dependent, complex), real, imaginary and general complex
-    matrices, constant and time-dependent, in H and in the jump operators; small n
-    on vec(rho), larger n term by term; and a callable jump operator, which takes
-    the generic kernel."""
+    matrices, constant and time-dependent, real and complex time functions, in H
+    and in the jump operators; small n on vec(rho), larger n term by term; and a
+    callable jump operator, which takes the generic kernel."""
     rng = np.random.default_rng(1)
     m = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
     general = (m + m.conj().T) / 4
@@ -159,6 +159,8 @@ def test_structured_operators_against_dop853(n):
         hierax.Cos(0.4) * (0.2 * (a.T + 1j * a)),
         0.2 * np.diag(np.exp(1j * np.arange(n))),
         0.1 * general,
+        # a complex time function: complex series in every kernel
+        hierax.Exp(0.5j) * (0.2 * a) + hierax.Cos(0.3) * (0.1 * a.T),
     ]
     term = LindbladTerm(hamiltonian, jumps)
     diagonals = [

@@ -16,6 +16,7 @@ from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator
 from .._series import TermSeries, real_dtype
 from .._sparse import sparse_products
 from ._density import (
+    lagged_weights,
     operator_terms,
     structured_density_terms,
     vectorised_density_terms,
@@ -286,21 +287,10 @@ def _series_loop(
     columns = math.prod(y0.shape[1:])
     lags = jnp.arange(order + 1)
     v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
-    # windows[j, a, i] = c_{a, j - i} for i <= j, else 0: the Cauchy product's
-    # window of each order, gathered once.
-    rows = np.arange(order)[:, None] - np.arange(order + 1)[None, :]
-    index = np.where(rows >= 0, rows, order + 1)
-    windows = [
-        jnp.transpose(
-            jnp.concatenate([c, jnp.zeros((c.shape[0], 1), c.dtype)], axis=1)[:, index],
-            (1, 0, 2),
-        )
-        for c, _ in parts
-    ]
+    # The Cauchy product's window of each order (with its 1 / (j + 1)), formed once.
+    windows = [lagged_weights(c) for c, _ in parts]
 
     def body(j, v):
-        valid = lags <= j
-        index = jnp.where(valid, j - lags, 0)
         out = jnp.zeros((n, columns), dtype)
         for window, (_, stacked) in zip(windows, parts):
             weights = lax.dynamic_index_in_dim(window, j, keepdims=False)
@@ -312,14 +302,19 @@ def _series_loop(
                 both = stacked @ jnp.concatenate([inner.real, inner.imag], axis=1)
                 out = out + lax.complex(both[:, :columns], both[:, columns:])
         out = out.reshape(y0.shape)
-        if dense is not None:
-            window = jnp.where(
-                valid.reshape((-1,) + (1,) * (dense.ndim - 1)), dense[index], 0
-            )
-            out = out + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
-        if sparse is not None:
-            out = out + sparse_products(sparse, v, j)
-        return lax.dynamic_update_index_in_dim(v, out / (j + 1).astype(dtype), j + 1, 0)
+        if dense is not None or sparse is not None:
+            valid = lags <= j
+            index = jnp.where(valid, j - lags, 0)
+            rest = jnp.zeros(y0.shape, dtype)
+            if dense is not None:
+                window = jnp.where(
+                    valid.reshape((-1,) + (1,) * (dense.ndim - 1)), dense[index], 0
+                )
+                rest = rest + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
+            if sparse is not None:
+                rest = rest + sparse_products(sparse, v, j)
+            out = out + rest / (j + 1).astype(dtype)
+        return lax.dynamic_update_index_in_dim(v, out, j + 1, 0)
 
     return lax.fori_loop(0, order, body, v)
 
