@@ -221,6 +221,26 @@ def test_dense_output_between_saved_times():
     assert _error(solution.evaluate(times[1]), solution.states[1]) <= 10 * rtol
 
 
+def test_span_away_from_zero_and_its_ends():
+    """A span far from t = 0 (the solver steps in the span's unit time and maps
+    back): states, and dense output at both ends exactly and in between, against
+    DOP853."""
+    hamiltonian = _qubit()
+    state = np.array([1.0, 0.0])
+    times = 100.0 + np.array([0.0, 1.5, 3.0])
+    solution = sesolve(
+        hamiltonian, state, times, rtol=RTOL, atol=RTOL * 1e-2, dense=True
+    )
+    reference, dense = _dop853(hamiltonian, state, times, dense=True)
+    assert dense is not None
+    assert np.array_equal(np.asarray(solution.times), times)
+    assert _error(solution.states, reference) <= 10 * RTOL
+    ends = solution.evaluate(times[[0, -1]])
+    assert _error(ends, reference[[0, -1]]) <= 10 * RTOL
+    between = np.linspace(100.01, 102.99, 7)
+    assert _error(solution.evaluate(between), dense(between).T) <= 10 * RTOL
+
+
 def test_unitarity_over_ten_thousand_steps():
     # Fixed steps, each with the series converged to working precision: what is
     # left is rounding, which must not drift.

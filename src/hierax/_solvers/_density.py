@@ -278,7 +278,7 @@ def vectorised_density_terms(
     series, operators = [], []
 
     def add(coefficients: Array, superoperator: Array, fixed: bool) -> None:
-        """A term $g(\sigma) S$; the constant ones are merged into one."""
+        """A term $g(\\sigma) S$; the constant ones are merged into one."""
         nonlocal constant
         if fixed:
             constant = constant + (coefficients[0] * superoperator).astype(dtype)
@@ -344,8 +344,8 @@ def vectorised_density_terms(
 
 
 def _embedded(matrix: Array) -> Array:
-    """The real matrix $\begin{pmatrix} P & -Q \\ Q & P \end{pmatrix}$ of
-    $M = P + iQ$ acting on $(\Re x, \Im x)$."""
+    """The real matrix $\\begin{pmatrix} P & -Q \\\\ Q & P \\end{pmatrix}$ of
+    $M = P + iQ$ acting on $(\\Re x, \\Im x)$."""
     p, q = jnp.real(matrix), jnp.imag(matrix)
     return jnp.concatenate(
         [jnp.concatenate([p, -q], axis=1), jnp.concatenate([q, p], axis=1)], axis=0

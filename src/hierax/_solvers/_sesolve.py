@@ -22,7 +22,13 @@ from ._solver import (
     check_taylor_order,
     order_for_tolerance,
 )
-from ._term import LindbladTerm, SchrodingerTerm, jump_times, operator_bound
+from ._term import (
+    LindbladTerm,
+    SchrodingerTerm,
+    UnitTimeTerm,
+    jump_times,
+    operator_bound,
+)
 
 
 _API = "hierax.sesolve"
@@ -218,6 +224,15 @@ def _solve_impl(
         f"`{api}`: `times` must be strictly increasing.",
     )
     t0, t1 = times[0], times[-1]
+    span = t1 - t0
+    knots = jump_times(term.hamiltonian, *getattr(term, "jump_operators", ()))
+    # diffrax forms the bound 100 ULPs below t1 op by op: for a traced t1 that is a
+    # program of a few thousand scalar operations, about a third of a second of
+    # compile. On s in [0, 1] (t = t0 + s (t1 - t0), `UnitTimeTerm`) the bounds are
+    # constants and it folds away. Knots of sampled pulses keep physical time:
+    # there diffrax steps to just after each knot, which a rescaled knot could
+    # miss by an ULP.
+    unit = knots is None
     if dt is None:
         controller: diffrax.AbstractStepSizeController = diffrax.PIDController(
             rtol=rtol,
@@ -228,7 +243,6 @@ def _solve_impl(
             dcoeff=_DCOEFF,
             norm=_max_norm,
         )
-        knots = jump_times(term.hamiltonian, *getattr(term, "jump_operators", ()))
         if knots is not None:
             # Knots of sampled pulses: no step straddles one, so every step's
             # series is that of one segment.
@@ -236,8 +250,14 @@ def _solve_impl(
         dt0 = _initial_step(term, t0, t1, rtol, order)
     else:
         controller = diffrax.ConstantStepSize()
-        dt0 = jnp.minimum(dt, t1 - t0)
+        dt0 = jnp.minimum(dt, span)
     ends = times.shape[0] == 2
+    if unit:
+        solved: diffrax.AbstractTerm = UnitTimeTerm(term, t0, span)
+        start, end, dt0 = 0.0, 1.0, dt0 / span
+        save_times = (times - t0) / span
+    else:
+        solved, start, end, save_times = term, t0, t1, times
     if ends:
         # Only the ends: the last state saved as it is reached and the first one
         # given, so the program has no loop that evaluates the steps' series at
@@ -245,15 +265,15 @@ def _solve_impl(
         # compile than `SaveAt(ts=...)`).
         saveat = diffrax.SaveAt(t1=True, dense=dense)
     else:
-        saveat = diffrax.SaveAt(ts=times, dense=dense)
+        saveat = diffrax.SaveAt(ts=save_times, dense=dense)
     with warnings.catch_warnings():
         # diffrax warns on every complex state; complex states are what we solve.
         warnings.filterwarnings("ignore", message="Complex dtype support")
         solution = diffrax.diffeqsolve(
-            term,
+            solved,
             TaylorSolver(order),
-            t0,
-            t1,
+            start,
+            end,
             dt0,
             state,
             saveat=saveat,
@@ -265,10 +285,11 @@ def _solve_impl(
             ),
         )
     states = cast(Array, solution.ys)
-    saved = cast(Array, solution.ts)
     if ends:
         states = jnp.concatenate([state[None].astype(states.dtype), states])
-        saved = jnp.concatenate([times[:1].astype(saved.dtype), saved])
+    interpolation = solution.interpolation if dense else None
+    if unit and interpolation is not None:
+        interpolation = _physical_times(interpolation, t0, t1)
     expects = None
     if exp_ops is not None and isinstance(term, LindbladTerm):
         # tr(E rho)
@@ -285,13 +306,27 @@ def _solve_impl(
         for key in ("num_steps", "num_accepted_steps", "num_rejected_steps")
     }
     stats["max_steps"] = jnp.asarray(max_steps)
-    return Solution(
-        saved,
-        states,
-        expects,
-        stats,
-        order,
-        solution.interpolation if dense else None,
+    return Solution(times, states, expects, stats, order, interpolation)
+
+
+def _physical_times(
+    interpolation: diffrax.DenseInterpolation, t0: Array, t1: Array
+) -> diffrax.DenseInterpolation:
+    """The dense output of a solve on s in [0, 1] with its steps' bounds in physical
+    time (the ends exactly t0 and t1); each step's own series is in units of its
+    length, so it holds unchanged."""
+    span = t1 - t0
+
+    def physical(s: Array) -> Array:
+        return jnp.where(s == 1, t1, t0 + s * span).astype(s.dtype)
+
+    return eqx.tree_at(
+        lambda i: (i.ts, i.t0_if_trivial),
+        interpolation,
+        (
+            physical(interpolation.ts),
+            physical(jnp.asarray(interpolation.t0_if_trivial)),
+        ),
     )
 
 

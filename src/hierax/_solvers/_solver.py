@@ -21,7 +21,7 @@ from ._density import (
     structured_density_terms,
     vectorised_density_terms,
 )
-from ._term import REAL_STATE_SIZE, LindbladTerm, SchrodingerTerm
+from ._term import REAL_STATE_SIZE, LindbladTerm, SchrodingerTerm, UnitTimeTerm
 
 
 # The largest n for which mesolve steps vec(rho) with n^2 x n^2 superoperators.
@@ -131,16 +131,16 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         del args, solver_state, made_jump
-        term, direction = _unwrap(terms)
-        # diffrax integrates in s = direction * t; the series is in physical time.
-        step = direction * (t1 - t0)
+        term, direction, start, span = _unwrap(terms)
+        # diffrax integrates in s = direction * t (or in the unit time of a
+        # `UnitTimeTerm`); the series is in physical time.
+        time = start + span * (direction * t0)
+        step = span * (direction * (t1 - t0))
         if isinstance(term, LindbladTerm):
-            v = density_step_terms(term, direction * t0, step, y0, self.taylor_order)
+            v = density_step_terms(term, time, step, y0, self.taylor_order)
             rate = jnp.zeros((), v.dtype)
         else:
-            v = step_terms(
-                term.hamiltonian, direction * t0, step, y0, self.taylor_order
-            )
+            v = step_terms(term.hamiltonian, time, step, y0, self.taylor_order)
             rate = (-1j * step * term.energy_shift).astype(v.dtype)
         phase = jnp.exp(rate)
         y1 = phase * jnp.sum(v, axis=0)
@@ -152,11 +152,18 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         return terms.vf(t0, y0, args)
 
 
-def _unwrap(terms: Any) -> tuple[SchrodingerTerm | LindbladTerm, Array]:
+def _unwrap(
+    terms: Any,
+) -> tuple[SchrodingerTerm | LindbladTerm, Array, Array, Array]:
     """The `SchrodingerTerm` or `LindbladTerm` inside the time-reversal wrapper
-    diffrax puts around every term, and the direction of integration."""
+    diffrax puts around every term, the direction of integration, and the map
+    $t = $ `start + span * s` of a `UnitTimeTerm` (0 and 1 without one)."""
     direction = jnp.ones((), int)
+    start, span = jnp.zeros(()), jnp.ones(())
     while not isinstance(terms, SchrodingerTerm | LindbladTerm):
+        if isinstance(terms, UnitTimeTerm):
+            start, span, terms = terms.start, terms.span, terms.term
+            continue
         # diffrax's `WrapTerm(term, direction)`; adjoint wrappers carry no direction.
         if not (hasattr(terms, "term") and hasattr(terms, "direction")):
             raise TypeError(
@@ -168,7 +175,7 @@ def _unwrap(terms: Any) -> tuple[SchrodingerTerm | LindbladTerm, Array]:
             )
         direction = direction * terms.direction
         terms = terms.term
-    return terms, direction
+    return terms, direction, start, span
 
 
 def step_terms(
@@ -229,13 +236,13 @@ def _embedded_step_terms(
     series: TermSeries, factor: Array, y0: Array, order: int
 ) -> Array:
     """`step_terms` for a small state and dense terms, in real arithmetic: the state
-    as $(\Re y, \Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
-    real matrix $\begin{pmatrix} I_a & R_a \\ -R_a & I_a \end{pmatrix}$. The
+    as $(\\Re y, \\Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
+    real matrix $\\begin{pmatrix} I_a & R_a \\\\ -R_a & I_a \\end{pmatrix}$. The
     same operations as a complex product, but XLA's CPU products of small complex
     matrices cost about four times as much as real ones of twice the size (measured,
     n = 32: 1.15 us against 0.27 us per product). A complex coefficient
     $c = c_r + i c_i$ adds the terms $c_i H_a$ (embedded as
-    $\begin{pmatrix} R_a & -I_a \\ I_a & R_a \end{pmatrix}$). `factor` holds
+    $\\begin{pmatrix} R_a & -I_a \\\\ I_a & R_a \\end{pmatrix}$). `factor` holds
     $h$ with odd orders negated for $h < 0$."""
     dtype = jnp.result_type(y0, 1j)
     rdtype = real_dtype(dtype)
@@ -262,8 +269,8 @@ def _embedded_step_terms(
 
 
 def _blocks(a: Array, b: Array) -> Array:
-    """The real matrices $\begin{pmatrix} a & b \\ -b & a \end{pmatrix}$, one per
-    term: the complex matrix $a - ib$ acting on $(\Re y, \Im y)$."""
+    """The real matrices $\\begin{pmatrix} a & b \\\\ -b & a \\end{pmatrix}$, one per
+    term: the complex matrix $a - ib$ acting on $(\\Re y, \\Im y)$."""
     top = jnp.concatenate([a, b], axis=-1)
     bottom = jnp.concatenate([-b, a], axis=-1)
     return jnp.concatenate([top, bottom], axis=-2)
@@ -276,7 +283,7 @@ def _series_loop(
     y0: Array,
     order: int,
 ) -> Array:
-    """The recursion $v_{j+1} = \frac{1}{j+1} \sum_m h_m v_{j-m}$, $v_0 = y_0$,
+    """The recursion $v_{j+1} = \\frac{1}{j+1} \\sum_m h_m v_{j-m}$, $v_0 = y_0$,
     with the step's factor already in the series: `parts` are (coefficients
     `(A, K+1)`, matrices side by side `(n, A n)`), `dense` a series `(K+1, n, n)`,
     `sparse` sparse terms. A loop over orders of fixed shape, so the traced program

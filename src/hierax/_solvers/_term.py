@@ -281,3 +281,25 @@ class LindbladTerm(diffrax.AbstractTerm):
 
     def prod(self, vf: Array, control: ArrayLike) -> Array:
         return vf * jnp.asarray(control).astype(vf.dtype)
+
+
+class UnitTimeTerm(diffrax.AbstractTerm):
+    """A term on $[t_0, t_1]$ seen on $s \\in [0, 1]$, $t = t_0 + s\\,(t_1 - t_0)$:
+    how `sesolve` and `mesolve` hand their equation to diffrax, so that diffrax's
+    bounds are constants (see `_solve_impl`). [`hierax.TaylorSolver`][] steps the
+    wrapped term in physical time."""
+
+    term: SchrodingerTerm | LindbladTerm
+    start: Array
+    span: Array
+
+    def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
+        out = self.term.vf(self.start + jnp.asarray(t) * self.span, y, args)
+        return out * self.span.astype(out.dtype)
+
+    def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
+        del kwargs
+        return jnp.asarray(t1) - jnp.asarray(t0)
+
+    def prod(self, vf: Array, control: ArrayLike) -> Array:
+        return vf * jnp.asarray(control).astype(vf.dtype)
