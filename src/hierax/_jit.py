@@ -77,6 +77,13 @@ def flatten_module(module: Any) -> Flattened:
 _FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
 # Small: every array leaf of at most this many elements (a 4x4 matrix).
 _SMALL_LEAF = 16
+# XLA's CPU runtime runs a program's operations in the order its scheduler gives
+# them; with the default (concurrency-optimised) schedule it hands independent
+# small operations to its thread pool, and each hand-off costs microseconds. The
+# memory-optimised schedule (1) keeps them in one sequence: the seed hierarchy's
+# call goes from 110 to 42 us, n = 4 from 89 to 64 us, n = 128 (order 40) is 2%
+# faster, sesolve unchanged; same bits. Every top-level call on a CPU gets it.
+_CPU = {"xla_cpu_scheduler_type": 1}
 _fast_compile_known = [True]
 
 
@@ -90,11 +97,12 @@ def _top_level() -> bool:
     return bool(trace_state_clean())
 
 
+def _cpu_top_level() -> bool:
+    """Whether compile options for XLA's CPU compiler apply to this call."""
+    return _fast_compile_known[0] and jax.default_backend() == "cpu" and _top_level()
+
+
 def _small(flat: Flattened) -> bool:
-    if not _fast_compile_known[0] or jax.default_backend() != "cpu":
-        return False
-    if not _top_level():
-        return False
     return all(math.prod(shape or ()) <= _SMALL_LEAF for _, shape, _ in flat.signature)
 
 
@@ -156,23 +164,27 @@ def module_jit(fn: Callable, fast_compile: bool = False) -> Callable:
         if all_arrays and all(
             _is_plain(leaf) for leaf in jax.tree_util.tree_leaves(rest)
         ):
+            cpu = not any(isinstance(leaf, Tracer) for leaf in rest) and (
+                _cpu_top_level()
+            )
             small = (
-                fast_compile
-                and not any(isinstance(leaf, Tracer) for leaf in rest)
+                cpu
+                and fast_compile
                 and all(np.size(leaf) <= _SMALL_LEAF for leaf in rest)
                 and _small(flat)
             )
-            key = (tuple(sorted(static)), small)
+            key = (tuple(sorted(static)), cpu, small)
             if key not in direct:
+                options = {**(_CPU if cpu else {}), **(_FAST_COMPILE if small else {})}
                 direct[key] = jax.jit(
                     unflattened,
                     static_argnames=("treedef", *key[0]),
-                    compiler_options=_FAST_COMPILE if small else None,
+                    compiler_options=options or None,
                 )
             try:
                 return direct[key](leaves, *rest, treedef=treedef, **static)
             except jax.errors.JaxRuntimeError as error:
-                if not (small and "compile option" in str(error)):
+                if not (cpu and "compile option" in str(error)):
                     raise
                 _fast_compile_known[0] = False
                 direct.clear()
