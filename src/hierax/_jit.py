@@ -127,7 +127,7 @@ def module_jit(fn: Callable, fast_compile: bool = False) -> Callable:
     matrices with fewer optimisations (see `_FAST_COMPILE`).
     """
     filtered = eqx.filter_jit(fn)
-    direct: dict[tuple[tuple[str, ...], bool], Callable] = {}
+    direct: dict[tuple[tuple[str, ...], bool, bool], Callable] = {}
 
     def unflattened(leaves, *rest, treedef, **static):
         return fn(jax.tree_util.tree_unflatten(treedef, leaves), *rest, **static)
