@@ -227,7 +227,7 @@ def _solve_impl(
     span = t1 - t0
     knots = jump_times(term.hamiltonian, *getattr(term, "jump_operators", ()))
     # diffrax forms the bound 100 ULPs below t1 op by op: for a traced t1 that is a
-    # program of a few thousand scalar operations, about a third of a second of
+    # program of a few thousand scalar operations, about a quarter of a second of
     # compile. On s in [0, 1] (t = t0 + s (t1 - t0), `UnitTimeTerm`) the bounds are
     # constants and it folds away. Knots of sampled pulses keep physical time:
     # there diffrax steps to just after each knot, which a rescaled knot could
