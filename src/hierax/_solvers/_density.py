@@ -317,13 +317,14 @@ def vectorised_density_terms(
     # superoperator S = P + iQ is the real [[P, -Q], [Q, P]]; a complex series
     # g = g_r + i g_i adds the term g_i (iS).
     unit = jnp.zeros((width,), rdtype).at[0].set(1)
-    real_series, blocks = [unit], [_embedded(constant)]
+    real_series, blocks = [unit], [real_embedding(constant)]
     for g, superoperator in zip(series, operators):
         real_series.append(jnp.real(g).astype(rdtype))
-        blocks.append(_embedded(superoperator))
+        blocks.append(real_embedding(superoperator))
         if jnp.iscomplexobj(g):
             real_series.append(jnp.imag(g).astype(rdtype))
-            blocks.append(_embedded(1j * superoperator))
+            i_times = lax.complex(-superoperator.imag, superoperator.real)
+            blocks.append(real_embedding(i_times))
     coefficients = jnp.stack(real_series)
     stacked = jnp.concatenate(blocks, axis=1)
     count = coefficients.shape[0]
@@ -343,13 +344,14 @@ def vectorised_density_terms(
     return lax.complex(v[:, : n * n], v[:, n * n :]).reshape(width, n, n)
 
 
-def _embedded(matrix: Array) -> Array:
+def real_embedding(matrix: Array) -> Array:
     """The real matrix $\\begin{pmatrix} P & -Q \\\\ Q & P \\end{pmatrix}$ of
-    $M = P + iQ$ acting on $(\\Re x, \\Im x)$."""
+    $M = P + iQ$ acting on $(\\Re x, \\Im x)$; for a stack of matrices, one per
+    matrix."""
     p, q = jnp.real(matrix), jnp.imag(matrix)
-    return jnp.concatenate(
-        [jnp.concatenate([p, -q], axis=1), jnp.concatenate([q, p], axis=1)], axis=0
-    )
+    top = jnp.concatenate([p, -q], axis=-1)
+    bottom = jnp.concatenate([q, p], axis=-1)
+    return jnp.concatenate([top, bottom], axis=-2)
 
 
 def lagged_weights(coefficients: Array) -> Array:

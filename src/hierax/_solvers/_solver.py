@@ -18,6 +18,7 @@ from .._sparse import sparse_products
 from ._density import (
     lagged_weights,
     operator_terms,
+    real_embedding,
     structured_density_terms,
     vectorised_density_terms,
 )
@@ -248,11 +249,11 @@ def _embedded_step_terms(
     rdtype = real_dtype(dtype)
     n = y0.shape[0]
     matrices = series.matrices.astype(dtype)
-    r, i = matrices.real, matrices.imag
-    blocks = [_blocks(i, r)]
+    # -iH = I - iR, formed part by part (no product with -1j).
+    blocks = [real_embedding(lax.complex(matrices.imag, -matrices.real))]
     coefficients = [series.coefficients.real.astype(rdtype) * factor[None, :]]
     if jnp.iscomplexobj(series.coefficients):
-        blocks.append(_blocks(r, -i))
+        blocks.append(real_embedding(matrices))
         coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
     stacked = jnp.concatenate(blocks)  # (A', 2n, 2n)
     count = stacked.shape[0]
@@ -266,14 +267,6 @@ def _embedded_step_terms(
         order,
     )
     return lax.complex(v[:, :n], v[:, n:])
-
-
-def _blocks(a: Array, b: Array) -> Array:
-    """The real matrices $\\begin{pmatrix} a & b \\\\ -b & a \\end{pmatrix}$, one per
-    term: the complex matrix $a - ib$ acting on $(\\Re y, \\Im y)$."""
-    top = jnp.concatenate([a, b], axis=-1)
-    bottom = jnp.concatenate([-b, a], axis=-1)
-    return jnp.concatenate([top, bottom], axis=-2)
 
 
 def _series_loop(
