@@ -10,8 +10,6 @@ process, and the machine's load printed before and after.
 
 import argparse
 import os
-import statistics
-import time
 
 import jax
 
@@ -20,22 +18,13 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from bench_sparse import median_time  # noqa: E402
 
 import hierax  # noqa: E402
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
 SY = np.array([[0, -1j], [1j, 0]])
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main():
