@@ -318,7 +318,9 @@ def test_no_jump_operators_is_the_closed_system():
     t0, order = 0.6, 12
     closed = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], order)(t0)
     opened = hierax.LindbladHierarchy(s["hamiltonian"], [], s["observable"], order)
-    np.testing.assert_array_equal(opened(t0), closed)
+    # The same kernel; the compiler may fuse (and so round) it differently in the
+    # two programs: equal to the last bits.
+    assert np.all(relative_errors(opened(t0), closed) <= 1e-15)
 
     # rho^(k) = sum_i C(k, i) V^(i) rho V^(k-i)^dagger, V(t) the propagator from t0.
     v = np.asarray(

@@ -10,6 +10,7 @@ $V^{-1} X V$, is cheaper but cancels digits whenever $\\|H\\|$ exceeds the
 frequencies the observable sees: offsets, spectators, lab-frame energies.)
 """
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple, cast
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from ._jit import tracing_batched
 from ._series import TermSeries, exact_exp2, real_dtype, times_exp
 from ._sparse import sparse_products
 
@@ -151,7 +153,7 @@ def _toeplitz(coefficients: Array, width: int) -> Array:
     with each scalar series as one small matrix product."""
     j = np.arange(width)
     diff = j[:, None] - j[None, :]
-    taken = coefficients[:, np.clip(diff, 0, None)]
+    taken = coefficients[:, np.clip(diff, 0, None).astype(np.int32)]
     return jnp.where(jnp.asarray(diff >= 0), taken, jnp.zeros_like(taken))
 
 
@@ -315,59 +317,67 @@ def _lean_levels(
     part and without the error estimate: the same recursion and the same
     power-of-two exponents, written with as few kernels per level as it takes (each
     level's scale exponents and floor carried instead of recomputed, its outputs
-    collected by the scan). It is what a small hierarchy's call costs."""
+    collected by the scan). It is what a small hierarchy's call costs.
+
+    Complex numbers are carried as their real and imaginary parts, two real arrays
+    (a complex product is four real ones, the same arithmetic): XLA's CPU runtime
+    runs a sequence of operations in one thread only when each touches at most 512
+    bytes, and the seed's level, ten complex 2 x 2 matrices, is 640 bytes, its
+    parts 320 each (see `run_if`). Small matrices (n <= 4) form their Cauchy sums
+    as fused elementwise sums, so no K x K weight matrix is ever stored."""
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
     n = observable.shape[-1]
+    # One small problem: elementwise sums the compiler fuses (few operations, few
+    # bytes); a batch of them, or larger matrices: matrix products.
+    small = n <= _SMALL_SIZE and not tracing_batched()
     constant = generator.constant_flags()
     fixed = [a for a, c in enumerate(constant) if c]
     varying = [a for a, c in enumerate(constant) if not c]
-    merged = None
+    terms = []  # (matrix parts (B, n, n) each, coefficients (B, K + 1) or None)
     if fixed:
         idx = np.asarray(fixed)
         c = generator.coefficients[idx, 0].astype(dtype)
         merged = jnp.einsum("a,anm->nm", c, generator.matrices[idx].astype(dtype))
-    matrices = coefficients = None
+        terms.append((_parts(merged[None]), None))
     if varying:
         matrices = generator.matrices[np.asarray(varying)].astype(dtype)
-        coefficients = generator.coefficients[np.asarray(varying)]
+        terms.append((_parts(matrices), generator.coefficients[np.asarray(varying)]))
 
-    def sizes(x):
-        # The largest entry of each coefficient.
-        return jnp.max(jnp.abs(x), axis=(1, 2))
+    def sizes(re, im):
+        # The largest entry (in modulus) of each coefficient.
+        return jnp.max(jnp.abs(lax.complex(re, im)), axis=(1, 2))
 
-    def normalise(x, size):
+    def normalise(re, im, size):
         # `_exponents` and `_normalised`, from the sizes already at hand.
         usable = jnp.isfinite(size) & (size > 0)
         e = jnp.round(jnp.log2(jnp.where(usable, size, 1)))
         smallest = jnp.min(jnp.where(usable, e, jnp.inf))
         smallest = jnp.where(jnp.isfinite(smallest), smallest, 0)
         e = lax.stop_gradient(jnp.where(usable, e, smallest).astype(rdtype))
-        return _normalised(x, e), e
+        factor = exact_exp2(-e)[:, None, None]
+        return re * factor, im * factor, e
 
-    size = sizes(observable)
-    level, exponents = normalise(observable, size)
+    size = sizes(observable.real, observable.imag)
+    re, im, exponents = normalise(observable.real, observable.imag, size)
     scales = jnp.where(size > 0, exponents, _ZERO_EXPONENT)
-    values = [level[:1]]
+    values = [(re[:1], im[:1])]
     out_exponents = [exponents[:1]]
     constant_series = observable.shape[0] == 1
     phases = [(1, order, 1)] if constant_series else _phases(order, n)
     for first, last, width in phases:
-        level, exponents, scales = level[:width], exponents[:width], scales[:width]
+        re, im = re[:width], im[:width]
+        exponents, scales = exponents[:width], scales[:width]
         floor = jnp.min(exponents)
-        j = np.arange(width)
         factor = np.arange(1, width + 1)
         log_factor = jnp.asarray(np.round(np.log2(factor)), rdtype)
         factor = jnp.asarray(factor, rdtype)
-        lower = jnp.asarray(j[:, None] >= j[None, :])
-        toeplitz = None
-        if coefficients is not None:
-            toeplitz = _toeplitz(coefficients[:, :width], width)
+        phase_terms = [
+            (parts, None if c is None else c[:, :width]) for parts, c in terms
+        ]
 
-        def body(carry, k, factor=factor, log_factor=log_factor, toeplitz=toeplitz):
-            # (Traced at once by the scan below, within this phase: `lower` and
-            # `width` are this phase's.)
-            level, exponents, scales, floor = carry
+        def body(carry, k, factor=factor, log_factor=log_factor, terms=phase_terms):
+            re, im, exponents, scales, floor = carry
             above = jnp.concatenate([exponents[1:], floor[None]])
             above_scale = jnp.concatenate(
                 [scales[1:], jnp.full((1,), _ZERO_EXPONENT, rdtype)]
@@ -375,45 +385,161 @@ def _lean_levels(
             out = jnp.maximum(lax.cummax(scales), above_scale + log_factor)
             out = jnp.maximum(out, floor)
             weight = factor * exact_exp2(jnp.minimum(above - out, 0))
-            shifted = jnp.concatenate([level[1:], jnp.zeros_like(level[:1])])
-            derivative = shifted * weight.astype(dtype)[:, None, None]
-            z = []  # (left matrices (B, n, n), z (B, W, n, n))
-            if merged is not None:
-                zs = _times_powers_of_two(level, exponents - out)
-                z.append((merged[None], zs[None]))
-            if toeplitz is not None and matrices is not None:
-                shift = exact_exp2(jnp.minimum(exponents[None, :] - out[:, None], 0))
-                weights = toeplitz * jnp.where(lower, shift, 0)[None]  # noqa: B023
-                z.append((matrices, _weighted_sums(weights, level)))
+
+            def derivative(x):
+                shifted = jnp.concatenate([x[1:], jnp.zeros_like(x[:1])])
+                return shifted * weight[:, None, None]
+
             # The commutator first, then the derivative: G z and z G may be large
             # and cancel (lab-frame energies), the derivative must not round first.
-            grown = jnp.zeros_like(level)
-            for left, zs in z:
-                right = jnp.einsum("ajmp,apq->ajmq", zs, left).sum(0)
+            grown_re, grown_im = jnp.zeros_like(re), jnp.zeros_like(im)
+            for (m_re, m_im), coefficients in terms:
+                if coefficients is None:
+                    z = [
+                        _times_powers_of_two(x, exponents - out)[None] for x in (re, im)
+                    ]
+                elif hermitian:
+                    # Real series and a Hermitian level: the sums are Hermitian,
+                    # and summing the level packed as one real matrix (`_pack`)
+                    # halves the work.
+                    packed = _cauchy_sum(
+                        coefficients, exponents, out, _pack(re, im), small
+                    )
+                    z = _unpack(packed)
+                else:
+                    z = _complex_cauchy_sums(
+                        coefficients, exponents, out, re, im, small
+                    )
+                p_re, p_im = _product(z, (m_re, m_im), False, small)
                 if hermitian:
                     # [G, z] = -(z G + (z G)^dagger) for anti-Hermitian G and
                     # Hermitian z: one product.
-                    grown = grown - right - jnp.conj(jnp.swapaxes(right, -1, -2))
+                    c_re = -(p_re + jnp.swapaxes(p_re, -1, -2))
+                    c_im = -(p_im - jnp.swapaxes(p_im, -1, -2))
                 else:
-                    grown = (
-                        grown + jnp.einsum("anm,ajmp->ajnp", left, zs).sum(0) - right
-                    )
-            grown = (grown + derivative) * (1 / k.astype(rdtype)).astype(dtype)
-            size = sizes(grown)
-            level, e = normalise(grown, size)
+                    l_re, l_im = _product((m_re, m_im), z, True, small)
+                    c_re, c_im = l_re - p_re, l_im - p_im
+                grown_re, grown_im = grown_re + c_re, grown_im + c_im
+            inverse = 1 / k.astype(rdtype)
+            grown_re = (grown_re + derivative(re)) * inverse
+            grown_im = (grown_im + derivative(im)) * inverse
+            size = sizes(grown_re, grown_im)
+            re, im, e = normalise(grown_re, grown_im, size)
             exponents = out + e
             scales = jnp.where(size > 0, exponents, _ZERO_EXPONENT)
             floor = jnp.min(exponents)
-            return (level, exponents, scales, floor), (level[0], exponents[0])
+            return (re, im, exponents, scales, floor), (re[0], im[0], exponents[0])
 
         steps = jnp.arange(first, last + 1)
-        carry, (new_values, new_exponents) = lax.scan(
-            body, (level, exponents, scales, floor), steps
+        carry, (new_re, new_im, new_exponents) = lax.scan(
+            body, (re, im, exponents, scales, floor), steps
         )
-        level, exponents, scales, _ = carry
-        values.append(new_values)
+        re, im, exponents, scales, _ = carry
+        values.append((new_re, new_im))
         out_exponents.append(new_exponents)
-    return Levels(jnp.concatenate(values), jnp.concatenate(out_exponents))
+    value = lax.complex(
+        jnp.concatenate([r for r, _ in values]), jnp.concatenate([i for _, i in values])
+    )
+    return Levels(value, jnp.concatenate(out_exponents))
+
+
+def _parts(x: Array) -> tuple[Array, Array]:
+    return jnp.real(x), jnp.imag(x)
+
+
+def _product(a, b, left: bool, small: bool) -> tuple[Array, Array]:
+    """`sum_a Z_a G_a` (or, `left`, `sum_a G_a Z_a`) for a stack of levels Z (B, W,
+    n, n) and matrices G (B, n, n), complex, given as (real, imaginary) parts.
+    `small`: as elementwise sums over the contracted index, which the compiler
+    fuses with what follows, instead of one matrix product per part."""
+
+    def einsum(x, y):
+        if left:  # x: G (B, n, n), y: Z
+            if small:
+                terms = [
+                    x[:, None, :, m, None] * y[:, :, m, None, :]
+                    for m in range(x.shape[-1])
+                ]
+                return sum(terms[1:], terms[0]).sum(0)
+            return jnp.einsum("anm,ajmp->jnp", x, y)
+        if small:  # x: Z, y: G
+            terms = [
+                x[:, :, :, p, None] * y[:, None, None, p, :] for p in range(y.shape[-1])
+            ]
+            return sum(terms[1:], terms[0]).sum(0)
+        return jnp.einsum("ajmp,apq->jmq", x, y)
+
+    (a_re, a_im), (b_re, b_im) = a, b
+    re = einsum(a_re, b_re) - einsum(a_im, b_im)
+    im = einsum(a_re, b_im) + einsum(a_im, b_re)
+    return re, im
+
+
+def _cauchy_sum(
+    coefficients: Array, exponents: Array, out: Array, x: Array, small: bool
+) -> Array:
+    """`z[a, j] = sum_{m <= j} c[a, j - m] 2^(min(E_m - F_j, 0)) x[m]`: the Cauchy
+    product of each real scalar series c (B, W) with a real series of matrices x
+    (W, n, n), whose coefficient m carries the power of two E_m (`exponents`),
+    output coefficient j the power F_j (`out`).
+
+    `small`: as one fused elementwise expression in which no W x W array is
+    stored (see `run_if` for why bytes count); otherwise as one matrix product."""
+    width = x.shape[0]
+    if not small:
+        shift = exact_exp2(jnp.minimum(exponents[None, :] - out[:, None], 0))
+        shift = jnp.where(np.tri(width, dtype=bool), shift, 0)
+        weights = _toeplitz(coefficients, width) * shift[None]
+        return jnp.einsum("ajm,mnp->ajnp", weights, x)
+    # Summed over the lag d = j - m, reading the level's coefficients through a
+    # window instead of forming a Toeplitz matrix of the series, which the
+    # compiler would store, loop invariant, outside the loop. The exponents are
+    # integers within int32 (`_ZERO_EXPONENT` included): gathered as such, their
+    # window takes half the bytes (see `run_if`).
+    j, d = np.arange(width)[:, None], np.arange(width)[None, :]
+    source = np.clip(j - d, 0, None).astype(np.int32)  # m = j - d
+    window = exponents.astype(jnp.int32)[source].astype(exponents.dtype)
+    shift = jnp.where(d <= j, exact_exp2(jnp.minimum(window - out[:, None], 0)), 0)
+    window = (shift[:, :, None, None] * x[source])[None]  # (1, W, W, n, n): [j, d]
+    terms = coefficients[:, None, :, None, None] * window
+    return jnp.sum(terms, axis=2)
+
+
+def _complex_cauchy_sums(
+    coefficients: Array,
+    exponents: Array,
+    out: Array,
+    re: Array,
+    im: Array,
+    small: bool,
+) -> tuple[Array, Array]:
+    """`_cauchy_sum` of a complex level given as parts, with real or complex
+    series; the sums as parts."""
+    sums = functools.partial(_cauchy_sum, exponents=exponents, out=out, small=small)
+    if not jnp.iscomplexobj(coefficients):
+        return sums(coefficients, x=re), sums(coefficients, x=im)
+    c_re, c_im = coefficients.real, coefficients.imag
+    return (
+        sums(c_re, x=re) - sums(c_im, x=im),
+        sums(c_re, x=im) + sums(c_im, x=re),
+    )
+
+
+def _pack(re: Array, im: Array) -> Array:
+    """A Hermitian matrix as one real matrix: its real part on and above the
+    diagonal, its imaginary part below (the rest follows from symmetry)."""
+    n = re.shape[-1]
+    return jnp.where(np.triu(np.ones((1, n, n), bool)), re, im)
+
+
+def _unpack(packed: Array) -> tuple[Array, Array]:
+    """The real and imaginary parts of the Hermitian matrices `_pack` packed."""
+    n = packed.shape[-1]
+    upper = np.triu(np.ones((1, n, n), bool))
+    swapped = jnp.swapaxes(packed, -1, -2)
+    re = jnp.where(upper, packed, swapped)
+    im = jnp.where(upper, -swapped, packed)
+    return re, jnp.where(np.eye(n, dtype=bool)[None], 0, im)
 
 
 # `step(level, exponents, out_exponents, magnitude)`: coefficients j < W of

@@ -5,6 +5,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
@@ -20,7 +21,7 @@ from ._algorithms import (
 )
 from ._custom_types import OrderLike, TimeLike, typechecked
 from ._interop import as_matrix, as_state
-from ._jit import module_jit
+from ._jit import module_jit, run_if
 from ._operators import (
     AbstractTimeOperator,
     OperatorSum,
@@ -376,6 +377,35 @@ def _heisenberg_levels(
 ) -> Levels:
     api = "hierax.HeisenbergHierarchy(...)(t)"
     checks = _call_checks(hierarchy, t, api)
+    found: list[tuple[Array, str]] = []  # checks the computation itself adds
+
+    def compute():
+        found.clear()
+        levels = _heisenberg_compute(hierarchy, t, estimate, api, found)
+        return (
+            levels.values.real,
+            levels.values.imag,
+            levels.exponents,
+            levels.errors,
+            [p for p, _ in found],
+        )
+
+    # The work runs only for a finite t (the call raises otherwise), in a branch of
+    # its own (see `run_if`).
+    re, im, exponents, errors, failed = run_if(jnp.isfinite(t), compute)
+    checks += [(p, message) for p, (_, message) in zip(failed, found, strict=True)]
+    # Every check at once, on what the call returns (so none is optimised away).
+    values, errors = _raise_if((lax.complex(re, im), errors), checks)
+    return Levels(values, exponents, errors)
+
+
+def _heisenberg_compute(
+    hierarchy: HeisenbergHierarchy,
+    t: Array,
+    estimate: bool,
+    api: str,
+    checks: list[tuple[Array, str]],
+) -> Levels:
     order = hierarchy.order
     hamiltonian, observable = hierarchy.hamiltonian, hierarchy.observable
     constant = hamiltonian.is_constant and observable.is_constant
@@ -416,13 +446,11 @@ def _heisenberg_levels(
             )
         )
     levels = heisenberg_levels(generator, series, order, hermitian, estimate)
-    # Every check at once, on what the call returns (so none is optimised away).
-    values, errors = _raise_if((levels.values, levels.errors), checks)
     if constant:
-        return Levels(values, levels.exponents, errors)
+        return levels
     k = jnp.arange(order + 1, dtype=levels.exponents.dtype)
     exponents = levels.exponents - k * jnp.log2(scale.astype(k.dtype))
-    return Levels(values, exponents, errors)
+    return Levels(levels.values, exponents, levels.errors)
 
 
 def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool):

@@ -30,6 +30,7 @@ from ._algorithms import (
     commutator_series,
     finish_errors,
     finish_levels,
+    heisenberg_levels,
     series_errors,
     taylor_levels,
 )
@@ -272,6 +273,9 @@ def lindblad_levels(
     $\\mathcal{G} * Y = (G Y - Y R) + \\sum_j s L_j^\\dagger Y L_j$ with
     $G = isH - sN/2$, $R = isH + sN/2$ in parts (`_two_sided`)."""
     jumps = list(jumps)
+    if not jumps and right is None:
+        # The closed system: the same computation as the Heisenberg hierarchy's.
+        return heisenberg_levels(left, observable, order, hermitian, estimate)
     scaled = [_scaled(jump, scale) for jump in jumps]
 
     def step(
