@@ -74,10 +74,13 @@ def flatten_module(module: Any) -> Flattened:
 # its MLIR fusion emitters, and the programs run as fast (and give the same bits).
 # (Turning LLVM's optimisation off as well would halve the compile time again, but
 # the eager call then runs 2-3x slower.) Calls that opt in (`fast_compile`) get
-# this when every array leaf of the module and the arguments is small and nothing
-# is tracing; a user's own `jax.jit` keeps XLA's defaults. Per-call compile
-# options, never global configuration; a version of XLA that does not know them
-# gets the defaults.
+# this when every array leaf of the module and the arguments is small (or when
+# their own rule says so) and nothing is tracing; a user's own `jax.jit` keeps
+# XLA's defaults. The solvers' programs on states of n < 256 compile 25-35% faster
+# and run within a few percent (sesolve's transmon and 5-qubit chain, mesolve's
+# transmon and 6-qubit dephasing chain; a 1024-level state ran 1.8x slower).
+# Per-call compile options, never global configuration; a version of XLA that does
+# not know them gets the defaults.
 _FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
 # Small: every array leaf of at most this many elements (a 4x4 matrix).
 _SMALL_LEAF = 16
@@ -143,7 +146,9 @@ def _is_plain(leaf: Any) -> bool:
     )
 
 
-def module_jit(fn: Callable, fast_compile: bool = False) -> Callable:
+def module_jit(
+    fn: Callable, fast_compile: bool | Callable[..., bool] = False
+) -> Callable:
     """Compile `fn(module, *args, **static_kwargs)` once per structure.
 
     Behaves like `eqx.filter_jit` (array leaves traced, everything else static), but
@@ -153,7 +158,8 @@ def module_jit(fn: Callable, fast_compile: bool = False) -> Callable:
     Keyword arguments are static (Python bools and the like). Python scalars passed
     positionally are traced by both paths, so changing a time or a parameter value
     never retraces. With `fast_compile`, the direct path compiles programs on small
-    matrices with fewer optimisations (see `_FAST_COMPILE`).
+    matrices with fewer optimisations (see `_FAST_COMPILE`); a callable decides from
+    the call's arguments after the module instead.
     """
 
     def hinted(*args, batched, **static):
@@ -203,12 +209,15 @@ def module_jit(fn: Callable, fast_compile: bool = False) -> Callable:
             cpu = not any(isinstance(leaf, Tracer) for leaf in rest) and (
                 _cpu_top_level()
             )
-            small = (
-                cpu
-                and fast_compile
-                and all(np.size(leaf) <= _SMALL_LEAF for leaf in rest)
-                and _small(flat)
-            )
+            if callable(fast_compile):
+                small = cpu and fast_compile(*rest)
+            else:
+                small = (
+                    cpu
+                    and fast_compile
+                    and all(np.size(leaf) <= _SMALL_LEAF for leaf in rest)
+                    and _small(flat)
+                )
             key = (tuple(sorted(static)), cpu, small, batched)
             if key not in direct:
                 options = {**(_CPU if cpu else {}), **(_FAST_COMPILE if small else {})}
