@@ -274,59 +274,48 @@ def vectorised_density_terms(
     n = rho.shape[-1]
     h = step.astype(rdtype)
     width = order + 1
-    eye = jnp.eye(n, dtype=dtype)
+    constant = jnp.zeros((n * n, n * n), dtype)
     series, operators = [], []
 
-    def dense(term: _Term) -> Array:
-        matrix = term.matrix.astype(dtype)
-        return jnp.diag(matrix) if term.diagonal else matrix
-
-    # The constant parts, merged before any superoperator is formed:
-    # L[r] = (-iH - N/2) r + r (iH - N/2) + sum_p w_p A_p r B_p^dagger.
-    fixed_hamiltonian = jnp.zeros((n, n), dtype)
-    fixed_number = jnp.zeros((n, n), dtype)
-    sandwiches = []  # (w_p, A_p, B_p)
-    for term in hamiltonian:
-        matrix = dense(term)
-        if term.constant:
-            matrix = matrix - jnp.trace(matrix) / n * eye
-            fixed_hamiltonian = fixed_hamiltonian + term.series[0] * matrix
+    def add(coefficients: Array, superoperator: Array, fixed: bool) -> None:
+        """A term $g(\\sigma) S$; the constant ones are merged into one."""
+        nonlocal constant
+        if fixed:
+            constant = constant + (coefficients[0] * superoperator).astype(dtype)
         else:
-            commutator = _kron_left(matrix, False) - _kron_right(matrix, False)
-            series.append(h * term.series)
-            operators.append(-1j * commutator)
+            series.append(coefficients)
+            operators.append(superoperator.astype(dtype))
+
+    for term in hamiltonian:
+        matrix = term.matrix.astype(dtype)
+        if term.constant:
+            if term.diagonal:
+                matrix = matrix - jnp.mean(matrix)
+            else:
+                matrix = matrix - jnp.trace(matrix) / n * jnp.eye(n, dtype=dtype)
+        commutator = _kron_left(matrix, term.diagonal) - _kron_right(
+            matrix, term.diagonal
+        )
+        add(h * term.series, -1j * commutator, term.constant)
     for terms in jumps:
         for a in terms:
             for b in terms:
-                da, db = dense(a), dense(b)
-                number = jnp.conj(da.T) @ db
-                if a.constant and b.constant:
-                    weight = jnp.conj(a.series[0]) * b.series[0]
-                    fixed_number = fixed_number + weight * number
-                    sandwiches.append((a.series[0] * jnp.conj(b.series[0]), da, db))
-                    continue
+                ma, mb = a.matrix.astype(dtype), b.matrix.astype(dtype)
+                da = jnp.diag(ma) if a.diagonal else ma
+                db = jnp.diag(mb) if b.diagonal else mb
+                fixed = a.constant and b.constant
+                # The series of conj(f_a) f_b and of its conjugate (a constant
+                # pair's is its first coefficient: no Cauchy product to compile).
+                if fixed:
+                    product = (jnp.conj(a.series[:1]) * b.series[:1]).astype(dtype)
+                else:
+                    product = scalar_cauchy_product(jnp.conj(a.series), b.series)
                 # -h/2 {A_a^dagger A_b, r} with conj(f_a) f_b.
+                number = jnp.conj(da.T) @ db
                 anticommutator = _kron_left(number, False) + _kron_right(number, False)
-                series.append(
-                    -0.5 * h * scalar_cauchy_product(jnp.conj(a.series), b.series)
-                )
-                operators.append(anticommutator)
+                add(-0.5 * h * product, anticommutator, fixed)
                 # h A_a r A_b^dagger with f_a conj(f_b): A_a kron conj(A_b).
-                series.append(h * scalar_cauchy_product(a.series, jnp.conj(b.series)))
-                operators.append(jnp.kron(da, jnp.conj(db)))
-    operators = [op.astype(dtype) for op in operators]
-    constant = _kron_left(-1j * fixed_hamiltonian - 0.5 * fixed_number, False)
-    constant = constant + _kron_right(
-        1j * fixed_hamiltonian - 0.5 * fixed_number, False
-    )
-    if sandwiches:
-        w = jnp.stack([x for x, _, _ in sandwiches]).astype(dtype)
-        left = jnp.stack([x for _, x, _ in sandwiches])
-        right = jnp.conj(jnp.stack([x for _, _, x in sandwiches]))
-        # sum_p w_p kron(A_p, conj(B_p)), rows (a, c), columns (b, d).
-        total = jnp.einsum("p,pab,pcd->acbd", w, left, right)
-        constant = constant + total.reshape(n * n, n * n)
-    constant = h.astype(dtype) * constant
+                add(h * jnp.conj(product), jnp.kron(da, jnp.conj(db)), fixed)
     # In real arithmetic on (Re vec(r), Im vec(r)): XLA's CPU products of small
     # complex matrices cost several times real ones of twice the size. A complex
     # superoperator S = P + iQ is the real [[P, -Q], [Q, P]]; a complex series
