@@ -12,7 +12,7 @@ from .._lindblad import _check_jump_operators
 from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from .._series import real_dtype, result_dtype
 from .._sparse import SparseMatrix, identity
-from .._time_functions import AbstractTimeFunction
+from .._time_functions import AbstractTimeFunction, Constant
 from .._validation import is_traced
 
 
@@ -152,10 +152,13 @@ def _split_constant_trace(
         return operator, jnp.zeros((), jnp.result_type(1j))
     n = operator.size
     matrices = operator.matrices
-    dtype = jnp.result_type(matrices[0].dtype, 1j)
+    first = matrices[0] if isinstance(matrices, tuple) else matrices  # no slicing
+    dtype = jnp.result_type(first.dtype, 1j)
     if not isinstance(matrices, tuple) and not is_traced(matrices):
         # Known matrices: the traces in NumPy, and nothing to do for traceless
-        # constant terms (Pauli strings): no eager JAX operation on every call.
+        # constant terms (Pauli strings): no eager JAX operation on every call
+        # (each kind of which compiles a small program the first time: together
+        # a third of a second of a first solve).
         stacked = np.asarray(matrices)
         traces = np.trace(stacked, axis1=-2, axis2=-1) / n
         constant = [
@@ -163,6 +166,19 @@ def _split_constant_trace(
         ]
         if not any(constant):
             return operator, jnp.zeros((), dtype)
+        values = [
+            _known_value(f) if c else 0 for f, c in zip(operator.functions, constant)
+        ]
+        if all(v is not None for v in values):
+            eye = np.eye(n, dtype=stacked.dtype)
+            shifted = stacked - np.asarray(constant)[:, None, None] * (
+                traces[:, None, None] * eye
+            )
+            shift = sum(v * t for v, t, c in zip(values, traces, constant) if c)
+            return (
+                TimeOperator(operator.functions, jnp.asarray(shifted)),
+                jnp.asarray(shift, dtype),
+            )
     shift = jnp.zeros((), dtype)
     shifted = []
     for function, matrix in zip(operator.functions, matrices):
@@ -176,6 +192,14 @@ def _split_constant_trace(
             shift = shift + (function(0.0) * trace).astype(dtype)
         shifted.append(matrix)
     return TimeOperator(operator.functions, shifted), shift
+
+
+def _known_value(function: AbstractTimeFunction) -> Any:
+    """The value of a `Constant` with a known (not traced) value, as NumPy; `None`
+    for any other time function."""
+    if isinstance(function, Constant) and not is_traced(function.value):
+        return np.asarray(function.value)
+    return None
 
 
 def jump_times(*operators: Any) -> Array | None:
