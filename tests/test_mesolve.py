@@ -158,6 +158,7 @@ def test_structured_operators_against_dop853(n):
         hierax.Polynomial(jnp.array([0.3, 0.05])) * np.diag(np.linspace(-1, 1, n)),
         hierax.Cos(0.4) * (0.2 * (a.T + 1j * a)),
         0.2 * np.diag(np.exp(1j * np.arange(n))),
+        0.15 * np.diag(np.linspace(0.0, 1.0, n)),  # a second constant diagonal one
         0.1 * general,
         # a complex time function: complex series in every kernel
         hierax.Exp(0.5j) * (0.2 * a) + hierax.Cos(0.3) * (0.1 * a.T),

@@ -535,11 +535,12 @@ def _pack(re: Array, im: Array) -> Array:
 def _unpack(packed: Array) -> tuple[Array, Array]:
     """The real and imaginary parts of the Hermitian matrices `_pack` packed."""
     n = packed.shape[-1]
-    upper = np.triu(np.ones((1, n, n), bool))
+    lead = (1,) * (packed.ndim - 2)
+    upper = np.triu(np.ones((n, n), bool)).reshape(lead + (n, n))
     swapped = jnp.swapaxes(packed, -1, -2)
     re = jnp.where(upper, packed, swapped)
     im = jnp.where(upper, -swapped, packed)
-    return re, jnp.where(np.eye(n, dtype=bool)[None], 0, im)
+    return re, jnp.where(np.eye(n, dtype=bool).reshape(lead + (n, n)), 0, im)
 
 
 # `step(level, exponents, out_exponents, magnitude)`: coefficients j < W of

@@ -148,7 +148,33 @@ def structured_density_terms(
             fixed_right.append((c, matrix, term.diagonal))
         else:
             sided.append(_Sided(-1j * h * term.series, matrix, term.diagonal, -1.0))
+    # Constant jump operators, each merged into one matrix L first: diagonal ones
+    # stacked, so that their anticommutator and sandwich parts are one sum each
+    # whatever their number (a dephasing chain has one per site).
+    elementwise = None
+    diagonals, dense_constant, varying = [], [], []
     for terms in jumps:
+        if not all(term.constant for term in terms):
+            varying.append(terms)
+            continue
+        merged = _merge(
+            [(cast(t.series[0]), cast(t.matrix), t.diagonal) for t in terms]
+        )
+        assert merged is not None
+        matrix, diagonal = merged
+        (diagonals if diagonal else dense_constant).append(matrix)
+    if diagonals:
+        d = jnp.stack([x.astype(dtype) for x in diagonals])  # (J, n)
+        # -h/2 {N, r} with N = sum_j |d_j|^2, and h sum_j (d_j d_j^dagger) o r.
+        number = jnp.sum(jnp.abs(d) ** 2, axis=0).astype(rdtype)
+        fixed_left.append((-0.5 * h, number, True))
+        fixed_right.append((0.5 * h, number, True))
+        elementwise = h * jnp.einsum("ja,jb->ab", d, jnp.conj(d))
+    for matrix in dense_constant:
+        number = jnp.conj(matrix.T) @ matrix
+        fixed_left.append((-0.5 * h, number, False))
+        fixed_right.append((0.5 * h, number, False))
+    for terms in varying:
         for a in terms:
             for b in terms:
                 diagonal = a.diagonal and b.diagonal
@@ -159,34 +185,10 @@ def structured_density_terms(
                     da = jnp.diag(ma) if a.diagonal else ma
                     db = jnp.diag(mb) if b.diagonal else mb
                     matrix = jnp.conj(da.T) @ db
-                if a.constant and b.constant:
-                    c = (-0.5 * h * jnp.conj(a.series[0]) * b.series[0]).astype(dtype)
-                    fixed_left.append((c, matrix, diagonal))
-                    fixed_right.append((-c, matrix, diagonal))
-                else:
-                    series = scalar_cauchy_product(jnp.conj(a.series), b.series)
-                    sided.append(_Sided(-0.5 * h * series, matrix, diagonal, 1.0))
+                series = scalar_cauchy_product(jnp.conj(a.series), b.series)
+                sided.append(_Sided(-0.5 * h * series, matrix, diagonal, 1.0))
     left = _merge(fixed_left)
     right = _merge(fixed_right)
-
-    # Jump operators: constant diagonal ones in one elementwise product; constant
-    # dense ones merged per operator; time-dependent ones carry Q = r L^dagger.
-    elementwise = None
-    dense_constant, varying = [], []
-    for terms in jumps:
-        if all(term.constant for term in terms):
-            merged = _merge(
-                [(cast(t.series[0]), cast(t.matrix), t.diagonal) for t in terms]
-            )
-            assert merged is not None
-            matrix, diagonal = merged
-            if diagonal:
-                outer = h * matrix[:, None] * jnp.conj(matrix)[None, :]
-                elementwise = outer if elementwise is None else elementwise + outer
-            else:
-                dense_constant.append(matrix)
-        else:
-            varying.append(terms)
 
     dense_constant = [(m, _adjoint(m, False)) for m in dense_constant]
     varying = [[t._replace(matrix=cast(t.matrix)) for t in terms] for terms in varying]
