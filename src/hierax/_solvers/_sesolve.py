@@ -165,7 +165,7 @@ def solve(
     """The solve shared by `sesolve` and `mesolve`: checks the options (the state,
     already checked and in its complex dtype, and the observables are the caller's)
     and runs the compiled solve."""
-    times = _check_times(times, api)
+    times, checked = _check_times(times, api)
     rtol = _check_positive(rtol, "rtol", api)
     atol = _check_positive(atol, "atol", api)
     if order is None:
@@ -199,6 +199,7 @@ def solve(
         dense=dense,
         adjoint=adjoint,
         api=api,
+        check_times=not checked,
     )
 
 
@@ -217,12 +218,14 @@ def _solve_impl(
     dense: bool,
     adjoint: diffrax.AbstractAdjoint,
     api: str,
+    check_times: bool = True,
 ) -> Solution:
-    times = eqx.error_if(
-        times,
-        jnp.any(jnp.diff(times) <= 0),
-        f"`{api}`: `times` must be strictly increasing.",
-    )
+    if check_times:  # known times were checked before compiling
+        times = eqx.error_if(
+            times,
+            jnp.any(jnp.diff(times) <= 0),
+            f"`{api}`: `times` must be strictly increasing.",
+        )
     t0, t1 = times[0], times[-1]
     span = t1 - t0
     knots = jump_times(term.hamiltonian, *getattr(term, "jump_operators", ()))
@@ -377,7 +380,9 @@ def _check_state(state: Any, n: int) -> Array:
     return state
 
 
-def _check_times(times: Any, api: str) -> Array:
+def _check_times(times: Any, api: str) -> tuple[Array, bool]:
+    """`times` as a real array, and whether it was checked here (known values);
+    traced times are checked inside the compiled solve."""
     times = jnp.asarray(times)
     if jnp.iscomplexobj(times) or times.ndim != 1 or times.shape[0] < 2:
         raise ValueError(
@@ -389,12 +394,12 @@ def _check_times(times: Any, api: str) -> Array:
     try:
         concrete = np.asarray(times, dtype=float)
     except jax.errors.TracerArrayConversionError:
-        return times  # traced: checked at run time, inside `_solve`
+        return times, False  # traced: checked at run time, inside `_solve`
     if np.any(np.diff(concrete) <= 0):
         raise ValueError(
             f"`{api}`: `times` must be strictly increasing, got {concrete}."
         )
-    return times
+    return times, True
 
 
 def _check_positive(x: Any, name: str, api: str) -> float:
