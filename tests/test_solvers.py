@@ -475,3 +475,11 @@ def test_bad_input_names_the_argument(kwargs, match):
     state, times = arguments.pop("state"), arguments.pop("times")
     with pytest.raises(ValueError, match=match):
         sesolve(_qubit(), state, times, **arguments)
+
+
+def test_dense_output_too_large_for_memory_is_refused_before_compiling():
+    """Dense output keeps every step's series for `max_steps` steps: a request that
+    cannot fit says so (naming `max_steps`) instead of failing inside XLA."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    with pytest.raises(MemoryError, match="`max_steps`"):
+        sesolve(_qubit(), state, times, dense=True, max_steps=10**14)

@@ -16,6 +16,7 @@ from jaxtyping import Array, ArrayLike, PyTree
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from .._jit import module_jit
+from .._sparse import available_memory
 from ._solution import Solution
 from ._solver import (
     TaylorSolver,
@@ -176,6 +177,8 @@ def solve(
         dt = _check_positive(dt, "dt", api)
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"`{api}`: `max_steps` must be an int >= 1, got {max_steps}.")
+    if dense:
+        _check_dense_output(state, order, max_steps, api)
     if adjoint is None:
         adjoint = diffrax.RecursiveCheckpointAdjoint()
     if not isinstance(adjoint, _ADJOINTS):
@@ -378,6 +381,24 @@ def _check_state(state: Any, n: int) -> Array:
             f"is {n}x{n}; the state's first axis must have size {n}."
         )
     return state
+
+
+def _check_dense_output(state: Array, order: int, max_steps: int, api: str) -> None:
+    """Dense output keeps every step's series, sized for `max_steps` steps: refuse
+    before compiling a solve whose buffer cannot fit in memory."""
+    size = math.prod(state.shape)
+    need = (
+        max_steps * (order + 1) * size * np.dtype(jnp.result_type(state, 1j)).itemsize
+    )
+    have = available_memory()
+    if need > have:
+        raise MemoryError(
+            f"`{api}`: `dense=True` keeps the series of every step, sized for "
+            f"`max_steps`: {max_steps} x {order + 1} terms x {size} entries = "
+            f"{need / 2**30:.1f} GiB, more than the {have / 2**30:.1f} GiB "
+            "available. Lower `max_steps` to what the solve needs, or save the "
+            "states at `times` instead."
+        )
 
 
 def _check_times(times: Any, api: str) -> tuple[Array, bool]:
