@@ -36,6 +36,9 @@ class Levels(NamedTuple):
     errors: Array | None = None
 
 
+# XLA's CPU runtime runs a sequence of operations in one thread when every array
+# it touches is at most this many bytes, concurrently otherwise (see `run_if`).
+_SEQUENTIAL_BYTES = 512
 # Diagonals at or below this size are searched entry by entry (fused; no reduction
 # or gather, each a kernel launch of its own for a handful of numbers).
 _SMALL_SIZE = 4
@@ -328,12 +331,23 @@ def _lean_levels(
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
     n = observable.shape[-1]
-    # One small problem: elementwise sums the compiler fuses (few operations, few
-    # bytes); a batch of them, or larger matrices: matrix products.
-    small = n <= _SMALL_SIZE and not tracing_batched()
     constant = generator.constant_flags()
     fixed = [a for a, c in enumerate(constant) if c]
     varying = [a for a, c in enumerate(constant) if not c]
+    # One call of a problem whose every array fits XLA:CPU's one-thread limit (see
+    # `run_if`): elementwise sums the compiler fuses, each recomputing what it
+    # needs (few operations, few bytes). Otherwise (larger matrices, more terms,
+    # higher orders, a batch under `jax.vmap`) matrix products, with the Cauchy
+    # weights formed once per level: the elementwise sums cost O(K^2 n^2) each and
+    # were 2-7x slower there.
+    width = observable.shape[0]
+    small = (
+        not tracing_batched()
+        and n <= _SMALL_SIZE
+        and width * width * 4 <= _SEQUENTIAL_BYTES  # the int32 exponent window
+        and max(1, len(varying)) * width * n * n * np.dtype(rdtype).itemsize
+        <= _SEQUENTIAL_BYTES
+    )
     terms = []  # (matrix parts (B, n, n) each, coefficients (B, K + 1) or None)
     if fixed:
         idx = np.asarray(fixed)
