@@ -319,8 +319,8 @@ def test_no_jump_operators_is_the_closed_system():
     closed = hierax.HeisenbergHierarchy(s["hamiltonian"], s["observable"], order)(t0)
     opened = hierax.LindbladHierarchy(s["hamiltonian"], [], s["observable"], order)
     # The same kernel; the compiler may fuse (and so round) it differently in the
-    # two programs: equal to the last bits.
-    assert np.all(relative_errors(opened(t0), closed) <= 1e-15)
+    # two programs: equal to rounding.
+    assert np.all(relative_errors(opened(t0), closed) <= 1e-14)
 
     # rho^(k) = sum_i C(k, i) V^(i) rho V^(k-i)^dagger, V(t) the propagator from t0.
     v = np.asarray(
