@@ -343,7 +343,8 @@ def vectorised_density_terms(
     )
 
     def body(j, v):
-        inner = jnp.tensordot(weights[j], v, axes=(1, 0)).reshape(count * 2 * n * n)
+        window = lax.dynamic_index_in_dim(weights, j, axis=1, keepdims=False)
+        inner = jnp.tensordot(window, v, axes=(1, 0)).reshape(count * 2 * n * n)
         return lax.dynamic_update_index_in_dim(v, stacked @ inner, j + 1, 0)
 
     v = lax.fori_loop(0, order, body, v)
@@ -361,10 +362,11 @@ def real_embedding(matrix: Array) -> Array:
 
 
 def lagged_weights(coefficients: Array) -> Array:
-    """`weights[j, a, i]` $= c_{a, j-i} / (j+1)$ for $i \\le j$, else 0: the Cauchy
-    products of a recursion $v_{j+1} = \\frac{1}{j+1} \\sum_a M_a \\sum_{i \\le j}
-    c_{a,j-i} v_i$ as one slice per order (A (K+1)^2 numbers, formed once per
-    step), so that the loop body is a contraction and a product."""
+    """`weights[a, j, i]` $= c_{a, j-i} / (j+1)$ for $i \le j$, else 0: the Cauchy
+    products of a recursion $v_{j+1} = \frac{1}{j+1} \sum_a M_a \sum_{i \le j}
+    c_{a,j-i} v_i$ as one slice per order (`weights[:, j]`; A (K+1)^2 numbers,
+    formed once per step, in the layout the gather gives: no transpose), so that the
+    loop body is a contraction and a product."""
     width = coefficients.shape[-1]
     lags = np.arange(width)
     valid = lags[None, :] <= lags[:, None]
@@ -372,4 +374,4 @@ def lagged_weights(coefficients: Array) -> Array:
     rdtype = real_dtype(coefficients.dtype)
     scale = (1 / jnp.arange(1, width + 1, dtype=rdtype)).astype(coefficients.dtype)
     taken = coefficients[:, index] * scale[None, :, None]
-    return jnp.transpose(jnp.where(jnp.asarray(valid)[None], taken, 0), (1, 0, 2))
+    return jnp.where(jnp.asarray(valid)[None], taken, 0)

@@ -255,9 +255,10 @@ def _embedded_step_terms(
     if jnp.iscomplexobj(series.coefficients):
         blocks.append(real_embedding(matrices))
         coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
-    stacked = jnp.concatenate(blocks)  # (A', 2n, 2n)
-    count = stacked.shape[0]
-    stacked = jnp.transpose(stacked, (1, 0, 2)).reshape(2 * n, count * 2 * n)
+    # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
+    # transpose of their stack: formed every step, and XLA's older CPU emitters,
+    # with which small states compile, transpose slowly).
+    stacked = jnp.concatenate([b for block in blocks for b in block], axis=1)
     y = y0.astype(dtype)
     v = _series_loop(
         [(jnp.concatenate(coefficients), stacked)],
@@ -293,7 +294,7 @@ def _series_loop(
     def body(j, v):
         out = jnp.zeros((n, columns), dtype)
         for window, (_, stacked) in zip(windows, parts):
-            weights = lax.dynamic_index_in_dim(window, j, keepdims=False)
+            weights = lax.dynamic_index_in_dim(window, j, axis=1, keepdims=False)
             inner = jnp.tensordot(weights, v, axes=(1, 0)).reshape(-1, columns)
             if jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(inner):
                 out = out + stacked @ inner
