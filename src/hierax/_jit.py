@@ -77,8 +77,9 @@ def flatten_module(module: Any) -> Flattened:
 # this when every array leaf of the module and the arguments is small (or when
 # their own rule says so) and nothing is tracing; a user's own `jax.jit` keeps
 # XLA's defaults. The solvers' programs on states of n < 256 compile 25-35% faster
-# and run within a few percent (sesolve's transmon and 5-qubit chain, mesolve's
-# transmon and 6-qubit dephasing chain; a 1024-level state ran 1.8x slower).
+# and run 7-11% longer (sesolve's transmon and 5-qubit chain; mesolve's transmon
+# and 6-qubit dephasing chain within a few percent; a 1024-level state ran 1.8x
+# slower, so larger states keep the defaults).
 # Per-call compile options, never global configuration; a version of XLA that does
 # not know them gets the defaults.
 _FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
