@@ -28,15 +28,20 @@ class _Term(NamedTuple):
     constant: bool
 
 
+def step_signs(step: Array, order: int) -> Array:
+    """1 at even orders and the sign of $h$ at odd ones: a series at scale $|h|$
+    times these is the series at scale $h$."""
+    return jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
+
+
 def operator_terms(
-    operator: AbstractTimeOperator, t: Array, order: int, scale: Array, step: Array
+    operator: AbstractTimeOperator, t: Array, order: int, scale: Array, signs: Array
 ) -> list[_Term] | None:
     """The terms of an operator made of `TimeOperator`s with dense or diagonal
-    matrices, at $t$, with the series at scale $h$ (odd orders negated for
-    $h < 0$); `None` for any other operator (a callable, a general sparse matrix),
-    which the generic kernel handles."""
+    matrices, at $t$, with the series at scale $h$ (`scale` $= |h|$, `signs` from
+    `step_signs`); `None` for any other operator (a callable, a general sparse
+    matrix), which the generic kernel handles."""
     ops = operator.operators if isinstance(operator, OperatorSum) else (operator,)
-    signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
     terms = []
     for op in ops:
         if not isinstance(op, TimeOperator):

@@ -19,6 +19,7 @@ from ._density import (
     lagged_weights,
     operator_terms,
     real_embedding,
+    step_signs,
     structured_density_terms,
     vectorised_density_terms,
 )
@@ -358,8 +359,7 @@ def _real_and_other_series(
 def _signed(series: TermSeries, step: Array) -> TermSeries:
     """A series at scale $|h|$ turned into the series at scale $h$: odd orders
     negated for $h < 0$."""
-    width = series.coefficients.shape[-1]
-    signs = jnp.where(jnp.arange(width) % 2 == 0, 1, jnp.sign(step))
+    signs = step_signs(step, series.coefficients.shape[-1] - 1)
     dense = series.dense
     if dense is not None:
         dense = dense * signs.astype(dense.dtype)[:, None, None]
@@ -382,8 +382,9 @@ def density_step_terms(
     dtype = jnp.result_type(rho, 1j)
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
-    hamiltonian = operator_terms(term.hamiltonian, t, order, scale, step)
-    jumps = [operator_terms(op, t, order, scale, step) for op in term.jump_operators]
+    signs = step_signs(step, order)  # once for every operator
+    hamiltonian = operator_terms(term.hamiltonian, t, order, scale, signs)
+    jumps = [operator_terms(op, t, order, scale, signs) for op in term.jump_operators]
     if hamiltonian is not None and all(j is not None for j in jumps):
         # Small systems on vec(rho): one product per order beats a dozen tiny ones.
         kernel = (
