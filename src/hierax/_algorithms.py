@@ -13,7 +13,7 @@ frequencies the observable sees: offsets, spectators, lab-frame energies.)
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import jax.lax as lax
 import jax.numpy as jnp
@@ -160,6 +160,18 @@ def _toeplitz(coefficients: Array, width: int) -> Array:
     return jnp.where(jnp.asarray(diff >= 0), taken, jnp.zeros_like(taken))
 
 
+def _lower_shifts(exponents: Array, out_exponents: Array, dtype: Any) -> Array:
+    """`shift[j, m]` $= 2^{\\min(E_m - F_j, 0)}$ for $m \\le j$, else 0 (`dtype`,
+    exact powers of two): what brings coefficient m of a level, carried at the
+    power of two $E_m$, to output coefficient j, carried at $F_j$, in a Cauchy
+    product."""
+    width = exponents.shape[0]
+    shift = exact_exp2(
+        jnp.minimum(exponents[None, :] - out_exponents[:, None], 0), dtype
+    )
+    return jnp.where(np.tri(width, dtype=bool), shift, 0)
+
+
 def _norm(x: Array, axes: tuple[int, ...] | None = None) -> Array:
     return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axes))
 
@@ -213,12 +225,7 @@ def commutator_series(
     constant = generator.constant_flags()
     fixed = [a for a, c in enumerate(constant) if c]
     varying = [a for a, c in enumerate(constant) if not c]
-    j = np.arange(width)
-    # shift[j, m] = 2^(E_m - F_j), for m <= j (the lower triangle).
-    shift = exact_exp2(
-        jnp.minimum(exponents[None, :] - out_exponents[:, None], 0), rdtype
-    )
-    shift = jnp.where(jnp.asarray(j[:, None] >= j[None, :]), shift, 0)
+    shift = _lower_shifts(exponents, out_exponents, rdtype)
     right_matrices = generator.matrices if right is None else right.matrices
     pairs = []  # (left matrices (B, n, n), right matrices, z (B, W, n, n))
     if fixed:
@@ -501,8 +508,7 @@ def _cauchy_sum(
     stored (see `run_if` for why bytes count); otherwise as one matrix product."""
     width = x.shape[0]
     if not small:
-        shift = exact_exp2(jnp.minimum(exponents[None, :] - out[:, None], 0))
-        shift = jnp.where(np.tri(width, dtype=bool), shift, 0)
+        shift = _lower_shifts(exponents, out, exponents.dtype)
         weights = _toeplitz(coefficients, width) * shift[None]
         return jnp.einsum("ajm,mnp->ajnp", weights, x)
     # Summed over the lag d = j - m, reading the level's coefficients through a

@@ -367,8 +367,8 @@ def real_embedding(matrix: Array) -> Array:
 
 
 def lagged_weights(coefficients: Array) -> Array:
-    """`weights[a, j, i]` $= c_{a, j-i} / (j+1)$ for $i \le j$, else 0: the Cauchy
-    products of a recursion $v_{j+1} = \frac{1}{j+1} \sum_a M_a \sum_{i \le j}
+    """`weights[a, j, i]` $= c_{a, j-i} / (j+1)$ for $i \\le j$, else 0: the Cauchy
+    products of a recursion $v_{j+1} = \\frac{1}{j+1} \\sum_a M_a \\sum_{i \\le j}
     c_{a,j-i} v_i$ as one slice per order (`weights[:, j]`; A (K+1)^2 numbers,
     formed once per step, in the layout the gather gives: no transpose), so that the
     loop body is a contraction and a product."""

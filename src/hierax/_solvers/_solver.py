@@ -200,7 +200,7 @@ def step_terms(
     scale = jnp.where(size > 0, size, 1)
     small = y0.shape[0] < REAL_STATE_SIZE
     real, series = _real_and_other_series(hamiltonian, t, order, scale, not small)
-    signs = jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
+    signs = step_signs(step, order)
     if (
         small
         and real is None
