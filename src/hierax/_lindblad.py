@@ -21,6 +21,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float
 
 from ._algorithms import (
     Levels,
+    _lower_shifts,
     _norm,
     _operator_norm_bound,
     _scale_exponents,
@@ -179,11 +180,7 @@ def _right_product(
     product's, for the second), which the product carries along."""
     width = level.shape[0]
     rdtype = real_dtype(level.dtype)
-    j = np.arange(width)
-    shift = jnp.exp2(
-        jnp.minimum(exponents[None, :] - out_exponents[:, None], 0)
-    ).astype(rdtype)
-    shift = jnp.where(jnp.asarray(j[:, None] >= j[None, :]), shift, 0)
+    shift = _lower_shifts(exponents, out_exponents, rdtype)
     flags = jump.constant_flags()
     fixed = [a for a, c in enumerate(flags) if c]
     varying = [a for a, c in enumerate(flags) if not c]
