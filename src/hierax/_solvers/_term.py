@@ -25,7 +25,19 @@ REAL_STATE_SIZE = 256
 REAL_DENSITY_SIZE = 32
 
 
-class SchrodingerTerm(diffrax.AbstractTerm):
+class _AbstractTimeTerm(diffrax.AbstractTerm):
+    """A term whose control is time, as in `diffrax.ODETerm`: the step's length
+    times the vector field."""
+
+    def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
+        del kwargs
+        return jnp.asarray(t1) - jnp.asarray(t0)
+
+    def prod(self, vf: Array, control: ArrayLike) -> Array:
+        return vf * jnp.asarray(control).astype(vf.dtype)
+
+
+class SchrodingerTerm(_AbstractTimeTerm):
     """The right-hand side of the Schrödinger equation $\\dot y = -i H(t)\\, y$, for a
     state vector $y$ of shape `(n,)`, several states as columns `(n, m)`, or a
     propagator `(n, n)`, as a diffrax term (the control is time, as in
@@ -67,13 +79,6 @@ class SchrodingerTerm(diffrax.AbstractTerm):
         dtype = jnp.result_type(y, hy, self.energy_shift, 1j)
         y = y.astype(dtype)
         return -1j * (hy.astype(dtype) + self.energy_shift.astype(dtype) * y)
-
-    def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
-        del kwargs
-        return jnp.asarray(t1) - jnp.asarray(t0)
-
-    def prod(self, vf: Array, control: ArrayLike) -> Array:
-        return vf * jnp.asarray(control).astype(vf.dtype)
 
 
 def real_terms(
@@ -241,7 +246,7 @@ def operator_bound(operator: AbstractTimeOperator, t: ArrayLike) -> Array:
     return size
 
 
-class LindbladTerm(diffrax.AbstractTerm):
+class LindbladTerm(_AbstractTimeTerm):
     """The right-hand side of the Lindblad master equation for a density matrix
     $\\rho$ of shape `(n, n)` ($\\hbar = 1$),
 
@@ -299,15 +304,8 @@ class LindbladTerm(diffrax.AbstractTerm):
             out = out + jump @ y @ adjoint - 0.5 * (number @ y + y @ number)
         return out
 
-    def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
-        del kwargs
-        return jnp.asarray(t1) - jnp.asarray(t0)
 
-    def prod(self, vf: Array, control: ArrayLike) -> Array:
-        return vf * jnp.asarray(control).astype(vf.dtype)
-
-
-class UnitTimeTerm(diffrax.AbstractTerm):
+class UnitTimeTerm(_AbstractTimeTerm):
     """A term on $[t_0, t_1]$ seen on $s \\in [0, 1]$, $t = t_0 + s\\,(t_1 - t_0)$:
     how `sesolve` and `mesolve` hand their equation to diffrax, so that diffrax's
     bounds are constants (see `_solve_impl`). [`hierax.TaylorSolver`][] steps the
@@ -320,10 +318,3 @@ class UnitTimeTerm(diffrax.AbstractTerm):
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         out = self.term.vf(self.start + jnp.asarray(t) * self.span, y, args)
         return out * self.span.astype(out.dtype)
-
-    def contr(self, t0: ArrayLike, t1: ArrayLike, **kwargs) -> Array:
-        del kwargs
-        return jnp.asarray(t1) - jnp.asarray(t0)
-
-    def prod(self, vf: Array, control: ArrayLike) -> Array:
-        return vf * jnp.asarray(control).astype(vf.dtype)
