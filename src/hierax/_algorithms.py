@@ -333,8 +333,9 @@ def _lean_levels(
     (a complex product is four real ones, the same arithmetic): XLA's CPU runtime
     runs a sequence of operations in one thread only when each touches at most 512
     bytes, and the seed's level, ten complex 2 x 2 matrices, is 640 bytes, its
-    parts 320 each (see `run_if`). Small matrices (n <= 4) form their Cauchy sums
-    as fused elementwise sums, so no K x K weight matrix is ever stored."""
+    parts 320 each (see `run_if`). A problem small enough for every array to stay
+    within that (`small` below) forms its Cauchy sums and products as fused
+    elementwise sums, so no K x K weight matrix is ever stored."""
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
     n = observable.shape[-1]
@@ -347,12 +348,12 @@ def _lean_levels(
     # higher orders, a batch under `jax.vmap`) matrix products, with the Cauchy
     # weights formed once per level: the elementwise sums cost O(K^2 n^2) each and
     # were 2-7x slower there.
-    width = observable.shape[0]
+    widest = observable.shape[0]  # the first phase's width
     small = (
         not tracing_batched()
         and n <= _SMALL_SIZE
-        and width * width * 4 <= _SEQUENTIAL_BYTES  # the int32 exponent window
-        and max(1, len(varying)) * width * n * n * np.dtype(rdtype).itemsize
+        and widest * widest * 4 <= _SEQUENTIAL_BYTES  # the int32 exponent window
+        and max(1, len(varying)) * widest * n * n * np.dtype(rdtype).itemsize
         <= _SEQUENTIAL_BYTES
     )
     terms = []  # (matrix parts (B, n, n) each, coefficients (B, K + 1) or None)
