@@ -258,6 +258,41 @@ def test_unitarity_over_ten_thousand_steps():
     assert np.max(np.abs(u.conj().T @ u - np.eye(2))) <= 1e-12
 
 
+def test_first_step_bound_from_norms_known_before_compiling():
+    # The first step comes from a bound on |H(t0)|_inf; with the matrices known,
+    # their norms are taken in NumPy and the bound is sum_a |f_a(t0)| |H_a|_inf: an
+    # upper bound (a sum, sparse terms included), equal to the in-program one for
+    # one term; traced matrices fall back to the in-program bound.
+    from hierax._solvers._term import operator_bound, term_norms
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(2, 4, 4)) + 1j * rng.normal(size=(2, 4, 4))
+    diagonal = hierax.SparseMatrix.from_matrix(np.diag([1.0, -2.0, 3.0, 0.5]))
+    operator = hierax.OperatorSum(
+        [hierax.Cos(2.0, phase=0.3) * a + 0.5 * b, hierax.Sin(1.0) * diagonal]
+    )
+    t = jnp.asarray(0.7)
+    norms = term_norms(operator)
+    assert norms is not None and norms.dense.shape == (2,)
+    assert norms.sparse.shape == (1,)
+    dense = np.asarray(operator(t))
+    exact = np.max(np.sum(np.abs(dense), axis=1))
+    f = [np.cos(2.0 * 0.7 + 0.3), 0.5, np.sin(0.7)]
+    norm = lambda m: np.max(np.sum(np.abs(m), axis=1))
+    expected = abs(f[0]) * norm(a) + f[1] * norm(b) + abs(f[2]) * 3.0
+    bound = float(operator_bound(operator, t, norms))
+    assert bound >= exact
+    np.testing.assert_allclose(bound, expected, rtol=1e-6)
+    single = hierax.Cos(2.0) * a
+    np.testing.assert_allclose(
+        float(operator_bound(single, t, term_norms(single))),
+        float(operator_bound(single, t)),
+        rtol=1e-6,
+    )
+    traced = jax.jit(lambda m: jnp.asarray(term_norms(hierax.Cos(2.0) * m) is None))
+    assert bool(traced(jnp.asarray(a)))
+
+
 def test_energy_offset_is_an_exact_phase():
     # H + c 1 evolves as e^{-ict} times the evolution under H, at the same cost.
     state = np.array([1.0, 0.0])

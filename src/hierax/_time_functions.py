@@ -233,7 +233,9 @@ class Constant(AbstractTimeFunction):
 
     def series(self, t, order, time_scale):
         value = jnp.asarray(self.value, jnp.result_type(self.value, t))
-        return jnp.zeros((order + 1,), value.dtype).at[0].set(value)
+        # One pad, not a scatter into zeros: a program holds one of these per
+        # constant term, and a scatter traces to eight operations.
+        return lax.pad(value.reshape(1), jnp.zeros((), value.dtype), ((0, order, 0),))
 
 
 class Polynomial(AbstractTimeFunction):

@@ -26,9 +26,11 @@ from ._solver import (
 from ._term import (
     LindbladTerm,
     SchrodingerTerm,
+    TermNorms,
     UnitTimeTerm,
     jump_times,
     operator_bound,
+    term_norms,
 )
 
 
@@ -196,6 +198,7 @@ def solve(
         jnp.asarray(atol),
         None if dt is None else jnp.asarray(dt),
         exp_ops,
+        _generator_norms(term),
         order=order,
         max_steps=max_steps,
         progress=progress,
@@ -214,6 +217,7 @@ def _solve_impl(
     atol: Array,
     dt: Array | None,
     exp_ops: Array | None,
+    norms: tuple[TermNorms | None, ...] | None = None,
     *,
     order: int,
     max_steps: int,
@@ -253,7 +257,7 @@ def _solve_impl(
             # Knots of sampled pulses: no step straddles one, so every step's
             # series is that of one segment.
             controller = diffrax.ClipStepSizeController(controller, jump_ts=knots)
-        dt0 = _initial_step(term, t0, t1, rtol, order)
+        dt0 = _initial_step(term, t0, t1, rtol, order, norms)
     else:
         controller = diffrax.ConstantStepSize()
         dt0 = jnp.minimum(dt, span)
@@ -342,12 +346,12 @@ def _physical_times(
 _solve = module_jit(_solve_impl, fast_compile=lambda state, *rest: state.shape[0] < 256)
 
 
-def _initial_step(term, t0, t1, rtol, order) -> Array:
+def _initial_step(term, t0, t1, rtol, order, norms) -> Array:
     """A first step from the size of $H(t_0)$: the series of $e^{-iH\\tau}$ has
     terms $(\\|H\\|\\tau)^j / j!$, which fall to `rtol` at order K near
     $\\tau = K\\, \\mathrm{rtol}^{1/K} / (e \\|H\\|)$ (Stirling). The controller
     corrects it from the first step's own series."""
-    size = _generator_size(term, t0)
+    size = _generator_size(term, t0, norms)
     rtol = rtol.astype(size.dtype)
     h = _SAFETY * order * rtol ** (1.0 / order) / (math.e * size)
     span = t1 - t0
@@ -355,14 +359,30 @@ def _initial_step(term, t0, t1, rtol, order) -> Array:
     return jax.lax.stop_gradient(jnp.clip(h, span * 1e-6, span))
 
 
-def _generator_size(term: SchrodingerTerm | LindbladTerm, t: Array) -> Array:
+def _generator_norms(
+    term: SchrodingerTerm | LindbladTerm,
+) -> tuple[TermNorms | None, ...]:
+    """The `term_norms` of the Hamiltonian and of each jump operator, computed
+    before compiling (`None` where not known)."""
+    operators = (term.hamiltonian, *getattr(term, "jump_operators", ()))
+    return tuple(term_norms(op) for op in operators)
+
+
+def _generator_size(
+    term: SchrodingerTerm | LindbladTerm,
+    t: Array,
+    norms: tuple[TermNorms | None, ...] | None = None,
+) -> Array:
     """A bound on the generator's size at `t`: the inf-norm of H (>= |H|_2 for
-    Hermitian H); for a Lindblad generator $2\\|H\\| + 2\\sum_j \\|L_j\\|^2$."""
-    size = operator_bound(term.hamiltonian, t)
+    Hermitian H); for a Lindblad generator $2\\|H\\| + 2\\sum_j \\|L_j\\|^2$.
+    `norms` from `_generator_norms`, or `None`."""
+    jumps = getattr(term, "jump_operators", ())
+    norms = norms or (None,) * (1 + len(jumps))
+    size = operator_bound(term.hamiltonian, t, norms[0])
     if isinstance(term, LindbladTerm):
         size = 2 * size
-        for op in term.jump_operators:
-            size = size + 2 * operator_bound(op, t) ** 2
+        for op, op_norms in zip(jumps, norms[1:]):
+            size = size + 2 * operator_bound(op, t, op_norms) ** 2
     return size
 
 

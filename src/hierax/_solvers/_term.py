@@ -1,6 +1,6 @@
 """The Schrödinger and Lindblad equations as diffrax terms."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import diffrax
 import jax
@@ -9,7 +9,13 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
 from .._lindblad import _check_jump_operators
-from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
+from .._operators import (
+    AbstractTimeOperator,
+    OperatorSum,
+    ScaledOperator,
+    TimeOperator,
+    to_operator,
+)
 from .._series import real_dtype, result_dtype
 from .._sparse import SparseMatrix, identity
 from .._time_functions import AbstractTimeFunction, Constant
@@ -231,17 +237,75 @@ def _knots(tree: Any) -> list[Array]:
     return found
 
 
-def operator_bound(operator: AbstractTimeOperator, t: ArrayLike) -> Array:
+class TermNorms(NamedTuple):
+    """Infinity-norm bounds of an operator's matrices, known before compiling, one
+    per term in the order of its `sparse_series`: `dense` for its dense terms,
+    `sparse` (row-sum bounds) for its sparse ones."""
+
+    dense: np.ndarray
+    sparse: np.ndarray
+
+
+def term_norms(operator: AbstractTimeOperator) -> TermNorms | None:
+    """The `TermNorms` of an operator made of `TimeOperator`s with known (not
+    traced) matrices, computed in NumPy; `None` for any other operator (a callable,
+    traced matrices)."""
+    if isinstance(operator, OperatorSum | ScaledOperator):
+        parts = (
+            operator.operators
+            if isinstance(operator, OperatorSum)
+            else (operator.operator,)
+        )
+        norms = [term_norms(op) for op in parts]
+        if any(p is None for p in norms):
+            return None
+        return TermNorms(
+            np.concatenate([p.dense for p in norms if p is not None]),
+            np.concatenate([p.sparse for p in norms if p is not None]),
+        )
+    if not isinstance(operator, TimeOperator):
+        return None
+    matrices = operator.matrices
+    if isinstance(matrices, tuple):
+        if any(is_traced(m.values) for m in matrices):
+            return None
+        rows = [np.sum(np.abs(np.asarray(m.values)), axis=1) for m in matrices]
+        return TermNorms(np.zeros((0,)), np.array([np.max(r) for r in rows]))
+    if is_traced(matrices):
+        return None
+    rows = np.sum(np.abs(np.asarray(matrices)), axis=-1)
+    return TermNorms(np.max(rows, axis=-1), np.zeros((0,)))
+
+
+def operator_bound(
+    operator: AbstractTimeOperator, t: ArrayLike, norms: TermNorms | None = None
+) -> Array:
     """An upper bound on $\\|H(t)\\|_\\infty$ (>= the spectral norm for Hermitian
     H): exact for the dense part, a sum of row-sum bounds for sparse terms (never
-    formed densely)."""
+    formed densely). With the matrices' `norms` (`term_norms`) the bound is
+    $\\sum_a |f_a(t)|\\, \\|H_a\\|_\\infty$, which compiles to a few scalar
+    operations instead of a reduction over every matrix (each a kernel of its
+    own: 7-8 ms of compile apiece on a CPU)."""
     series = operator.sparse_series(jnp.asarray(t), 0, None)
-    size = jnp.zeros((), real_dtype(result_dtype(series)))
+    rdtype = real_dtype(result_dtype(series))
+    sparse = series.sparse
+    if (
+        norms is not None
+        and series.dense is None
+        and norms.dense.shape[0] == series.coefficients.shape[0]
+        and norms.sparse.shape[0] == (0 if sparse is None else len(sparse.matrices))
+    ):
+        size = jnp.sum(jnp.abs(series.coefficients[:, 0]) * norms.dense.astype(rdtype))
+        if sparse is not None:
+            weights = jnp.abs(sparse.coefficients[:, 0])
+            size = size + jnp.sum(weights * norms.sparse.astype(rdtype))
+        return size.astype(rdtype)
+    size = jnp.zeros((), rdtype)
     if series.coefficients.shape[0] or series.dense is not None:
         dense = series._replace(sparse=None).full()[0]
         size = size + jnp.max(jnp.sum(jnp.abs(dense), axis=-1))
-    if series.sparse is not None:
-        for c, matrix in zip(series.sparse.coefficients, series.sparse.matrices):
+    if sparse is not None:
+        for c, matrix in zip(sparse.coefficients, sparse.matrices):
             size = size + jnp.abs(c[0]) * matrix.row_sum_bound()
     return size
 
