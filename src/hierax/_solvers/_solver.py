@@ -139,10 +139,10 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         time = start + span * (direction * t0)
         step = span * (direction * (t1 - t0))
         if isinstance(term, LindbladTerm):
-            v = density_step_terms(term, time, step, y0, self.taylor_order)
+            v = _density_step_terms(term, time, step, y0, self.taylor_order)
             rate = jnp.zeros((), v.dtype)
         else:
-            v = step_terms(term.hamiltonian, time, step, y0, self.taylor_order)
+            v = _step_terms(term.hamiltonian, time, step, y0, self.taylor_order)
             rate = (-1j * step * term.energy_shift).astype(v.dtype)
         phase = jnp.exp(rate)
         y1 = phase * jnp.sum(v, axis=0)
@@ -406,6 +406,13 @@ def density_step_terms(
     step = step.astype(jnp.finfo(dtype).dtype)
     left, right, jumps = density_generator(h, jumps, step, dtype)
     return density_series(left, right, jumps, step, rho.astype(dtype), order)
+
+
+# diffrax traces a solver's step twice, once to learn its loop's static structure
+# and once for the loop itself; behind a jit boundary the second trace reuses the
+# first (a few hundredths of a second of each solve's compile).
+_step_terms = eqx.filter_jit(step_terms)
+_density_step_terms = eqx.filter_jit(density_step_terms)
 
 
 def horner(terms: Array, theta: ArrayLike) -> Array:
