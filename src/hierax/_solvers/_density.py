@@ -210,7 +210,7 @@ def structured_density_terms(
 
     def body(j, state):
         r, carried = state
-        rj = r[j]
+        rj = lax.dynamic_index_in_dim(r, j, keepdims=False)
         total = jnp.zeros((n, n), dtype)
         if left is not None and right is not None:
             total = total + _left(left[0], left[1], rj) - _right(rj, right[0], right[1])
@@ -233,14 +233,16 @@ def structured_density_terms(
                 q_j = q_j + _right(
                     w, _adjoint(term.matrix, term.diagonal), term.diagonal
                 )
-            q = q.at[j].set(q_j)
+            q = lax.dynamic_update_index_in_dim(q, q_j, j, 0)
             series = jnp.stack([t.series.astype(dtype) for t in terms])
             sums = window_sums(series, q, j)
             for term, w in zip(terms, sums):
                 total = total + h * _left(term.matrix, term.diagonal, w)
             new_carried.append(q)
         step = (1 / (j + 1)).astype(rdtype).astype(dtype)
-        return r.at[j + 1].set(total * step), new_carried
+        # Index updates without a scatter's bounds checks (kernels of their own).
+        r = lax.dynamic_update_index_in_dim(r, total * step, j + 1, 0)
+        return r, new_carried
 
     r, _ = lax.fori_loop(0, order, body, (r, carried))
     return r
