@@ -18,12 +18,6 @@ from jax.core import Tracer
 from jaxtyping import Array
 
 
-# Flattening a module walks its Python dataclass tree, which costs more than the
-# compiled call of a small hierarchy. Modules are immutable, so the flattened form
-# of one object never changes: the last few are kept, by identity. The cache holds a
-# weak reference to each module and drops its entry when the module dies, so it never
-# keeps a user's module or its arrays alive (and a dead module's id, reused by a new
-# object, never finds the old entry).
 class Flattened(NamedTuple):
     leaves: list
     treedef: Any
@@ -31,19 +25,53 @@ class Flattened(NamedTuple):
     signature: tuple  # (type, shape, dtype) of each leaf: what a type check reads
 
 
-_FLATTENED: collections.OrderedDict[int, tuple[weakref.ref, Flattened]] = (
-    collections.OrderedDict()
-)
-_FLATTENED_SIZE = 32
+class IdentityCache:
+    """The last `size` results of a function of immutable objects (modules, JAX
+    arrays), by identity. Each entry holds a weak reference to its object and is
+    dropped when the object dies, so the cache never keeps a user's module or
+    arrays alive (and a dead object's id, reused by a new one, never finds the old
+    entry)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.entries: collections.OrderedDict[int, tuple[weakref.ref, Any]] = (
+            collections.OrderedDict()
+        )
+
+    def get(self, obj: Any) -> Any:
+        """The cached result for `obj`, or `None`."""
+        key = id(obj)
+        hit = self.entries.get(key)
+        if hit is not None and hit[0]() is obj:
+            self.entries.move_to_end(key)
+            return hit[1]
+        return None
+
+    def put(self, obj: Any, value: Any) -> None:
+        key = id(obj)
+        entries = self.entries
+
+        def forget(ref: weakref.ref, key: int = key) -> None:
+            entry = entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(obj, forget), value)
+        if len(entries) > self.size:
+            entries.popitem(last=False)
+
+
+# Flattening a module walks its Python dataclass tree, which costs more than the
+# compiled call of a small hierarchy. Modules are immutable, so the flattened form
+# of one object never changes: the last few are kept, by identity.
+_FLATTENED = IdentityCache(32)
 
 
 def flatten_module(module: Any) -> Flattened:
     """The flattened form of `module`, cached for concrete modules."""
-    key = id(module)
-    hit = _FLATTENED.get(key)
-    if hit is not None and hit[0]() is module:
-        _FLATTENED.move_to_end(key)
-        return hit[1]
+    hit = _FLATTENED.get(module)
+    if hit is not None:
+        return hit
     leaves, treedef = jax.tree_util.tree_flatten(module)
     traced = any(isinstance(leaf, Tracer) for leaf in leaves)
     flat = Flattened(
@@ -56,15 +84,7 @@ def flatten_module(module: Any) -> Flattened:
         ),
     )
     if not traced:
-
-        def forget(ref: weakref.ref, key: int = key) -> None:
-            entry = _FLATTENED.get(key)
-            if entry is not None and entry[0] is ref:
-                del _FLATTENED[key]
-
-        _FLATTENED[key] = (weakref.ref(module, forget), flat)
-        if len(_FLATTENED) > _FLATTENED_SIZE:
-            _FLATTENED.popitem(last=False)
+        _FLATTENED.put(module, flat)
     return flat
 
 
