@@ -100,43 +100,6 @@ def test_site_operators_build_a_chain():
     np.testing.assert_array_equal(np.asarray(got.todense()), np.kron(np.eye(2), a))
 
 
-def test_pauli_sums_multiply_by_axis_reversals_exactly():
-    # Sums of Pauli strings on qubits keep one XOR mask per slot of every row
-    # (`flips`); their products reverse axes of the state instead of gathering,
-    # and must equal the dense products, for kets and blocks of kets, with complex
-    # entries (Y) and traced values (a gradient through them).
-    sites = 5
-    x = [hierax.site_operator(SX, i, sites) for i in range(sites)]
-    y = [hierax.site_operator(SY, i, sites) for i in range(sites)]
-    z = [hierax.site_operator(SZ, i, sites) for i in range(sites)]
-    strings = sum(x) + 0.3 * (y[0] @ y[3]) + 0.2 * (x[1] @ z[2] @ y[4])
-    assert strings.flips is not None and len(strings.flips) == strings.width
-    assert sum(x).flips == tuple(sorted(1 << (sites - 1 - i) for i in range(sites)))
-    # Hopping terms (sigma+ sigma- + h.c.) have row-dependent columns: gathered.
-    plus = np.array([[0.0, 1.0], [0.0, 0.0]])
-    hop = hierax.site_operator(plus, 0, sites) @ hierax.site_operator(plus.T, 1, sites)
-    hop = hop + hop.T
-    assert hop.flips is None
-    rng = np.random.default_rng(5)
-    n = 2**sites
-    for matrix in (strings, hop):
-        dense = np.asarray(matrix.todense())
-        for shape in ((n,), (n, 3)):
-            state = rng.normal(size=shape) + 1j * rng.normal(size=shape)
-            np.testing.assert_allclose(
-                np.asarray(matrix @ jnp.asarray(state)), dense @ state, atol=1e-13
-            )
-    state = jnp.asarray(rng.normal(size=n) + 0j)
-
-    def energy(scale):
-        m = hierax.SparseMatrix(strings.values * scale, strings.columns)
-        return jnp.real(jnp.vdot(state, m @ state))
-
-    dense = np.asarray(strings.todense())
-    want = np.real(np.vdot(np.asarray(state), dense @ np.asarray(state)))
-    np.testing.assert_allclose(float(jax.jit(jax.grad(energy))(2.0)), want, rtol=1e-12)
-
-
 def _tfim(sites, field):
     """The transverse-field Ising chain with a time-dependent field, as hierax
     builds it from site operators, and the same terms in scipy."""

@@ -26,7 +26,6 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int
 
 from ._arrays import placed, to_jax
-from ._jit import IdentityCache
 from ._validation import is_traced
 
 
@@ -51,11 +50,6 @@ class SparseMatrix(eqx.Module):
     values: Inexact[Array, "n width"]
     columns: Int[Array, "n width"]
     diagonal: bool = eqx.field(static=True)
-    # For n = 2^L, when every row r holds its entries in the columns r XOR m_k
-    # (slot k, the same masks m_k in every row: a sum of Pauli strings or of site
-    # operators on qubits), the masks; else None. Products then reverse the axes of
-    # the state's (2, ..., 2) form instead of gathering (see `_flip_products`).
-    flips: tuple[int, ...] | None = eqx.field(static=True)
 
     __array_ufunc__ = None
 
@@ -73,7 +67,6 @@ class SparseMatrix(eqx.Module):
         self.values = to_jax(values)
         self.columns = to_jax(columns, jnp.int32)
         self.diagonal = diagonal
-        self.flips = None if diagonal else _flip_masks(self.columns)
         if self.values.ndim != 2 or self.columns.shape != self.values.shape:
             raise ValueError(
                 "`hierax.SparseMatrix`: `values` and `columns` must have the same "
@@ -137,8 +130,6 @@ class SparseMatrix(eqx.Module):
         if self.diagonal:
             d = self.values[:, 0]
             return d.reshape(d.shape + (1,) * (x.ndim - 1)) * x
-        if self.flips is not None:
-            return _flip_products(self.values, self.flips, x)
         # The columns are checked to be in range when built: "clip" skips the
         # bounds handling of plain indexing (measured 1.6x faster on a CPU).
         gathered = x.at[self.columns].get(mode="clip")  # (n, width, ...)
@@ -248,55 +239,6 @@ class SparseMatrix(eqx.Module):
                 f"or ({self.shape[0]}, m), got {tuple(x.shape)}."
             )
         return self.matvec(x)
-
-
-# The flip masks of a matrix's columns, by the identity of its (immutable) columns
-# array, which derived matrices (a scaled copy, another dtype) share.
-_FLIPS = IdentityCache(64)
-# Each mask is one pass over the state in the traced program; a matrix with more
-# distinct masks than this (a long Pauli sum) is gathered instead.
-_MOST_FLIPS = 64
-
-
-def _flip_masks(columns: Array) -> tuple[int, ...] | None:
-    """`SparseMatrix.flips` from concrete columns (None when traced)."""
-    n, width = columns.shape
-    if is_traced(columns) or n < 2 or n & (n - 1) or width > _MOST_FLIPS:
-        return None
-    hit = _FLIPS.get(columns)
-    if hit is not None:
-        return hit[0]
-    c = np.asarray(columns)
-    masks = c[0]  # row 0: column = 0 XOR mask
-    flips = None
-    if len(set(masks.tolist())) == len(masks) and np.array_equal(
-        c ^ np.arange(n)[:, None], np.broadcast_to(masks, c.shape)
-    ):
-        flips = tuple(int(m) for m in masks)
-    if isinstance(columns, jax.Array):
-        _FLIPS.put(columns, (flips,))
-    return flips
-
-
-def _flip_products(values: Array, masks: tuple[int, ...], x: Array) -> Array:
-    """$\\sum_k$ `values[r, k] x[r XOR m_k]` for a state of $n = 2^L$ rows: with
-    the state as an array of L axes of size 2 (the first the most significant
-    bit), XOR with $m$ reverses the axes of $m$'s set bits. Reversals fuse into
-    one pass over the state with the products and the sum; a gather of the same
-    entries reads the columns and is several times slower on a CPU (measured at
-    16 qubits, a sum of 16 site operators)."""
-    n = x.shape[0]
-    bits = n.bit_length() - 1
-    rest = x.shape[1:]
-    cube = x.reshape((2,) * bits + rest)
-    out = None
-    for k, mask in enumerate(masks):
-        axes = tuple(bits - 1 - b for b in range(bits) if mask >> b & 1)
-        flipped = jnp.flip(cube, axes).reshape(x.shape) if axes else x
-        term = values[:, k].reshape((n,) + (1,) * len(rest)) * flipped
-        out = term if out is None else out + term
-    assert out is not None
-    return out
 
 
 def _values(values: Array, *others: Any) -> Any:
@@ -438,12 +380,8 @@ def _from_coo(
     if not traced:
         keep = values != 0
         rows, columns, values = rows[keep], columns[keep], values[keep]
-    # Within a row, entries in the order of row XOR column: a sum of Pauli strings
-    # then keeps one mask per slot in every row (`SparseMatrix.flips`).
-    span = 1 << max(n - 1, 1).bit_length()  # a power of two >= n
-    keys, inverse = np.unique(rows * span + (rows ^ columns), return_inverse=True)
-    unique_rows = keys // span
-    unique_columns = unique_rows ^ (keys % span)
+    keys, inverse = np.unique(rows * n + columns, return_inverse=True)
+    unique_rows, unique_columns = keys // n, keys % n
     counts = np.bincount(unique_rows, minlength=n)
     width = max(int(counts.max(initial=0)), 1)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
