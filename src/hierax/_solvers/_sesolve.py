@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, PyTree
 
+from .._arrays import to_jax
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from .._jit import module_jit
@@ -194,9 +195,11 @@ def solve(
         term,
         state,
         times,
-        jnp.asarray(rtol),
-        jnp.asarray(atol),
-        None if dt is None else jnp.asarray(dt),
+        # Known numbers placed without an eager JAX operation (each kind of which
+        # compiles a small program on a process's first solve).
+        to_jax(rtol),
+        to_jax(atol),
+        None if dt is None else to_jax(dt),
         exp_ops,
         _generator_norms(term),
         order=order,

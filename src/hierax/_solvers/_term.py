@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
+from .._arrays import to_jax
 from .._jit import IdentityCache
 from .._lindblad import _check_jump_operators
 from .._operators import (
@@ -130,12 +131,12 @@ def real_terms(
                 matrices.append(imaginary)
     gathered = []
     if matrices:
-        gathered.append(TimeOperator(functions, [jnp.asarray(m) for m in matrices]))
+        gathered.append(TimeOperator(functions, [to_jax(m) for m in matrices]))
     if diagonals:
         n = diagonals[0].shape[0]
         columns = np.arange(n)[:, None]
         sparse = [
-            SparseMatrix(jnp.asarray(d)[:, None], columns, diagonal=True)
+            SparseMatrix(to_jax(np.asarray(d)[:, None]), columns, diagonal=True)
             for d in diagonals
         ]
         gathered.append(TimeOperator(diagonal_functions, sparse))
@@ -177,7 +178,7 @@ def _split_constant_trace(
             f.is_constant and t != 0 for f, t in zip(operator.functions, traces)
         ]
         if not any(constant):
-            return operator, jnp.zeros((), dtype)
+            return operator, to_jax(np.zeros((), dtype))
         values = [
             _known_value(f) if c else 0 for f, c in zip(operator.functions, constant)
         ]
@@ -188,8 +189,8 @@ def _split_constant_trace(
             )
             shift = sum(v * t for v, t, c in zip(values, traces, constant) if c)
             return (
-                TimeOperator(operator.functions, jnp.asarray(shifted)),
-                jnp.asarray(shift, dtype),
+                TimeOperator(operator.functions, to_jax(shifted)),
+                to_jax(shift, dtype),
             )
     shift = jnp.zeros((), dtype)
     shifted = []
