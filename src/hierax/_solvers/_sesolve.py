@@ -201,7 +201,8 @@ def solve(
         to_jax(atol),
         None if dt is None else to_jax(dt),
         exp_ops,
-        _generator_norms(term),
+        # The first step's bound needs them; fixed steps do not.
+        _generator_norms(term) if dt is None else None,
         order=order,
         max_steps=max_steps,
         progress=progress,
@@ -220,7 +221,7 @@ def _solve_impl(
     atol: Array,
     dt: Array | None,
     exp_ops: Array | None,
-    norms: tuple[TermNorms | None, ...] | None = None,
+    norms: tuple[TermNorms | None, ...] | None,
     *,
     order: int,
     max_steps: int,
@@ -260,6 +261,7 @@ def _solve_impl(
             # Knots of sampled pulses: no step straddles one, so every step's
             # series is that of one segment.
             controller = diffrax.ClipStepSizeController(controller, jump_ts=knots)
+        assert norms is not None  # `solve` passes them for adaptive steps
         dt0 = _initial_step(term, t0, t1, rtol, order, norms)
     else:
         controller = diffrax.ConstantStepSize()
@@ -374,13 +376,12 @@ def _generator_norms(
 def _generator_size(
     term: SchrodingerTerm | LindbladTerm,
     t: Array,
-    norms: tuple[TermNorms | None, ...] | None = None,
+    norms: tuple[TermNorms | None, ...],
 ) -> Array:
     """A bound on the generator's size at `t`: the inf-norm of H (>= |H|_2 for
     Hermitian H); for a Lindblad generator $2\\|H\\| + 2\\sum_j \\|L_j\\|^2$.
-    `norms` from `_generator_norms`, or `None`."""
+    `norms` from `_generator_norms`."""
     jumps = getattr(term, "jump_operators", ())
-    norms = norms or (None,) * (1 + len(jumps))
     size = operator_bound(term.hamiltonian, t, norms[0])
     if isinstance(term, LindbladTerm):
         size = 2 * size
