@@ -15,6 +15,8 @@ from scipy.integrate import solve_ivp
 
 import hierax
 from hierax import LindbladTerm, TaylorSolver, mesolve, sesolve
+from hierax._solvers._density import known_density_parts
+from hierax._solvers._solver import density_step_terms, generic_density_terms
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
@@ -134,13 +136,11 @@ def test_time_dependent_against_dop853_and_physicality():
     assert np.min(np.linalg.eigvalsh(hermitian)) >= -1e-10
 
 
-@pytest.mark.parametrize("n", [4, 10], ids=["vectorised", "structured"])
-def test_structured_operators_against_dop853(n):
+def _every_kind(n):
     """Every kind of term the density kernels treat apart: diagonal (constant, with
     an offset, time-dependent, complex), real, imaginary and general complex
     matrices, constant and time-dependent, real and complex time functions, in H
-    and in the jump operators; small n on vec(rho), larger n term by term; and a
-    callable jump operator, which takes the generic kernel."""
+    and in the jump operators; and a state with every entry nonzero."""
     rng = np.random.default_rng(1)
     m = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
     general = (m + m.conj().T) / 4
@@ -163,6 +163,16 @@ def test_structured_operators_against_dop853(n):
         # a complex time function: complex series in every kernel
         hierax.Exp(0.5j) * (0.2 * a) + hierax.Cos(0.3) * (0.1 * a.T),
     ]
+    psi = rng.normal(size=n) + 1j * rng.normal(size=n)
+    rho = np.outer(psi, psi.conj()) / np.vdot(psi, psi)
+    return hamiltonian, jumps, rho, a
+
+
+@pytest.mark.parametrize("n", [4, 10], ids=["vectorised", "structured"])
+def test_structured_operators_against_dop853(n):
+    """`_every_kind` of term, small n on vec(rho), larger n term by term, against
+    DOP853; and a callable jump operator, which takes the generic kernel."""
+    hamiltonian, jumps, rho, a = _every_kind(n)
     term = LindbladTerm(hamiltonian, jumps)
     diagonals = [
         op
@@ -170,8 +180,6 @@ def test_structured_operators_against_dop853(n):
         if isinstance(op, hierax.TimeOperator) and op.is_sparse
     ]
     assert len(diagonals) == 1
-    psi = rng.normal(size=n) + 1j * rng.normal(size=n)
-    rho = np.outer(psi, psi.conj()) / np.vdot(psi, psi)
     times = np.array([0.0, 0.5, 1.0])
     operators = [hierax.as_operator(jump) for jump in jumps]
     reference = _dop853(hamiltonian, operators, rho, times)
@@ -185,6 +193,39 @@ def test_structured_operators_against_dop853(n):
     )
     reference = _dop853(hamiltonian, [*operators[:2], callable_jump], rho, times)
     assert _error(generic.states, reference) <= 10 * RTOL
+
+
+@pytest.mark.parametrize("n", [4, 10], ids=["vectorised", "structured"])
+def test_step_parts_known_before_compiling_equal_traced_and_generic(n):
+    """One step's series (a backward step: odd orders of every series negated)
+    three ways: the structured kernel with its constant parts assembled in NumPy
+    before compiling (what `mesolve` does), the same kernel assembling them itself
+    from traced operators, and the generic kernel, which keeps no structure."""
+    hamiltonian, jumps, rho, _ = _every_kind(n)
+    term = LindbladTerm(hamiltonian, jumps)
+    parts = known_density_parts(term, jnp.complex128)
+    assert parts is not None
+    t, step, order = jnp.asarray(0.3), jnp.asarray(-0.2), 12
+
+    @jax.jit
+    def series(term, parts):
+        return density_step_terms(term, t, step, jnp.asarray(rho), order, parts)
+
+    known = series(term, parts)
+    traced = series(term, None)
+    generic = jax.jit(
+        lambda term: generic_density_terms(term, t, step, jnp.asarray(rho), order)
+    )(term)
+    size = float(np.max(np.abs(generic)))
+    for level in range(order + 1):
+        assert _error(known[level], generic[level]) <= 1e-14 * size, level
+        assert _error(traced[level], generic[level]) <= 1e-14 * size, level
+
+    def unknown(term):  # traced operators are not known before compiling
+        assert known_density_parts(term, jnp.complex128) is None
+        return jnp.zeros(())
+
+    jax.jit(unknown)(term)
 
 
 def test_expectation_values_dense_output_and_progress(capsys):

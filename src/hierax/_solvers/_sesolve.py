@@ -18,6 +18,7 @@ from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from .._jit import module_jit
 from .._sparse import available_memory
+from ._density import DensityParts, known_density_parts
 from ._solution import Solution
 from ._solver import (
     TaylorSolver,
@@ -203,6 +204,10 @@ def solve(
         exp_ops,
         # The first step's bound needs them; fixed steps do not.
         _generator_norms(term) if dt is None else None,
+        # The Lindblad step's constant parts, assembled before compiling.
+        known_density_parts(term, state.dtype)
+        if isinstance(term, LindbladTerm)
+        else None,
         order=order,
         max_steps=max_steps,
         progress=progress,
@@ -222,6 +227,7 @@ def _solve_impl(
     dt: Array | None,
     exp_ops: Array | None,
     norms: tuple[TermNorms | None, ...] | None,
+    parts: DensityParts | None,
     *,
     order: int,
     max_steps: int,
@@ -293,6 +299,7 @@ def _solve_impl(
             state,
             saveat=saveat,
             stepsize_controller=controller,
+            args=parts,
             adjoint=adjoint,
             max_steps=max_steps,
             progress_meter=(

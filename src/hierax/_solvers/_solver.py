@@ -16,18 +16,17 @@ from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator
 from .._series import TermSeries, real_dtype
 from .._sparse import sparse_products
 from ._density import (
+    DensityParts,
+    VectorisedParts,
     lagged_weights,
-    operator_terms,
+    operator_series,
     real_embedding,
     step_signs,
     structured_density_terms,
+    traced_density_parts,
     vectorised_density_terms,
 )
 from ._term import REAL_STATE_SIZE, LindbladTerm, SchrodingerTerm, UnitTimeTerm
-
-
-# The largest n for which mesolve steps vec(rho) with n^2 x n^2 superoperators.
-_VECTORISED_SIZE = 8
 
 
 class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
@@ -132,14 +131,17 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         return None
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        del args, solver_state, made_jump
+        del solver_state, made_jump
         term, direction, start, span = _unwrap(terms)
         # diffrax integrates in s = direction * t (or in the unit time of a
         # `UnitTimeTerm`); the series is in physical time.
         time = start + span * (direction * t0)
         step = span * (direction * (t1 - t0))
         if isinstance(term, LindbladTerm):
-            v = _density_step_terms(term, time, step, y0, self.taylor_order)
+            # `mesolve` hands the generator's parts, assembled before compiling, as
+            # diffrax's `args`; without them the step assembles its own.
+            parts = args if isinstance(args, DensityParts) else None
+            v = _density_step_terms(term, time, step, y0, self.taylor_order, parts)
             rate = jnp.zeros((), v.dtype)
         else:
             v = _step_terms(term.hamiltonian, time, step, y0, self.taylor_order)
@@ -372,33 +374,52 @@ def _signed(series: TermSeries, step: Array) -> TermSeries:
 
 
 def density_step_terms(
-    term: LindbladTerm, t: Array, step: Array, rho: Array, order: int
+    term: LindbladTerm,
+    t: Array,
+    step: Array,
+    rho: Array,
+    order: int,
+    parts: DensityParts | None = None,
 ) -> Array:
     """The terms $v_j = \\rho^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the Lindblad
     equation with $\\rho(t) = $ `rho`, for a step $h$ of either sign: shape
-    `(order + 1, n, n)`. The series of `density_series` at the scale $h$ itself
-    (each part of the generator is linear in it); the state's dtype sets the
-    precision."""
+    `(order + 1, n, n)`. Operators of `TimeOperator`s with dense or diagonal
+    matrices go to the structured kernels, with `parts` (`known_density_parts`) or,
+    without, parts assembled here; the rest to `generic_density_terms`. The state's
+    dtype sets the precision."""
     dtype = jnp.result_type(rho, 1j)
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
     signs = step_signs(step, order)  # once for every operator
-    hamiltonian = operator_terms(term.hamiltonian, t, order, scale, signs)
-    jumps = [operator_terms(op, t, order, scale, signs) for op in term.jump_operators]
+    # With parts, only the time-dependent terms' series (and all of a
+    # time-dependent jump operator's) are needed.
+    hamiltonian = operator_series(
+        term.hamiltonian, t, order, scale, signs, parts is None
+    )
+    jumps = [
+        operator_series(op, t, order, scale, signs, parts is None or not _constant(op))
+        for op in term.jump_operators
+    ]
     if hamiltonian is not None and all(j is not None for j in jumps):
+        jumps = [j for j in jumps if j is not None]
+        if parts is None:
+            parts = traced_density_parts(term, hamiltonian, jumps, dtype)
+        rho = rho.astype(dtype)
         # Small systems on vec(rho): one product per order beats a dozen tiny ones.
-        kernel = (
-            vectorised_density_terms
-            if rho.shape[-1] <= _VECTORISED_SIZE
-            else structured_density_terms
-        )
-        return kernel(
-            hamiltonian,
-            [j for j in jumps if j is not None],
-            step,
-            rho.astype(dtype),
-            order,
-        )
+        if isinstance(parts, VectorisedParts):
+            return vectorised_density_terms(parts, hamiltonian, jumps, step, rho, order)
+        return structured_density_terms(parts, hamiltonian, jumps, step, rho, order)
+    return generic_density_terms(term, t, step, rho, order)
+
+
+def generic_density_terms(
+    term: LindbladTerm, t: Array, step: Array, rho: Array, order: int
+) -> Array:
+    """`density_step_terms` for any operators (callables, general sparse
+    matrices): the series of `density_series` at the scale $h$ itself."""
+    dtype = jnp.result_type(rho, 1j)
+    size = jnp.abs(step)
+    scale = jnp.where(size > 0, size, 1)
     h = _signed(term.hamiltonian.term_series(t, order, scale), step)
     jumps = [
         _signed(op.term_series(t, order, scale), step) for op in term.jump_operators
@@ -406,6 +427,15 @@ def density_step_terms(
     step = step.astype(jnp.finfo(dtype).dtype)
     left, right, jumps = density_generator(h, jumps, step, dtype)
     return density_series(left, right, jumps, step, rho.astype(dtype), order)
+
+
+def _constant(operator: AbstractTimeOperator) -> bool:
+    """Whether every term of an operator has a constant time function."""
+    ops = operator.operators if isinstance(operator, OperatorSum) else (operator,)
+    return all(
+        isinstance(op, TimeOperator) and all(f.is_constant for f in op.functions)
+        for op in ops
+    )
 
 
 # diffrax traces a solver's step twice, once to learn its loop's static structure

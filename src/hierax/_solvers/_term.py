@@ -180,7 +180,7 @@ def _split_constant_trace(
         if not any(constant):
             return operator, to_jax(np.zeros((), dtype))
         values = [
-            _known_value(f) if c else 0 for f, c in zip(operator.functions, constant)
+            known_value(f) if c else 0 for f, c in zip(operator.functions, constant)
         ]
         if all(v is not None for v in values):
             eye = np.eye(n, dtype=stacked.dtype)
@@ -207,7 +207,7 @@ def _split_constant_trace(
     return TimeOperator(operator.functions, shifted), shift
 
 
-def _known_value(function: AbstractTimeFunction) -> Any:
+def known_value(function: AbstractTimeFunction) -> Any:
     """The value of a `Constant` with a known (not traced) value, as NumPy; `None`
     for any other time function."""
     if isinstance(function, Constant) and not is_traced(function.value):
