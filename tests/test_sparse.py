@@ -182,6 +182,64 @@ def test_sesolve_12_qubit_chain_against_dop853():
     assert memory.temp_size_in_bytes + memory.argument_size_in_bytes < dense_term / 50
 
 
+@pytest.mark.parametrize("carried", [False, True], ids=["fused", "carried"])
+def test_step_series_of_sparse_terms_against_numpy(carried, monkeypatch):
+    """One Taylor step's series (a backward step) with sparse terms, constant and
+    time-dependent, against a NumPy recursion with the closed-form series of the
+    time functions. `carried` takes the path of large states (each order carried
+    beside the series so that XLA threads the products) at n = 64."""
+    from hierax._solvers import _solver
+
+    if carried:
+        monkeypatch.setattr(_solver, "_PARALLEL_STATE_SIZE", 1)
+    sites, order = 6, 14
+    t, h = 0.3, -0.2
+    x = [hierax.site_operator(SX, i, sites) for i in range(sites)]
+    z = [hierax.site_operator(SZ, i, sites) for i in range(sites)]
+    xs = sum(_chain(SX, i, sites) for i in range(sites))
+    zz = sum(_chain(SZ, i, sites) @ _chain(SZ, i + 1, sites) for i in range(sites - 1))
+    k = np.arange(order + 1)
+    factorial = np.array([math.factorial(int(i)) for i in k], float)
+    # Series in sigma of 1 + 0.5 sin(2 (t + h sigma)) and cos(t + h sigma).
+    field = 0.5 * (2 * h) ** k / factorial * np.sin(2 * t + k * np.pi / 2)
+    field[0] += 1.0
+    cos = h**k / factorial * np.cos(t + k * np.pi / 2)
+    zz_sum = sum(z[i] @ z[i + 1] for i in range(sites - 1))
+    cases = [
+        (
+            (1.0 + hierax.Sin(2.0, amplitude=0.5)) * sum(x) - zz_sum,
+            -np.eye(order + 1)[0],
+        ),
+        (
+            (1.0 + hierax.Sin(2.0, amplitude=0.5)) * sum(x) + hierax.Cos(1.0) * zz_sum,
+            cos,
+        ),
+    ]
+    rng = np.random.default_rng(3)
+    for hamiltonian, coupling in cases:
+        for shape in [(2**sites,), (2**sites, 2)]:
+            y0 = rng.normal(size=shape) + 1j * rng.normal(size=shape)
+            want = np.zeros((order + 1, *shape), complex)
+            want[0] = y0
+            for j in range(order):
+                total = sum(
+                    (field[m] * xs + coupling[m] * zz) @ want[j - m]
+                    for m in range(j + 1)
+                )
+                want[j + 1] = -1j * h / (j + 1) * total
+            got = jax.jit(
+                lambda hamiltonian, y: _solver.step_terms(
+                    hamiltonian, jnp.asarray(t), jnp.asarray(h), y, order
+                )
+            )(hamiltonian, jnp.asarray(y0))
+            for level in range(order + 1):
+                scale = np.max(np.abs(want[level]))
+                assert (
+                    np.max(np.abs(np.asarray(got[level]) - want[level]))
+                    <= 1e-13 * scale
+                )
+
+
 def test_gradient_of_sparse_coupling_equals_dense():
     sites, order = 5, 6
     z = [hierax.site_operator(SZ, i, sites) for i in range(sites)]

@@ -594,11 +594,14 @@ __all__ = [
 ]
 
 
-def sparse_products(terms: SparseTerms, v: Array, j: Array) -> Array:
+def sparse_products(
+    terms: SparseTerms, v: Array, j: Array, current: Array | None = None
+) -> Array:
     """$\\sum_s S_s \\sum_{i \\le j} c_{s,i} v_{j-i}$ for the coefficients `v`
     of a series (`(K+1, n, ...)`): one sparse product per term and order. A term
     whose function is constant needs only $c_{s,0} v_j$, the others the Cauchy
-    window."""
+    window. With `current` ($v_j$ carried beside `v`, see `_series_loop`), the
+    constant terms read $v_j$ from it."""
     lags = jnp.arange(v.shape[0])
     valid = lags <= j
     index = jnp.where(valid, j - lags, 0)
@@ -606,7 +609,7 @@ def sparse_products(terms: SparseTerms, v: Array, j: Array) -> Array:
     for s, matrix in enumerate(terms.matrices):
         c = terms.coefficients[s].astype(v.dtype)
         if terms.constant[s]:
-            inner = c[0] * v[j]
+            inner = c[0] * (v[j] if current is None else current)
         else:
             weights = jnp.where(valid, c[index], 0)
             inner = jnp.tensordot(weights, v, axes=(0, 0))
