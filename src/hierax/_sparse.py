@@ -608,10 +608,14 @@ def sparse_products(
     out = jnp.zeros(v.shape[1:], v.dtype)
     for s, matrix in enumerate(terms.matrices):
         c = terms.coefficients[s].astype(v.dtype)
+        if not jnp.iscomplexobj(matrix.values):
+            matrix = matrix.astype(jnp.finfo(v.dtype).dtype)
+        else:
+            matrix = matrix.astype(v.dtype)
         if terms.constant[s]:
-            inner = c[0] * (v[j] if current is None else current)
+            # The coefficient after the product: once per row, not per entry.
+            out = out + c[0] * matrix.matvec(v[j] if current is None else current)
         else:
             weights = jnp.where(valid, c[index], 0)
-            inner = jnp.tensordot(weights, v, axes=(0, 0))
-        out = out + matrix.astype(v.dtype).matvec(inner)
+            out = out + matrix.matvec(jnp.tensordot(weights, v, axes=(0, 0)))
     return out

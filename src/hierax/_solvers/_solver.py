@@ -231,7 +231,11 @@ def step_terms(
     if series is not None and series.sparse is not None:
         sparse = series.sparse._replace(
             coefficients=series.sparse.coefficients.astype(dtype) * factor[None, :],
-            matrices=tuple(m.astype(dtype) for m in series.sparse.matrices),
+            # Real matrices stay real (see `SparseMatrix.matvec`).
+            matrices=tuple(
+                m.astype(dtype if jnp.iscomplexobj(m.values) else rdtype)
+                for m in series.sparse.matrices
+            ),
         )
     return _series_loop(parts, dense, sparse, y0.astype(dtype), order)
 
@@ -275,9 +279,10 @@ def _embedded_step_terms(
 
 # From this many entries of a state on, `_series_loop` carries each order beside the
 # series (see there). Measured (`sesolve`, Ising chains with sparse terms, 2 cores):
-# n = 16384 60 -> 47 ms, n = 65536 275 -> 210 ms; at n = 4096 handing the products
-# to threads cost more than it saved (23 -> 25 ms), at n = 8192 it broke even.
-_PARALLEL_STATE_SIZE = 8192
+# n = 65536 243 -> 206-212 ms, n = 16384 53-54 -> 48-54 ms; below, handing the
+# products to threads costs more than it saves (n = 8192 20-21 -> 22 ms, n = 4096
+# 18 -> 24 ms).
+_PARALLEL_STATE_SIZE = 16384
 
 
 def _series_loop(
@@ -324,7 +329,8 @@ def _series_loop(
                 rest = rest + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
             if sparse is not None:
                 rest = rest + sparse_products(sparse, v, j, current)
-            out = out + rest / (j + 1).astype(dtype)
+            # 1 / (j + 1) as a real factor: a complex division costs far more.
+            out = out + rest * (1 / (j + 1)).astype(real_dtype(dtype))
         return out
 
     if sparse is None or n * columns < _PARALLEL_STATE_SIZE:
