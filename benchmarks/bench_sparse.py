@@ -312,9 +312,7 @@ def main():
     if "c" in args.parts:
         print("(c) sesolve at matched final error 1e-8")
         chains = [(8, 1.0)] if args.quick else [(12, 1.0), (16, 0.5)]
-        results["sesolve"] = [
-            solvers(s, span, 3 if s < 16 else 1) for s, span in chains
-        ]
+        results["sesolve"] = [solvers(s, span, 3) for s, span in chains]
     results["load at end"] = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

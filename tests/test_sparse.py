@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -182,13 +183,21 @@ def test_sesolve_12_qubit_chain_against_dop853():
     assert memory.temp_size_in_bytes + memory.argument_size_in_bytes < dense_term / 50
 
 
-@pytest.mark.parametrize("carried", [False, True], ids=["fused", "carried"])
-def test_step_series_of_sparse_terms_against_numpy(carried, monkeypatch):
+@pytest.mark.parametrize(
+    "carried, uniform",
+    [(False, False), (True, False), (False, True)],
+    ids=["fused", "carried", "uniform"],
+)
+def test_step_series_of_sparse_terms_against_numpy(carried, uniform, monkeypatch):
     """One Taylor step's series (a backward step) with sparse terms, constant and
     time-dependent, against a NumPy recursion with the closed-form series of the
     time functions. `carried` takes the path of large states (each order carried
-    beside the series so that XLA threads the products) at n = 64."""
+    beside the series so that XLA threads the products) at n = 64; `uniform` the
+    products of matrices whose entries are all equal (sum_i X_i), as `sesolve`
+    hands them to its program."""
     from hierax._solvers import _solver
+    from hierax._solvers._term import uniform_products
+    from hierax._sparse import UniformSparseMatrix
 
     if carried:
         monkeypatch.setattr(_solver, "_PARALLEL_STATE_SIZE", 1)
@@ -217,6 +226,17 @@ def test_step_series_of_sparse_terms_against_numpy(carried, monkeypatch):
     ]
     rng = np.random.default_rng(3)
     for hamiltonian, coupling in cases:
+        if uniform:
+            hamiltonian = uniform_products(hamiltonian)
+            kinds = [
+                type(m)
+                for m in jax.tree.leaves(
+                    hamiltonian, is_leaf=lambda m: isinstance(m, hierax.SparseMatrix)
+                )
+                if isinstance(m, hierax.SparseMatrix)
+            ]
+            # sum_i X_i is uniform; the ZZ sum is diagonal, which reads its values.
+            assert kinds.count(UniformSparseMatrix) == 1, kinds
         for shape in [(2**sites,), (2**sites, 2)]:
             y0 = rng.normal(size=shape) + 1j * rng.normal(size=shape)
             want = np.zeros((order + 1, *shape), complex)
@@ -238,6 +258,57 @@ def test_step_series_of_sparse_terms_against_numpy(carried, monkeypatch):
                     np.max(np.abs(np.asarray(got[level]) - want[level]))
                     <= 1e-13 * scale
                 )
+
+
+def test_uniform_products_only_for_known_equal_entries():
+    """Only known, non-diagonal matrices with all entries equal are read as one
+    value; traced entries (a gradient with respect to them) keep every entry, and
+    the gradient then matches the one through the dense matrix."""
+    from hierax._solvers._term import uniform_products
+    from hierax._sparse import UniformSparseMatrix
+
+    sites = 4
+    x = cast(
+        hierax.SparseMatrix,
+        sum(hierax.site_operator(SX, i, sites) for i in range(sites)),
+    )
+    y = sum(hierax.site_operator(SY, i, sites) for i in range(sites))
+    padded = hierax.site_operator(SX, 0, sites) + hierax.site_operator(SZ, 1, sites)
+    z = sum(hierax.site_operator(SZ, i, sites) for i in range(sites))
+    field = hierax.Cos(1.0)
+    for matrix, expected in [
+        (x, True),
+        (2.5 * x, True),
+        (y, False),
+        (padded, False),
+        (z, False),
+    ]:
+        got = uniform_products(field * matrix)
+        assert isinstance(got.matrices[0], UniformSparseMatrix) == expected
+    state = np.zeros(2**sites, complex)
+    state[0] = 1.0
+    times = np.array([0.0, 0.7])
+
+    columns = x.columns
+
+    def population(values, dense):
+        if dense:
+            rows = jnp.arange(2**sites)[:, None]
+            matrix = jnp.zeros((2**sites, 2**sites)).at[rows, columns].add(values)
+        else:
+            matrix = hierax.SparseMatrix(values, columns)
+        h = field * matrix + z
+        final = hierax.sesolve(h, state, times, rtol=1e-10, atol=1e-12).states[-1]
+        return jnp.abs(final[0]) ** 2
+
+    values = x.values
+    plain = population(values, False)
+    assert float(plain) == pytest.approx(float(population(values, True)), abs=1e-9)
+    sparse = jax.grad(population)(values, False)
+    dense = jax.grad(population)(values, True)
+    assert np.max(np.abs(np.asarray(sparse) - np.asarray(dense))) <= 1e-8
+    # Not all entries' gradients are equal: each entry kept its own.
+    assert np.ptp(np.asarray(sparse)) > 1e-6
 
 
 def test_gradient_of_sparse_coupling_equals_dense():

@@ -33,6 +33,7 @@ from ._term import (
     jump_times,
     operator_bound,
     term_norms,
+    uniform_products,
 )
 
 
@@ -130,6 +131,10 @@ def sesolve(
         ```
     """
     term = SchrodingerTerm(hamiltonian)
+    # Sparse matrices with all entries equal, read as one value by the products.
+    term = eqx.tree_at(
+        lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
+    )
     n = term.size
     state = _check_state(as_state(state, "state", _API), n)
     dtype = jnp.result_type(state, 1j)
