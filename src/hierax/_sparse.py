@@ -627,6 +627,7 @@ def sparse_products(
     out = jnp.zeros(v.shape[1:], v.dtype)
     for s, matrix in enumerate(terms.matrices):
         c = terms.coefficients[s].astype(v.dtype)
+        # Real matrices stay real on a complex state: half a complex product.
         if not jnp.iscomplexobj(matrix.values):
             matrix = matrix.astype(jnp.finfo(v.dtype).dtype)
         else:

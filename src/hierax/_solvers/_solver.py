@@ -229,13 +229,9 @@ def step_terms(
         shape = (-1,) + (1,) * (series.dense.ndim - 1)
         dense = series.dense.astype(dtype) * factor.reshape(shape)
     if series is not None and series.sparse is not None:
+        # The matrices keep their kind: `sparse_products` casts them.
         sparse = series.sparse._replace(
-            coefficients=series.sparse.coefficients.astype(dtype) * factor[None, :],
-            # Real matrices stay real (see `SparseMatrix.matvec`).
-            matrices=tuple(
-                m.astype(dtype if jnp.iscomplexobj(m.values) else rdtype)
-                for m in series.sparse.matrices
-            ),
+            coefficients=series.sparse.coefficients.astype(dtype) * factor[None, :]
         )
     return _series_loop(parts, dense, sparse, y0.astype(dtype), order)
 
