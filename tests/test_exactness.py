@@ -71,10 +71,10 @@ def test_powers_of_two_are_exact(dtype):
     assert got.dtype == dtype
 
 
-def test_small_programs_compile_lean_and_agree(seed_reference):
-    """The eager call of a small hierarchy is compiled with XLA's cheaper options
-    (`hierax._jit`); a user's `jax.jit` compiles the same program with XLA's
-    defaults. Both are exact against the oracle and agree to rounding."""
+def test_eager_call_and_user_jit_agree(seed_reference):
+    """The eager call of a small hierarchy (`hierax._jit`'s direct path) and the same
+    call inside a user's `jax.jit` (inlined into the user's program) are exact
+    against the oracle and agree to rounding."""
     h = hierax.HeisenbergHierarchy(hierax.Cos() * SIGMA_Y, SIGMA_X, 12)
     eager = np.asarray(h(1.0))
     jitted = np.asarray(jax.jit(lambda h, t: h(t))(h, 1.0))

@@ -253,3 +253,19 @@ def test_arrays_on_different_devices_are_named():
     assert result.stdout.strip() == (
         "hierax: the arrays of one call live on different devices (cpu:0, cpu:1)"
     ), result.stdout
+
+
+def test_library_uses_public_jax_only():
+    """The compile policy is built on public JAX: no module of hierax imports
+    `jax._src` (it changes without notice between JAX versions)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(hierax.__file__).parent
+    pattern = re.compile(r"^\s*(from|import)\s+jax\._src", re.MULTILINE)
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if pattern.search(path.read_text())
+    ]
+    assert offenders == []

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._jit import tracing_batched
+from ._jit import by_batching
 from ._series import TermSeries, exact_exp2, real_dtype, times_exp
 from ._sparse import sparse_products
 
@@ -334,28 +334,53 @@ def _lean_levels(
     runs a sequence of operations in one thread only when each touches at most 512
     bytes, and the seed's level, ten complex 2 x 2 matrices, is 640 bytes, its
     parts 320 each (see `run_if`). A problem small enough for every array to stay
-    within that (`small` below) forms its Cauchy sums and products as fused
-    elementwise sums, so no K x K weight matrix is ever stored."""
+    within that forms its Cauchy sums and products as fused elementwise sums, so no
+    K x K weight matrix is ever stored; under `jax.vmap` it takes the matrix
+    products instead (`by_batching`)."""
+    n = observable.shape[-1]
+    constant = generator.constant
+    count = max(1, sum(1 for c in generator.constant_flags() if not c))
+    # One problem whose every array fits XLA:CPU's one-thread limit (see `run_if`):
+    # elementwise sums the compiler fuses, each recomputing what it needs (few
+    # operations, few bytes). Otherwise (larger matrices, more terms, higher
+    # orders, a batch under `jax.vmap`) matrix products, with the Cauchy weights
+    # formed once per level: the elementwise sums cost O(K^2 n^2) each and were
+    # 2-7x slower there (the seed under vmap: 20 against 30 us per time; one call
+    # 108 against 200 us).
+    widest = observable.shape[0]  # the first phase's width
+    small = (
+        n <= _SMALL_SIZE
+        and widest * widest * 4 <= _SEQUENTIAL_BYTES  # the int32 exponent window
+        and count * widest * n * n * np.dtype(real_dtype(observable.dtype)).itemsize
+        <= _SEQUENTIAL_BYTES
+    )
+
+    def layout(fused: bool):
+        def levels(coefficients, matrices, observable):
+            series = TermSeries(coefficients, matrices, None, constant)
+            return _lean_layout(series, observable, order, hermitian, fused)
+
+        return levels
+
+    run = by_batching(layout(True), layout(False)) if small else layout(False)
+    return Levels(*run(generator.coefficients, generator.matrices, observable))
+
+
+def _lean_layout(
+    generator: TermSeries,
+    observable: Array,
+    order: int,
+    hermitian: bool,
+    small: bool,
+) -> tuple[Array, Array]:
+    """`_lean_levels`' values and exponents, with the Cauchy sums and products as
+    fused elementwise sums (`small`) or as matrix products."""
     dtype = observable.dtype
     rdtype = real_dtype(dtype)
     n = observable.shape[-1]
     constant = generator.constant_flags()
     fixed = [a for a, c in enumerate(constant) if c]
     varying = [a for a, c in enumerate(constant) if not c]
-    # One call of a problem whose every array fits XLA:CPU's one-thread limit (see
-    # `run_if`): elementwise sums the compiler fuses, each recomputing what it
-    # needs (few operations, few bytes). Otherwise (larger matrices, more terms,
-    # higher orders, a batch under `jax.vmap`) matrix products, with the Cauchy
-    # weights formed once per level: the elementwise sums cost O(K^2 n^2) each and
-    # were 2-7x slower there.
-    widest = observable.shape[0]  # the first phase's width
-    small = (
-        not tracing_batched()
-        and n <= _SMALL_SIZE
-        and widest * widest * 4 <= _SEQUENTIAL_BYTES  # the int32 exponent window
-        and max(1, len(varying)) * widest * n * n * np.dtype(rdtype).itemsize
-        <= _SEQUENTIAL_BYTES
-    )
     terms = []  # (matrix parts (B, n, n) each, coefficients (B, K + 1) or None)
     if fixed:
         idx = np.asarray(fixed)
@@ -462,7 +487,7 @@ def _lean_levels(
     value = lax.complex(
         jnp.concatenate([r for r, _ in values]), jnp.concatenate([i for _, i in values])
     )
-    return Levels(value, jnp.concatenate(out_exponents))
+    return value, jnp.concatenate(out_exponents)
 
 
 def _parts(x: Array) -> tuple[Array, Array]:

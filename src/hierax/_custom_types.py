@@ -9,7 +9,7 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 
-from ._jit import flatten_module
+from ._cache import flatten_module
 
 
 # A scalar time, a real or complex number or 0-d array. (Annotated as broadly as any

@@ -461,8 +461,8 @@ def _heisenberg_errors_impl(hierarchy: HeisenbergHierarchy, t: Array):
     return finish_errors(_heisenberg_levels(hierarchy, t, estimate=True), False)
 
 
-_heisenberg = module_jit(_heisenberg_impl, fast_compile=True)
-_heisenberg_errors = module_jit(_heisenberg_errors_impl, fast_compile=True)
+_heisenberg = module_jit(_heisenberg_impl)
+_heisenberg_errors = module_jit(_heisenberg_errors_impl)
 
 
 class PropagatorDerivatives(AbstractHierarchy):
@@ -628,8 +628,8 @@ def _propagator_errors_impl(
     return finish_errors(_propagator_levels(derivatives, t, state, True), False)
 
 
-_propagator_errors = module_jit(_propagator_errors_impl, fast_compile=True)
-_propagator = module_jit(_propagator_impl, fast_compile=True)
+_propagator_errors = module_jit(_propagator_errors_impl)
+_propagator = module_jit(_propagator_impl)
 
 
 class NestedCommutators(AbstractHierarchy):
@@ -687,4 +687,4 @@ def _nested_impl(commutators: NestedCommutators) -> Array:
     return finish_levels(levels, normalised=False)
 
 
-_nested = module_jit(_nested_impl, fast_compile=True)
+_nested = module_jit(_nested_impl)

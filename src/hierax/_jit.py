@@ -1,12 +1,16 @@
-"""Compilation of the public calls: `eqx.filter_jit` semantics with a fast path."""
+"""The compile policy of every public call: `eqx.filter_jit` semantics with a fast
+path, on public JAX only.
 
-import collections
-import contextlib
+A public call compiles one program per structure (the module's tree, the shapes and
+dtypes of its arrays, the static keyword arguments) with XLA's default options:
+the same program a user's own `jax.jit` around the call compiles, so a call runs as
+fast inside a user's jit, `jax.grad` or `jax.vmap` as from Python. Times and
+parameter values are traced, so changing them never retraces.
+"""
+
 import functools
-import math
-import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -14,149 +18,9 @@ import jax.extend
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jax.core import Tracer
 from jaxtyping import Array
 
-
-class Flattened(NamedTuple):
-    leaves: list
-    treedef: Any
-    all_arrays: bool  # every leaf a concrete `jax.Array`
-    signature: tuple  # (type, shape, dtype) of each leaf: what a type check reads
-
-
-class IdentityCache:
-    """The last `size` results of a function of immutable objects (modules, JAX
-    arrays), by identity. Each entry holds a weak reference to its object and is
-    dropped when the object dies, so the cache never keeps a user's module or
-    arrays alive (and a dead object's id, reused by a new one, never finds the old
-    entry)."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.entries: collections.OrderedDict[int, tuple[weakref.ref, Any]] = (
-            collections.OrderedDict()
-        )
-
-    def get(self, obj: Any) -> Any:
-        """The cached result for `obj`, or `None`."""
-        key = id(obj)
-        hit = self.entries.get(key)
-        if hit is not None and hit[0]() is obj:
-            self.entries.move_to_end(key)
-            return hit[1]
-        return None
-
-    def put(self, obj: Any, value: Any) -> None:
-        key = id(obj)
-        entries = self.entries
-
-        def forget(ref: weakref.ref, key: int = key) -> None:
-            entry = entries.get(key)
-            if entry is not None and entry[0] is ref:
-                del entries[key]
-
-        entries[key] = (weakref.ref(obj, forget), value)
-        if len(entries) > self.size:
-            entries.popitem(last=False)
-
-
-# Flattening a module walks its Python dataclass tree, which costs more than the
-# compiled call of a small hierarchy. Modules are immutable, so the flattened form
-# of one object never changes: the last few are kept, by identity.
-_FLATTENED = IdentityCache(32)
-
-
-def flatten_module(module: Any) -> Flattened:
-    """The flattened form of `module`, cached for concrete modules."""
-    hit = _FLATTENED.get(module)
-    if hit is not None:
-        return hit
-    leaves, treedef = jax.tree_util.tree_flatten(module)
-    traced = any(isinstance(leaf, Tracer) for leaf in leaves)
-    flat = Flattened(
-        leaves,
-        treedef,
-        not traced and all(isinstance(leaf, jax.Array) for leaf in leaves),
-        tuple(
-            (type(leaf), getattr(leaf, "shape", None), getattr(leaf, "dtype", None))
-            for leaf in leaves
-        ),
-    )
-    if not traced:
-        _FLATTENED.put(module, flat)
-    return flat
-
-
-# XLA's CPU compiler spends most of a small program's compile time generating code
-# for each of its many small kernels. For programs on small matrices its older
-# kernel emitters compile the seed hierarchy about a quarter to a third faster than
-# its MLIR fusion emitters, and the programs run as fast (and give the same bits).
-# (Turning LLVM's optimisation off as well would halve the compile time again, but
-# the eager call then runs 2-3x slower.) Calls that opt in (`fast_compile`) get
-# this when every array leaf of the module and the arguments is small (or when
-# their own rule says so) and nothing is tracing; a user's own `jax.jit` keeps
-# XLA's defaults. The solvers' programs on states of n < 256 compile 25-35% faster
-# and run 7-11% longer (sesolve's transmon and 5-qubit chain; mesolve's transmon
-# and 6-qubit dephasing chain within a few percent; a 1024-level state ran 1.8x
-# slower, so larger states keep the defaults).
-# Per-call compile options, never global configuration; a version of XLA that does
-# not know them gets the defaults.
-_FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
-# Small: every array leaf of at most this many elements (a 4x4 matrix).
-_SMALL_LEAF = 16
-# XLA's CPU runtime runs a program's operations in the order its scheduler gives
-# them; with the default (concurrency-optimised) schedule it hands independent
-# small operations to its thread pool, and each hand-off costs microseconds. The
-# memory-optimised schedule (1) keeps them in one sequence: the seed hierarchy's
-# call went from 110-145 to 60 us, n = 4 from 89 to 64 us, n = 128 (order 40) 2%
-# faster, sesolve unchanged; same bits. Every top-level call on a CPU gets it.
-_CPU = {"xla_cpu_scheduler_type": 1}
-_fast_compile_known = [True]
-
-
-try:  # JAX has no public test for a batched value either; without it, none.
-    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
-except ImportError:  # pragma: no cover
-    _BatchTracer = ()
-_BATCHED = [False]
-
-
-def tracing_batched() -> bool:
-    """Whether the public call being traced runs under `jax.vmap` (as its dispatch
-    saw it). Kernels read it to choose their layout: one call of a small problem
-    costs what its operations and bytes cost (see `run_if`), a batch of them what
-    their arithmetic costs."""
-    return _BATCHED[0]
-
-
-@contextlib.contextmanager
-def _batched_hint(batched: bool):
-    before = _BATCHED[0]
-    _BATCHED[0] = batched
-    try:
-        yield
-    finally:
-        _BATCHED[0] = before
-
-
-def _top_level() -> bool:
-    """Whether no transformation is tracing (compile options are for top-level
-    programs only; JAX has no public test for it, so without this one, none)."""
-    try:
-        from jax._src.core import trace_state_clean
-    except ImportError:  # pragma: no cover
-        return False
-    return bool(trace_state_clean())
-
-
-def _cpu_top_level() -> bool:
-    """Whether compile options for XLA's CPU compiler apply to this call."""
-    return _fast_compile_known[0] and jax.default_backend() == "cpu" and _top_level()
-
-
-def _small(flat: Flattened) -> bool:
-    return all(math.prod(shape or ()) <= _SMALL_LEAF for _, shape, _ in flat.signature)
+from ._cache import flatten_module
 
 
 def _is_plain(leaf: Any) -> bool:
@@ -167,39 +31,30 @@ def _is_plain(leaf: Any) -> bool:
     )
 
 
-def module_jit(
-    fn: Callable, fast_compile: bool | Callable[..., bool] = False
-) -> Callable:
+def module_jit(fn: Callable) -> Callable:
     """Compile `fn(module, *args, **static_kwargs)` once per structure.
 
     Behaves like `eqx.filter_jit` (array leaves traced, everything else static), but
-    when every leaf of the module is already an array (the usual case) it dispatches
-    through `jax.jit` on the module's cached leaves, which costs a few microseconds
-    instead of the tens that flattening or filtering the pytree costs on every call.
-    Keyword arguments are static (Python bools and the like). Python scalars passed
-    positionally are traced by both paths, so changing a time or a parameter value
-    never retraces. With `fast_compile`, the direct path compiles programs on small
-    matrices with fewer optimisations (see `_FAST_COMPILE`); a callable decides from
-    the call's arguments after the module instead.
+    when every leaf of the module is already an array (the usual case) and the other
+    arguments are arrays or numbers, it dispatches through `jax.jit` on the module's
+    cached leaves, which costs a few microseconds instead of the tens that
+    flattening or filtering the pytree costs on every call. Keyword arguments are
+    static (Python bools and the like). Python scalars passed positionally are
+    traced by both paths, so changing a time or a parameter value never retraces.
+    Both paths compile with XLA's defaults (no per-call compile options).
     """
+    filtered = eqx.filter_jit(fn)
+    direct: dict[tuple[str, ...], Callable] = {}
 
-    def hinted(*args, batched, **static):
-        with _batched_hint(batched):
-            return fn(*args, **static)
-
-    filtered = eqx.filter_jit(hinted)
-    direct: dict[tuple[tuple[str, ...], bool, bool, bool], Callable] = {}
-
-    def unflattened(leaves, *rest, treedef, batched, **static):
-        module = jax.tree_util.tree_unflatten(treedef, leaves)
-        with _batched_hint(batched):
-            return fn(module, *rest, **static)
+    def unflattened(leaves, *rest, treedef, **static):
+        return fn(jax.tree_util.tree_unflatten(treedef, leaves), *rest, **static)
 
     @functools.wraps(fn)
     def call(*args, **static):
         try:
             return dispatch(*args, **static)
         except ValueError as error:
+            # JAX's message names no argument; say which objects to move.
             if "incompatible devices" not in str(error):
                 raise
             devices = sorted(
@@ -222,47 +77,19 @@ def module_jit(
         # Only array leaves in the module (a Python int or bool field there is static
         # under filtering, and must stay so); the other arguments are times and
         # states, which may be Python numbers.
-        flat = flatten_module(module)
-        leaves, treedef, all_arrays, _ = flat
-        rest_leaves = jax.tree_util.tree_leaves(rest)
-        batched = any(isinstance(leaf, _BatchTracer) for leaf in rest_leaves)
-        if all_arrays and all(_is_plain(leaf) for leaf in rest_leaves):
-            cpu = not any(isinstance(leaf, Tracer) for leaf in rest_leaves) and (
-                _cpu_top_level()
-            )
-            if callable(fast_compile):
-                small = cpu and fast_compile(*rest)
-            else:
-                small = (
-                    cpu
-                    and fast_compile
-                    and all(np.size(leaf) <= _SMALL_LEAF for leaf in rest)
-                    and _small(flat)
-                )
-            key = (tuple(sorted(static)), cpu, small, batched)
+        leaves, treedef, all_arrays, _ = flatten_module(module)
+        if all_arrays and all(_is_plain(leaf) for leaf in jax.tree.leaves(rest)):
+            key = tuple(sorted(static))
             if key not in direct:
-                options = {**(_CPU if cpu else {}), **(_FAST_COMPILE if small else {})}
                 direct[key] = jax.jit(
-                    unflattened,
-                    static_argnames=("treedef", "batched", *key[0]),
-                    compiler_options=options or None,
+                    unflattened, static_argnames=("treedef", *key)
                 )
-            try:
-                return direct[key](
-                    leaves, *rest, treedef=treedef, batched=batched, **static
-                )
-            except jax.errors.JaxRuntimeError as error:
-                if not (cpu and "compile option" in str(error)):
-                    raise
-                _fast_compile_known[0] = False
-                direct.clear()
-                return dispatch(*args, **static)
+            return direct[key](leaves, *rest, treedef=treedef, **static)
         # Python scalars would be static under filtering: trace them as arrays.
         args = tuple(
             jnp.asarray(a) if isinstance(a, (float, complex, int)) else a for a in args
         )
-        batched = batched or any(isinstance(leaf, _BatchTracer) for leaf in leaves)
-        return filtered(*args, batched=batched, **static)
+        return filtered(*args, **static)
 
     return call
 
@@ -288,3 +115,43 @@ def run_if(ok: Array, compute: Callable[[], Any]) -> Any:
         ],
     )
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
+
+
+def by_batching(single: Callable, batched: Callable) -> Callable:
+    """`single(*args)`, computed by `batched` instead when the call is mapped by
+    `jax.vmap`: two layouts of one computation, the first for one problem (where
+    what counts is how many operations and bytes it touches), the second for a
+    batch (where what counts is arithmetic). The choice is made by JAX's public
+    batching rule (`jax.custom_batching.custom_vmap`), not by inspecting tracers.
+
+    `custom_vmap` alone has no reverse-mode derivative, so the function is also a
+    `jax.custom_jvp` whose rule differentiates `single` (under `jax.vmap` of a
+    derivative, that rule is batched as any JAX function): forward and reverse mode
+    both work, and give the derivative of the same computation. `args` are arrays
+    (pytrees of arrays)."""
+
+    # Behind a jit boundary, the constants `single` makes (NumPy arrays) stay in
+    # its own program instead of becoming inputs of the batching rule, which JAX
+    # requires to be unbatched (under a `lax.cond` on a batched predicate every
+    # input is batched).
+    one = jax.jit(single)
+
+    @jax.custom_batching.custom_vmap
+    def mapped(*args):
+        return one(*args)
+
+    @mapped.def_vmap
+    def rule(axis_size, in_batched, *args):
+        axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched))
+        out = jax.vmap(batched, in_axes=axes, axis_size=axis_size)(*args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    @jax.custom_jvp
+    def call(*args):
+        return mapped(*args)
+
+    @call.defjvp
+    def derivative(primals, tangents):
+        return jax.jvp(single, primals, tangents)
+
+    return call

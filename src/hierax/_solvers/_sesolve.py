@@ -358,9 +358,8 @@ def _physical_times(
 
 
 # One compile per structure and static options; times, tolerances and parameter
-# values are traced (changing them never retraces). States of fewer than 256 levels
-# compile with XLA's faster options (see `_jit._FAST_COMPILE`).
-_solve = module_jit(_solve_impl, fast_compile=lambda state, *rest: state.shape[0] < 256)
+# values are traced (changing them never retraces).
+_solve = module_jit(_solve_impl)
 
 
 def _initial_step(term, t0, t1, rtol, order, norms) -> Array:

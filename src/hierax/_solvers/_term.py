@@ -9,7 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
 from .._arrays import placed, to_jax
-from .._jit import IdentityCache
+from .._cache import IdentityCache
 from .._lindblad import _check_jump_operators
 from .._operators import (
     AbstractTimeOperator,
