@@ -34,7 +34,7 @@ docs: $(VENV)/.installed-dev
 
 ## Benchmarks side by side (naive recursion, jax.experimental.jet, hierax).
 bench: $(VENV)/.installed-dev
-	$(BIN)/python -m hierax bench --out benchmarks/out
+	$(BIN)/python benchmarks/bench_hierarchies.py --out benchmarks/out
 
 ## ruff: formatting and lint rules.
 lint: $(VENV)/.installed-dev

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import hierax
-from hierax._cli import _main, _memory, _reference, _seed, main
+from hierax._cli import _main, _reference, _seed, main
 
 from .helpers import SEED_EXACT
 
@@ -98,7 +98,7 @@ def test_strict_json_writes_non_finite_numbers_as_strings():
 
 
 def test_help(capsys):
-    for argv in ([], ["seed"], ["bench"]):
+    for argv in ([], ["seed"]):
         with pytest.raises(SystemExit) as exit_info:
             main([*argv, "--help"])
         assert exit_info.value.code == 0
@@ -119,8 +119,7 @@ def test_help(capsys):
         (["seed", "--unknown"], "unrecognized arguments"),
         (["frobnicate"], "invalid choice"),
         ([], "required"),
-        (["bench", "--quick", "extra"], "unrecognized arguments"),
-        (["bench", "--out", ""], "argument --out: expected a path, got ''"),
+        (["bench"], "invalid choice"),  # the benchmarks live in benchmarks/
     ],
 )
 def test_argument_errors_exit_2_with_usage(argv, message, capsys):
@@ -138,12 +137,9 @@ def _path_cases(tmp: pathlib.Path) -> list[tuple[list[str], str]]:
     cases = [
         (["seed", "--json", str(tmp)], "is a directory"),
         (["seed", "--json", str(file / "sub.json")], "is not a directory"),
-        (["bench", "--out", str(file)], "is not a directory"),
-        (["bench", "--out", str(file / "sub")], "cannot be created"),
     ]
     if pathlib.Path("/proc/self").is_dir():  # Linux: /proc takes no new entries
         cases += [
-            (["bench", "--out", "/proc/hierax-test"], "cannot be created"),
             (["seed", "--json", "/proc/hierax-test/x.json"], "cannot be created"),
         ]
     return cases
@@ -169,7 +165,7 @@ def test_output_checks_leave_nothing_behind(tmp_path):
 
 @pytest.mark.parametrize(
     "argv",
-    [["seed", "--t", "1e39", "--no-x64"], ["bench", "--out", "{file}/sub"]],
+    [["seed", "--t", "1e39", "--no-x64"], ["seed", "--json", "{file}/sub.json"]],
 )
 def test_argument_error_in_subprocess_has_no_traceback(argv, tmp_path):
     file = tmp_path / "file"
@@ -210,7 +206,7 @@ import hierax
 print("IMPORTED", sorted(m for m in sys.modules if m.startswith("hierax._cli")))
 from hierax._cli import main
 status = main(sys.argv[1:])
-unwanted = ("hierax._cli._bench", "hierax._cli._memory", "jax.experimental.jet")
+unwanted = ("jax.experimental.jet",)
 print("LOADED", sorted(m for m in sys.modules if m in unwanted))
 sys.exit(status)
 """
@@ -278,42 +274,3 @@ def test_seed_float32_run_agrees(tmp_path):
     record = json.loads(path.read_text())
     assert record["x64"] is False and record["agree"] is True
     assert "complex64" in result.stdout
-
-
-def test_memory_measurement_runs_as_a_module():
-    result = subprocess.run(
-        [sys.executable, "-m", _memory.__name__, "8", "3"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    measured = json.loads(result.stdout.strip().splitlines()[-1])
-    assert measured["growth"] == measured["peak"] - measured["rss_before"] >= 0
-
-
-def test_bench_quick_writes_results(tmp_path):
-    out = tmp_path / "bench"
-    result = _run("bench", "--quick", "--out", str(out), timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    results = json.loads((out / "results.json").read_text())
-    assert results["quick"] is True
-    assert results["hierax_version"] == hierax.__version__
-    compile_part = results["compile"]
-    for method in ("naive", "jet", "hierax_closed_form", "hierax_callable"):
-        assert compile_part[method], method
-    # The first three orders of each method are always measured, whatever the
-    # machine's load; the rest depend on timings, so the test demands nothing of them.
-    for method in ("jet", "hierax_closed_form", "hierax_callable"):
-        measured = [r["order"] for r in compile_part[method]]
-        assert measured == compile_part["orders"][: len(measured)], method
-        assert len(measured) >= 3, method
-    assert len(compile_part["naive"]) >= 3
-    assert results["sizes"]["rows"]
-    assert all(r["matmul_equivalents"] > 0 for r in results["sizes"]["rows"])
-    assert results["memory"]["output_array_bytes"] == 9 * 64 * 64 * 16  # K = 8
-    assert results["targets"]
-    markdown = (out / "results.md").read_text()
-    assert "## Compile time against the order" in markdown
-    assert "| order K |" in markdown

@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hierax",
         description=(
             "Exact operator hierarchies of time-dependent quantum systems, in JAX. "
-            "Run `hierax seed` for the demo, `hierax bench` for the benchmarks."
+            "Run `hierax seed` for the demo (the benchmarks live in the repository's "
+            "benchmarks/ folder)."
         ),
     )
     parser.add_argument("--version", action="version", version=f"hierax {__version__}")
@@ -156,29 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
     # Checks that need several arguments report through the subcommand's parser.
     seed.set_defaults(subparser=seed)
 
-    bench = commands.add_parser(
-        "bench",
-        help="benchmarks side by side: compile time, run time, memory",
-        description=(
-            "Measure, in one run: compile time against the order for the naive "
-            "recursion, jax.experimental.jet and hierax; steady-state run time "
-            "against the matrix size (also in matmul-equivalents); peak memory at "
-            "n = 256. Writes results.json, results.md and PNG plots to --out."
-        ),
-    )
-    bench.add_argument(
-        "--quick",
-        action="store_true",
-        help="fewer orders and sizes, smaller budgets (under a minute)",
-    )
-    bench.add_argument(
-        "--out",
-        type=_path,
-        default=pathlib.Path("benchmarks/out"),
-        metavar="DIR",
-        help="output directory, created if needed (default benchmarks/out)",
-    )
-    bench.set_defaults(subparser=bench)
     return parser
 
 
@@ -219,11 +197,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._seed import run_seed
 
         return run_seed(args.order, args.t, naive_order, args.x64, args.json)
-    if args.command == "bench":
-        problem = _directory_problem(args.out)
-        if problem is not None:
-            error(f"argument --out: {str(args.out)!r} {problem}")
-        from ._bench import run_benchmarks
-
-        return run_benchmarks(quick=args.quick, out=args.out)
     raise AssertionError(args.command)  # argparse guarantees a known subcommand

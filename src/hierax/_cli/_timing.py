@@ -1,4 +1,4 @@
-"""Wall-clock helpers shared by `hierax seed` and `hierax bench`."""
+"""Wall-clock helpers of `hierax seed` (and of the benchmarks in `benchmarks/`)."""
 
 import statistics
 import time

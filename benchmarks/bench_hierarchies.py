@@ -1,4 +1,6 @@
-"""`hierax bench`: compile time, run time and memory, measured side by side.
+"""The hierarchy benchmarks: compile time, run time and memory, side by side.
+
+    .venv/bin/python benchmarks/bench_hierarchies.py [--quick] [--out DIR]
 
 Everything is measured in one process and one run, so that ratios between methods
 are meaningful even on a busy machine where absolute times are not. Three parts:
@@ -21,6 +23,7 @@ Results go to `results.json`, `results.md` and PNG plots (if matplotlib is
 installed).
 """
 
+import argparse
 import dataclasses
 import itertools
 import json
@@ -35,14 +38,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import memory as _memory
 import numpy as np
 from jax import lax
 from jax.experimental import jet
 
 import hierax
-
-from . import _memory, _reference
-from ._timing import first_call_time, format_seconds, median_call_time, warm_up
+from hierax._cli import _reference
+from hierax._cli._timing import (
+    first_call_time,
+    format_seconds,
+    median_call_time,
+    warm_up,
+)
 
 
 def make_jet_hierarchy(order: int) -> Callable[[Any], Any]:
@@ -309,7 +317,12 @@ def bench_memory(n: int, order: int, rss: bool) -> dict:
         return result
     try:
         process = subprocess.run(
-            [sys.executable, "-m", _memory.__name__, str(n), str(order)],
+            [
+                sys.executable,
+                str(pathlib.Path(__file__).with_name("memory.py")),
+                str(n),
+                str(order),
+            ],
             capture_output=True,
             text=True,
             timeout=300,
@@ -562,7 +575,7 @@ def _finish_plot(plt, fig, ax, labels, title, path) -> None:
 
 
 def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
-    """`hierax bench`: run all parts, write the results to `out`. Returns 0."""
+    """Run all parts, write the results to `out`. Returns 0."""
     # Before anything creates an array: every measurement is in double precision.
     jax.config.update("jax_enable_x64", True)
     start = time.perf_counter()
@@ -590,7 +603,7 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
         ),
         "hierax_version": hierax.__version__,
     }
-    _log(f"hierax bench{' --quick' if quick else ''}: {results['platform']}")
+    _log(f"bench_hierarchies{' --quick' if quick else ''}: {results['platform']}")
     warm_up()
     results["compile"] = bench_compile(orders, budget, naive_budget)
     results["sizes"] = bench_sizes(sizes, size_orders, size_budget)
@@ -613,3 +626,16 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
         met = {True: "met", False: "NOT MET", None: "not measured"}[target["met"]]
         _log(f"  {target['target']}: {target['measured']} ({met})")
     return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer orders and sizes (under a minute)"
+    )
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=pathlib.Path("benchmarks/out")
+    )
+    arguments = parser.parse_args()
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    sys.exit(run_benchmarks(quick=arguments.quick, out=arguments.out))

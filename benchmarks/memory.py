@@ -1,5 +1,5 @@
-"""The system whose memory `hierax bench` measures, and the resident-set
-measurement itself, which runs as `python -m hierax._cli._memory N ORDER` in a
+"""The system whose memory `bench_hierarchies.py` measures, and the resident-set
+measurement itself, which runs as `python benchmarks/memory.py N ORDER` in a
 fresh process so that nothing else the benchmark allocated is counted."""
 
 import gc
