@@ -428,7 +428,7 @@ def bench_hierarchy_cost(n=32, order=20, calls=30):
     # N = sum L^+ L: one constant (merged) and one time-dependent term; jump
     # operators one term each; one product per term of H and N when the hierarchy
     # is Hermitian (as here), two otherwise.
-    from hierax._algorithms import _phases
+    from hierax._kernels.heisenberg import _phases
 
     updates = sum(
         (last - first + 1) * width for first, last, width in _phases(order, n)

@@ -48,7 +48,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import hierax  # noqa: E402
-from hierax._solvers._solver import step_terms  # noqa: E402
+from hierax._solvers._term import schrodinger_terms as step_terms  # noqa: E402
 
 
 # The solvers are re-exported by hierax once they land in its __init__.

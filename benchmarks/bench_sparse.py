@@ -273,7 +273,7 @@ def solvers(sites, span, repeats):
     ):
         out["methods"][label] = matched(label, run, ladder, exact, repeats)
     # Memory: what XLA allocates for one hierax step, against one dense matrix.
-    from hierax._solvers._solver import step_terms
+    from hierax._solvers._term import schrodinger_terms as step_terms
 
     step = jax.jit(lambda y: step_terms(h, jnp.asarray(0.1), jnp.asarray(0.05), y, 20))
     memory = step.lower(psi).compile().memory_analysis()

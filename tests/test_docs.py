@@ -188,7 +188,7 @@ def _search_tokens(text: str, separator: re.Pattern) -> set[str]:
     [
         "PropagatorDerivatives",
         "NestedCommutators",
-        "FunctionCoefficient",
+        "CallableTimeFunction",
         "HeisenbergHierarchy",
         "hierax.TimeOperator",
         "propagator derivatives",

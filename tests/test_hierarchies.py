@@ -360,7 +360,7 @@ def test_phases_change_nothing(monkeypatch):
     """Large problems run in up to 8 phases of shrinking width, small ones in one
     (`_phases`): both give the same levels on a time-dependent
     system with a time-dependent observable and a dense (callable) term."""
-    import hierax._algorithms as algorithms
+    import hierax._kernels.heisenberg as algorithms
 
     sy = jnp.array([[0, -1j], [1j, 0]])
     sx = jnp.array([[0.0, 1], [1, 0]])

@@ -15,8 +15,11 @@ from scipy.integrate import solve_ivp
 
 import hierax
 from hierax import LindbladTerm, TaylorSolver, mesolve, sesolve
-from hierax._solvers._density import known_density_parts
-from hierax._solvers._solver import density_step_terms, generic_density_terms
+from hierax._solvers._density import (
+    density_step_terms,
+    generic_density_terms,
+    known_density_parts,
+)
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
@@ -203,18 +206,21 @@ def test_step_parts_known_before_compiling_equal_traced_and_generic(n):
     from traced operators, and the generic kernel, which keeps no structure."""
     hamiltonian, jumps, rho, _ = _every_kind(n)
     term = LindbladTerm(hamiltonian, jumps)
-    parts = known_density_parts(term, jnp.complex128)
+    parts = known_density_parts(term.hamiltonian, term.jump_operators, jnp.complex128)
     assert parts is not None
     t, step, order = jnp.asarray(0.3), jnp.asarray(-0.2), 12
 
     @jax.jit
     def series(term, parts):
-        return density_step_terms(term, t, step, jnp.asarray(rho), order, parts)
+        operators = (term.hamiltonian, term.jump_operators)
+        return density_step_terms(*operators, t, step, jnp.asarray(rho), order, parts)
 
     known = series(term, parts)
     traced = series(term, None)
     generic = jax.jit(
-        lambda term: generic_density_terms(term, t, step, jnp.asarray(rho), order)
+        lambda term: generic_density_terms(
+            term.hamiltonian, term.jump_operators, t, step, jnp.asarray(rho), order
+        )
     )(term)
     size = float(np.max(np.abs(generic)))
     for level in range(order + 1):
@@ -222,7 +228,8 @@ def test_step_parts_known_before_compiling_equal_traced_and_generic(n):
         assert _error(traced[level], generic[level]) <= 1e-14 * size, level
 
     def unknown(term):  # traced operators are not known before compiling
-        assert known_density_parts(term, jnp.complex128) is None
+        operators = (term.hamiltonian, term.jump_operators)
+        assert known_density_parts(*operators, jnp.complex128) is None
         return jnp.zeros(())
 
     jax.jit(unknown)(term)

@@ -263,7 +263,7 @@ def test_first_step_bound_from_norms_known_before_compiling():
     # their norms are taken in NumPy and the bound is sum_a |f_a(t0)| |H_a|_inf: an
     # upper bound (a sum, sparse terms included), equal to the in-program one for
     # one term; traced matrices fall back to the in-program bound.
-    from hierax._solvers._term import operator_bound, term_norms
+    from hierax._solvers._rewrites import operator_bound, term_norms
 
     rng = np.random.default_rng(3)
     a, b = rng.normal(size=(2, 4, 4)) + 1j * rng.normal(size=(2, 4, 4))

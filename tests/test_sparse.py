@@ -172,7 +172,7 @@ def test_sesolve_12_qubit_chain_against_dop853():
     errors = np.linalg.norm(np.asarray(solution.states) - reference, axis=1)
     assert np.max(errors) <= 1e-8
     # Memory of the compiled step (what XLA allocates besides its arguments).
-    from hierax._solvers._solver import step_terms
+    from hierax._solvers._term import schrodinger_terms as step_terms
 
     step = jax.jit(
         lambda h, y: step_terms(h, jnp.asarray(0.1), jnp.asarray(0.05), y, 20)
@@ -195,12 +195,13 @@ def test_step_series_of_sparse_terms_against_numpy(carried, uniform, monkeypatch
     beside the series so that XLA threads the products) at n = 64; `uniform` the
     products of matrices whose entries are all equal (sum_i X_i), as `sesolve`
     hands them to its program."""
-    from hierax._solvers import _solver
-    from hierax._solvers._term import uniform_products
+    from hierax._kernels import propagator
+    from hierax._solvers._rewrites import uniform_products
+    from hierax._solvers._term import schrodinger_terms
     from hierax._sparse import UniformSparseMatrix
 
     if carried:
-        monkeypatch.setattr(_solver, "_PARALLEL_STATE_SIZE", 1)
+        monkeypatch.setattr(propagator, "_PARALLEL_STATE_SIZE", 1)
     sites, order = 6, 14
     t, h = 0.3, -0.2
     x = [hierax.site_operator(SX, i, sites) for i in range(sites)]
@@ -248,7 +249,7 @@ def test_step_series_of_sparse_terms_against_numpy(carried, uniform, monkeypatch
                 )
                 want[j + 1] = -1j * h / (j + 1) * total
             got = jax.jit(
-                lambda hamiltonian, y: _solver.step_terms(
+                lambda hamiltonian, y: schrodinger_terms(
                     hamiltonian, jnp.asarray(t), jnp.asarray(h), y, order
                 )
             )(hamiltonian, jnp.asarray(y0))
@@ -264,7 +265,7 @@ def test_uniform_products_only_for_known_equal_entries():
     """Only known, non-diagonal matrices with all entries equal are read as one
     value; traced entries (a gradient with respect to them) keep every entry, and
     the gradient then matches the one through the dense matrix."""
-    from hierax._solvers._term import uniform_products
+    from hierax._solvers._rewrites import uniform_products
     from hierax._sparse import UniformSparseMatrix
 
     sites = 4

@@ -118,12 +118,16 @@ def test_scaled_series(name, make, expr):
     )
 
 
-def test_former_names_are_aliases():
-    assert hierax.AbstractCoefficient is hierax.AbstractTimeFunction
-    assert hierax.FunctionCoefficient is hierax.CallableTimeFunction
-    assert hierax.CoefficientSum is hierax.TimeFunctionSum
-    assert hierax.CoefficientProduct is hierax.TimeFunctionProduct
-    assert hierax.FunctionOperator is hierax.CallableOperator
+def test_former_names_are_gone():
+    """The version 0.1 names were removed after their one version as aliases."""
+    for name in (
+        "AbstractCoefficient",
+        "FunctionCoefficient",
+        "CoefficientSum",
+        "CoefficientProduct",
+        "FunctionOperator",
+    ):
+        assert not hasattr(hierax, name), name
 
 
 def test_polynomial_gradient_at_zero_coefficients():

@@ -15,7 +15,6 @@ from ._lindblad import (
 from ._operators import (
     AbstractTimeOperator as AbstractTimeOperator,
     CallableOperator as CallableOperator,
-    FunctionOperator as FunctionOperator,
     OperatorSum as OperatorSum,
     ScaledOperator as ScaledOperator,
     TimeOperator as TimeOperator,
@@ -43,15 +42,11 @@ from ._splines import (
 )
 from ._taylor import taylor as taylor
 from ._time_functions import (
-    AbstractCoefficient as AbstractCoefficient,
     AbstractTimeFunction as AbstractTimeFunction,
     CallableTimeFunction as CallableTimeFunction,
-    CoefficientProduct as CoefficientProduct,
-    CoefficientSum as CoefficientSum,
     Constant as Constant,
     Cos as Cos,
     Exp as Exp,
-    FunctionCoefficient as FunctionCoefficient,
     Gaussian as Gaussian,
     Polynomial as Polynomial,
     Sin as Sin,

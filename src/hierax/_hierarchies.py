@@ -1,27 +1,29 @@
 """The public hierarchies: Heisenberg derivatives, propagator derivatives and nested
 commutators."""
 
-from typing import Any
+import abc
+import functools
+from typing import Any, ClassVar, cast
 
 import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
+from jaxtyping import Array, ArrayLike, Float, Inexact
 
-from ._algorithms import (
+from ._custom_types import OrderLike, TimeLike, typechecked
+from ._interop import as_matrix, as_state
+from ._jit import module_jit, run_if
+from ._kernels.heisenberg import (
     Levels,
     finish_errors,
     finish_levels,
     heisenberg_levels,
-    propagator_errors,
-    propagator_series,
+    scaled_generator,
     without_trace,
 )
-from ._custom_types import OrderLike, TimeLike, typechecked
-from ._interop import as_matrix, as_state
-from ._jit import module_jit, run_if
+from ._kernels.propagator import propagator_errors, state_series
 from ._operators import (
     AbstractTimeOperator,
     OperatorSum,
@@ -36,7 +38,6 @@ from ._validation import (
     as_square_matrix,
     as_time,
     check_order,
-    check_time_finite,
     is_traced,
 )
 
@@ -53,50 +54,45 @@ def _complex_dtype(module: eqx.Module, *series: Any) -> jnp.dtype:
     return jnp.result_type(*arrays, jnp.complex64)
 
 
+@functools.singledispatch
 def _is_hermitian(operator: AbstractTimeOperator) -> bool:
     """Whether every constant matrix of `operator` is known here to be exactly
     Hermitian (concrete values; callables and traced matrices are not known). With
     real time functions, which the compiled call checks from their dtype, the
     operator is then Hermitian at every time."""
-    if isinstance(operator, TimeOperator):
-        m = operator.matrices
-        if isinstance(m, tuple):
-            return all(matrix.is_hermitian() for matrix in m)
-        if is_traced(m):
-            return False
-        m = np.asarray(m)
-        return bool(np.array_equal(m, np.conj(np.swapaxes(m, -1, -2))))
-    if isinstance(operator, OperatorSum):
-        return all(_is_hermitian(op) for op in operator.operators)
-    if isinstance(operator, ScaledOperator):
-        return _is_hermitian(operator.operator)
+    del operator
     return False
 
 
-def _checked_time(module: eqx.Module, t: Array, api: str) -> Array:
-    """Inside the compiled call: an error at run time, naming the call, if `t` or any
-    parameter or matrix of the module is not finite (values a user's jit or vmap
-    hides from the eager checks)."""
-    t = check_time_finite(t, api)
-    leaves = [
-        x
-        for x in jax.tree_util.tree_leaves(module)
-        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
-    ]
-    if not leaves:
-        return t
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
-    return eqx.error_if(
-        t,
-        ~finite,
-        f"`{api}`: every parameter and matrix must be finite (a nan or inf reached "
-        "the compiled call).",
-    )
+@_is_hermitian.register
+def _(operator: TimeOperator) -> bool:
+    m = operator.matrices
+    if isinstance(m, tuple):
+        return all(matrix.is_hermitian() for matrix in m)
+    if is_traced(m):
+        return False
+    m = np.asarray(m)
+    return bool(np.array_equal(m, np.conj(np.swapaxes(m, -1, -2))))
 
 
-def _call_checks(module: eqx.Module, t: Array, api: str) -> list[tuple[Array, str]]:
-    """What `_checked_time` checks, as (predicate, message) pairs for `_raise_if`."""
-    checks = [(~jnp.isfinite(t), f"`{api}`: `t` must be finite.")]
+@_is_hermitian.register
+def _(operator: OperatorSum) -> bool:
+    return all(_is_hermitian(op) for op in operator.operators)
+
+
+@_is_hermitian.register
+def _(operator: ScaledOperator) -> bool:
+    return _is_hermitian(operator.operator)
+
+
+def _call_checks(
+    module: "AbstractHierarchy", t: Array | None, state: Array | None, api: str
+) -> list[tuple[Array, str]]:
+    """The checks of a call's values, as (predicate of failure, message) pairs for
+    `_raise_if`: a finite time, finite parameters and matrices, a finite state."""
+    checks = []
+    if t is not None:
+        checks.append((~jnp.isfinite(t), f"`{api}`: `t` must be finite."))
     leaves = [
         x
         for x in jax.tree_util.tree_leaves(module)
@@ -111,6 +107,11 @@ def _call_checks(module: eqx.Module, t: Array, api: str) -> list[tuple[Array, st
                 f"`{api}`: every parameter and matrix must be finite (a nan or inf "
                 "reached the compiled call).",
             )
+        )
+    if state is not None:
+        name = cast(tuple[str, ...], module.arguments)[1]
+        checks.append(
+            (~jnp.all(jnp.isfinite(state)), f"`{api}`: `{name}` must be finite.")
         )
     return checks
 
@@ -140,9 +141,178 @@ def _hermitian_matrices(terms: TermSeries) -> Array:
 class AbstractHierarchy(eqx.Module):
     """Base class of the hierarchies: a stack of levels $0, \\ldots, K$ of some
     operator recursion, evaluated in one compiled call whose size does not depend on
-    the order $K$."""
+    the order $K$.
+
+    A hierarchy is called with the arguments its class names in `arguments`: a time
+    `t` (most), a time and a state (the derivatives of a propagator, state or
+    density matrix), or nothing (nested commutators of constant matrices).
+    `__call__` gives the levels, `normalised` the levels divided by $k!$ (for high
+    orders, where the levels themselves overflow), `error_estimate` an estimate of
+    each level's relative rounding error. Subclasses implement one method,
+    `levels`, which runs inside the compiled call; the checks of the arguments
+    (before compiling) and of the values (inside the compiled program, at once) are
+    the base's.
+    """
 
     order: eqx.AbstractVar[int]
+    arguments: eqx.AbstractClassVar[tuple[str, ...]]
+
+    @abc.abstractmethod
+    def levels(
+        self,
+        t: Array | None,
+        state: Array | None,
+        estimate: bool,
+        checks: list[tuple[Array, str]],
+    ) -> Levels:
+        """The carried levels at `t` (and `state`), inside the compiled call, with
+        the rounding-error estimate when `estimate`. Value checks of its own go on
+        `checks` as (predicate of failure, message) pairs."""
+
+    @typechecked
+    def __call__(
+        self, t: TimeLike | None = None, state: Any = None
+    ) -> Inexact[Array, "order_plus_1 n *rest"]:
+        """All levels.
+
+        **Arguments:**
+
+        - `t`: the time, a real (or complex) scalar (not for
+            [`hierax.NestedCommutators`][]).
+        - `state`: the state the derivatives start from, for the hierarchies that
+            take one ([`hierax.PropagatorDerivatives`][]: a propagator `(n, n)`, a
+            state `(n,)` or states as columns `(n, m)`;
+            [`hierax.DensityMatrixDerivatives`][]: a density matrix `(n, n)`).
+
+        **Returns:**
+
+        An array of shape `(order + 1, n, n)` (or `(order + 1, *state.shape)`):
+        levels $0, 1, \\ldots, K$. A level whose true value overflows reads
+        $\\pm\\infty$ (never nan).
+        """
+        t, state = self._checked_arguments("", t, state)
+        return _evaluate(self, t, state, normalised=False, errors=False)
+
+    @typechecked
+    def normalised(
+        self, t: TimeLike | None = None, state: Any = None
+    ) -> Inexact[Array, "order_plus_1 n *rest"]:
+        """All levels divided by $k!$: the Taylor coefficients of the quantity the
+        hierarchy differentiates, for high orders where the levels themselves
+        overflow.
+
+        **Arguments:** as `__call__`.
+
+        **Returns:**
+
+        An array of the shape `__call__` returns: level $k$ divided by $k!$.
+        """
+        t, state = self._checked_arguments(".normalised", t, state)
+        return _evaluate(self, t, state, normalised=True, errors=False)
+
+    @typechecked
+    def error_estimate(
+        self, t: TimeLike | None = None, state: Any = None
+    ) -> Float[Array, " order_plus_1"]:
+        """An estimate of each level's relative rounding error, computed alongside
+        the levels (about the cost of one more call); see each hierarchy for what
+        it models. It holds for the levels and their normalised values alike.
+
+        **Arguments:** as `__call__`.
+
+        **Returns:**
+
+        An array of shape `(order + 1,)`, real, in the hierarchy's precision.
+        """
+        t, state = self._checked_arguments(".error_estimate", t, state)
+        return _evaluate(self, t, state, normalised=False, errors=True)
+
+    def _checked_arguments(self, method: str, t: Any, state: Any) -> tuple[Any, Any]:
+        names: tuple[str, ...] = self.arguments
+        api = f"hierax.{type(self).__name__}(...){method}({', '.join(names)})"
+        second = names[1] if len(names) > 1 else "state"
+        given = [name for name, x in (("t", t), (second, state)) if x is not None]
+        if given != list(names):
+            takes = " and ".join(f"`{n}`" for n in names) or "no arguments"
+            got = " and ".join(f"`{n}`" for n in given) or "none"
+            raise TypeError(f"`{api}`: takes {takes}, got {got}.")
+        checked_t = None if t is None else as_time(t, api)
+        if state is None:
+            return checked_t, None
+        kind = second
+        state = as_state(state, kind, api, density=kind == "rho")
+        state = as_numeric_array(state, kind, api, finite=True)
+        # The hierarchies that take a state have a Hamiltonian.
+        n = cast(Any, self).hamiltonian.size
+        return checked_t, _STATE_CHECKS[kind](state, n, api)
+
+
+def _check_state(state: Array, n: int, api: str) -> Array:
+    if state.ndim not in (1, 2) or state.shape[0] != n:
+        raise ValueError(
+            f"`{api}`: `state` must have shape ({n},) or ({n}, m) to match the "
+            f"{n}x{n} `hamiltonian`, got shape {tuple(state.shape)}."
+        )
+    return state
+
+
+def _check_rho(rho: Array, n: int, api: str) -> Array:
+    if rho.ndim != 2 or rho.shape != (n, n):
+        raise ValueError(
+            f"`{api}`: `rho` must be a square matrix of shape ({n}, {n}) to match "
+            f"the {n}x{n} `hamiltonian`, got shape {tuple(rho.shape)}."
+        )
+    return rho
+
+
+# How the second argument of a call is checked, by the name the class gives it.
+_STATE_CHECKS = {"state": _check_state, "rho": _check_rho}
+
+
+def _evaluate_impl(
+    hierarchy: AbstractHierarchy,
+    t: Array | None,
+    state: Array | None,
+    *,
+    normalised: bool,
+    errors: bool,
+) -> Array:
+    """The compiled call of every hierarchy: the checks of the call's values (a
+    finite time, finite parameters and matrices, a finite state, and what the
+    hierarchy's own `levels` adds) raised at once, on what the call returns, and
+    the work in a branch of its own that runs only for a finite time (see
+    `run_if`)."""
+    names = hierarchy.arguments
+    api = f"hierax.{type(hierarchy).__name__}(...)({', '.join(names)})"
+    checks = _call_checks(hierarchy, t, state, api)
+    found: list[tuple[Array, str]] = []
+
+    def compute():
+        found.clear()
+        levels = hierarchy.levels(t, state, errors, found)
+        values = levels.values
+        return (
+            values.real,
+            values.imag if jnp.iscomplexobj(values) else None,
+            levels.exponents,
+            levels.errors,
+            [p for p, _ in found],
+        )
+
+    ok = jnp.asarray(True) if t is None else jnp.isfinite(t)
+    re, im, exponents, estimates, failed = run_if(ok, compute)
+    checks += [(p, message) for p, (_, message) in zip(failed, found, strict=True)]
+    values = re if im is None else lax.complex(re, im)
+    values, estimates = _raise_if((values, estimates), checks)
+    levels = Levels(values, exponents, estimates)
+    if errors:
+        return finish_errors(levels, False)
+    return finish_levels(levels, normalised)
+
+
+# One compile per structure and flags; times, states and parameter values are
+# traced (changing them never retraces).
+_evaluate = module_jit(_evaluate_impl)
 
 
 _TIME_SCALE_DOC = """`time_scale`: optional $s > 0$: the unit of time in which the
@@ -178,48 +348,25 @@ def _time_scale(
     rate: Any,
     dtype: Any,
     api: str,
-    checks: list[tuple[Array, str]] | None = None,
+    checks: list[tuple[Array, str]],
 ) -> Array:
     """The unit of time of a call: automatic from the growth estimate `rate()`, or
     the module's explicit one (checked when traced), kept within a factor
     `_WINDOW` of the automatic choice, outside which the carried numbers would leave
     floating-point range (zeros or infinities in float32). Within the window it is
-    used exactly as given. With `checks`, the check of an explicit value is appended
-    there (for `_raise_if`) instead of raised here."""
+    used exactly as given. The check of an explicit value goes on `checks` (for
+    `_raise_if`)."""
     rdtype = jnp.finfo(dtype).dtype
     automatic = default_time_scale(rate(), module.order, dtype)
     if module.time_scale is None:
         return automatic
     scale = module.time_scale.astype(rdtype)
     bad = ~(jnp.isfinite(scale) & (scale > 0))
-    message = f"`{api}`: `time_scale` must be positive and finite."
-    if checks is None:
-        scale = eqx.error_if(scale, bad, message)
-    else:
-        checks.append((bad, message))
+    checks.append((bad, f"`{api}`: `time_scale` must be positive and finite."))
     return jnp.clip(scale, automatic / _WINDOW, automatic * _WINDOW)
 
 
 _WINDOW = 16.0
-
-
-def _scaled_generator(h: TermSeries, scale: Array, dtype: Any) -> TermSeries:
-    """The series of $G(\\sigma) = i s H(t + s\\sigma)$, shifted by a multiple of
-    the identity (see `without_trace`): $s$ goes into the scalar coefficients (kept
-    real where they are), $i$ into the matrices."""
-    rdtype = jnp.finfo(dtype).dtype
-    complex_coefficients = jnp.iscomplexobj(h.coefficients)
-    coefficients = h.coefficients.astype(dtype if complex_coefficients else rdtype)
-    h = without_trace(
-        TermSeries(
-            coefficients,
-            h.matrices.astype(dtype),
-            None if h.dense is None else h.dense.astype(dtype),
-            h.constant,
-        )
-    )
-    dense = None if h.dense is None else 1j * scale * h.dense
-    return TermSeries(h.coefficients * scale, 1j * h.matrices, dense, h.constant)
 
 
 class HeisenbergHierarchy(AbstractHierarchy):
@@ -250,6 +397,21 @@ class HeisenbergHierarchy(AbstractHierarchy):
     $(K+1) \\times n \\times n$ arrays. Calls are compiled once per structure: new
     times or parameter values never recompile.
 
+    Error estimate ([`hierax.AbstractHierarchy.error_estimate`][]): level k's
+    estimate is that of level k-1 plus the rounding committed at level k: the unit
+    roundoff $\\epsilon/2$ times the size of what its matrix products and
+    derivative add up against the size of the level itself, plus two roundings of
+    its own (so a level that is small against its parts is charged for the
+    cancellation), plus the rounding of the final factor $k!/s^k$ applied in log
+    space; it bounds $\\|X_k - \\tilde X_k\\|_F / \\|X_k\\|_F$. It does not model
+    amplification of earlier rounding by parts of $H$ that commute with the exact
+    levels but not with the rounding errors (a far-detuned spectator written in a
+    basis that mixes it with the rest); there the rounding of the input matrices
+    themselves limits every method. A level that is exactly zero because
+    everything it is computed from is zero gets 0; a level that cancels to exactly
+    zero gets inf; for a level that overflows, the estimate describes the value
+    before the overflow.
+
     !!! example
 
         ```python
@@ -266,6 +428,7 @@ class HeisenbergHierarchy(AbstractHierarchy):
     hamiltonian: AbstractTimeOperator
     observable: AbstractTimeOperator
     order: int = eqx.field(static=True)
+    arguments: ClassVar[tuple[str, ...]] = ("t",)
     time_scale: Array | None
     hermitian: bool = eqx.field(static=True)
 
@@ -300,103 +463,15 @@ class HeisenbergHierarchy(AbstractHierarchy):
             self.observable
         )
 
-    @typechecked
-    def __call__(self, t: TimeLike) -> Complex[Array, "order_plus_1 n n"]:
-        """All levels at time `t`.
-
-        **Arguments:**
-
-        - `t`: the time, a real (or complex) scalar.
-
-        **Returns:**
-
-        An array of shape `(order + 1, n, n)`: $X_0(t), X_1(t), \\ldots, X_K(t)$.
-        A level whose true value overflows reads $\\pm\\infty$ (never nan).
-        """
-        t = as_time(t, "hierax.HeisenbergHierarchy(...)(t)")
-        return _heisenberg(self, t, normalised=False)
-
-    @typechecked
-    def normalised(self, t: TimeLike) -> Complex[Array, "order_plus_1 n n"]:
-        """All levels divided by $k!$, for high orders where $X_k$ itself overflows.
-
-        **Arguments:**
-
-        - `t`: the time, a real (or complex) scalar.
-
-        **Returns:**
-
-        An array of shape `(order + 1, n, n)`: $X_k(t) / k!$ for $k = 0..K$, the
-        Taylor coefficients of the Heisenberg-picture observable around `t`.
-        """
-        t = as_time(t, "hierax.HeisenbergHierarchy(...).normalised(t)")
-        return _heisenberg(self, t, normalised=True)
-
-    @typechecked
-    def error_estimate(self, t: TimeLike) -> Float[Array, " order_plus_1"]:
-        """An estimate of each level's relative rounding error at `t`, computed
-        alongside the levels (about the cost of one more call).
-
-        Level k's estimate is that of level k-1 plus the rounding committed at
-        level k: the unit roundoff $\\epsilon/2$ times the size of what its matrix
-        products and derivative add up against the size of the level itself, plus
-        two roundings of its own (so a level
-        that is small against its parts is charged for the cancellation), plus the
-        rounding of the final factor $k!/s^k$ applied in log space. It holds for
-        the relative error $\\|X_k - \\tilde X_k\\|_F / \\|X_k\\|_F$ of the
-        levels and of their normalised values alike.
-
-        What it does not model: amplification of earlier rounding by parts of $H$
-        that commute with the exact levels but not with the rounding errors (a
-        far-detuned spectator written in a basis that mixes it with the rest);
-        there the rounding of the input matrices themselves limits every method.
-        A level that is exactly zero because everything it is computed from is
-        zero gets 0; a level that cancels to exactly zero gets inf. For a level
-        that overflows (reads inf), the estimate describes the value before the
-        overflow.
-
-        **Arguments:**
-
-        - `t`: the time, a real (or complex) scalar.
-
-        **Returns:**
-
-        An array of shape `(order + 1,)`, real, in the hierarchy's precision.
-        """
-        t = as_time(t, "hierax.HeisenbergHierarchy(...).error_estimate(t)")
-        return _heisenberg_errors(self, t)
+    def levels(self, t, state, estimate, checks):
+        del state
+        api = "hierax.HeisenbergHierarchy(...)(t)"
+        return _heisenberg_compute(self, cast(Array, t), estimate, api, checks)
 
 
 HeisenbergHierarchy.__init__.__doc__ = (
     HeisenbergHierarchy.__init__.__doc__ or ""
 ).replace("TIME_SCALE", _TIME_SCALE_DOC)
-
-
-def _heisenberg_levels(
-    hierarchy: HeisenbergHierarchy, t: Array, estimate: bool = False
-) -> Levels:
-    api = "hierax.HeisenbergHierarchy(...)(t)"
-    checks = _call_checks(hierarchy, t, api)
-    found: list[tuple[Array, str]] = []  # checks the computation itself adds
-
-    def compute():
-        found.clear()
-        levels = _heisenberg_compute(hierarchy, t, estimate, api, found)
-        return (
-            levels.values.real,
-            levels.values.imag,
-            levels.exponents,
-            levels.errors,
-            [p for p, _ in found],
-        )
-
-    # The work runs only for a finite t (the call raises otherwise), in a branch of
-    # its own (see `run_if`).
-    re, im, exponents, errors, failed = run_if(jnp.isfinite(t), compute)
-    checks += [(p, message) for p, (_, message) in zip(failed, found, strict=True)]
-    # Every check at once, on what the call returns (so none is optimised away).
-    values, errors = _raise_if((lax.complex(re, im), errors), checks)
-    return Levels(values, exponents, errors)
 
 
 def _heisenberg_compute(
@@ -429,7 +504,7 @@ def _heisenberg_compute(
         and not jnp.iscomplexobj(h.coefficients)
         and not jnp.iscomplexobj(x.coefficients)
     )
-    generator = _scaled_generator(h, scale.astype(jnp.finfo(dtype).dtype), dtype)
+    generator = scaled_generator(h, scale.astype(jnp.finfo(dtype).dtype), dtype)
     series = x.full().astype(dtype)
     if hermitian:
         # The flag was set from the matrices at construction; refuse matrices that
@@ -453,18 +528,6 @@ def _heisenberg_compute(
     return Levels(levels.values, exponents, levels.errors)
 
 
-def _heisenberg_impl(hierarchy: HeisenbergHierarchy, t: Array, normalised: bool):
-    return finish_levels(_heisenberg_levels(hierarchy, t), normalised)
-
-
-def _heisenberg_errors_impl(hierarchy: HeisenbergHierarchy, t: Array):
-    return finish_errors(_heisenberg_levels(hierarchy, t, estimate=True), False)
-
-
-_heisenberg = module_jit(_heisenberg_impl)
-_heisenberg_errors = module_jit(_heisenberg_errors_impl)
-
-
 class PropagatorDerivatives(AbstractHierarchy):
     """All time derivatives of a propagator or state, $U^{(k)}(t)$, $k = 0..K$, for
     the Schrödinger equation $U'(t) = -i H(t) U(t)$, given $U(t)$.
@@ -481,10 +544,19 @@ class PropagatorDerivatives(AbstractHierarchy):
     equation, which [`hierax.DensityMatrixDerivatives`][] solves (with no jump
     operators for a closed system). States may also be QuTiP or dynamiqs kets and
     operators (a ket `(n, 1)` is read as `(n,)`).
+
+    Called as `derivatives(t, state)` with $U(t)$: a propagator of shape `(n, n)`,
+    a state vector `(n,)`, or several states as columns `(n, m)`; returns
+    $U(t), U'(t), \\ldots, U^{(K)}(t)$, shape `(order + 1, *state.shape)`. Error
+    estimate: coefficient k is a sum of products $h_m u_{k-1-m}$, each carrying the
+    estimate of its $u$ plus its own rounding ($\\sqrt{n}\\,\\epsilon$), weighed by
+    its size against the result's; plus the rounding of the final factor applied in
+    log space.
     """
 
     hamiltonian: AbstractTimeOperator
     order: int = eqx.field(static=True)
+    arguments: ClassVar[tuple[str, ...]] = ("t", "state")
     time_scale: Array | None
 
     def __init__(
@@ -505,79 +577,9 @@ class PropagatorDerivatives(AbstractHierarchy):
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         self.time_scale = _check_time_scale(time_scale, api)
 
-    @typechecked
-    def __call__(
-        self, t: TimeLike, state: Any
-    ) -> Complex[Array, "order_plus_1 n *rest"]:
-        """All derivatives at `t`.
-
-        **Arguments:**
-
-        - `t`: the time, a scalar.
-        - `state`: $U(t)$: a propagator of shape `(n, n)` (never a density
-            matrix, see above), a state vector of shape `(n,)`, or several states
-            as columns, `(n, m)`.
-
-        **Returns:**
-
-        An array of shape `(order + 1, *state.shape)`: $U(t), U'(t), \\ldots,
-        U^{(K)}(t)$.
-        """
-        api = "hierax.PropagatorDerivatives(...)(t, state)"
-        t = as_time(t, api)
-        return _propagator(self, t, self._check_state(state, api), normalised=False)
-
-    @typechecked
-    def normalised(
-        self, t: TimeLike, state: Any
-    ) -> Complex[Array, "order_plus_1 n *rest"]:
-        """The derivatives divided by $k!$ (the Taylor coefficients of $U$ around
-        `t`), for high orders.
-
-        **Arguments:**
-
-        - `t`: the time, a scalar.
-        - `state`: $U(t)$, shape `(n,)`, `(n, n)` or `(n, m)`.
-
-        **Returns:**
-
-        An array of shape `(order + 1, *state.shape)`: $U^{(k)}(t) / k!$.
-        """
-        api = "hierax.PropagatorDerivatives(...).normalised(t, state)"
-        t = as_time(t, api)
-        return _propagator(self, t, self._check_state(state, api), normalised=True)
-
-    @typechecked
-    def error_estimate(self, t: TimeLike, state: Any) -> Float[Array, " order_plus_1"]:
-        """An estimate of the relative rounding error of each derivative
-        $U^{(k)}(t)$ (and of $U^{(k)}/k!$), computed alongside: coefficient k is a
-        sum of products $h_m u_{k-1-m}$, each carrying the estimate of its $u$ plus
-        its own rounding ($\\sqrt{n}\\,\\epsilon$), weighed by its size against the
-        result's; plus the rounding of the final factor applied in log space.
-
-        **Arguments:**
-
-        - `t`: the time, a scalar.
-        - `state`: $U(t)$, shape `(n,)`, `(n, n)` or `(n, m)`.
-
-        **Returns:**
-
-        An array of shape `(order + 1,)`, real.
-        """
-        api = "hierax.PropagatorDerivatives(...).error_estimate(t, state)"
-        t = as_time(t, api)
-        return _propagator_errors(self, t, self._check_state(state, api))
-
-    def _check_state(self, state: Any, api: str) -> Array:
-        state = as_state(state, "state", api)
-        state = as_numeric_array(state, "state", api, finite=True)
-        n = self.hamiltonian.size
-        if state.ndim not in (1, 2) or state.shape[0] != n:
-            raise ValueError(
-                f"`{api}`: `state` must have shape ({n},) or ({n}, m) to match the "
-                f"{n}x{n} `hamiltonian`, got shape {tuple(state.shape)}."
-            )
-        return state
+    def levels(self, t, state, estimate, checks):
+        t, state = cast(Array, t), cast(Array, state)
+        return _propagator_levels(self, t, state, estimate, checks)
 
 
 PropagatorDerivatives.__init__.__doc__ = (
@@ -586,19 +588,19 @@ PropagatorDerivatives.__init__.__doc__ = (
 
 
 def _propagator_levels(
-    derivatives: PropagatorDerivatives, t: Array, state: Array, estimate: bool
+    derivatives: PropagatorDerivatives,
+    t: Array,
+    state: Array,
+    estimate: bool,
+    checks: list[tuple[Array, str]],
 ) -> Levels:
     api = "hierax.PropagatorDerivatives(...)(t, state)"
-    t = _checked_time(derivatives, t, api)
-    state = eqx.error_if(
-        state, ~jnp.all(jnp.isfinite(state)), f"`{api}`: `state` must be finite."
-    )
     order = derivatives.order
     hamiltonian = derivatives.hamiltonian
     # States keep sparse terms sparse (one sparse product per term and order).
     probe = lambda: growth_rate(hamiltonian.sparse_series(t, 3, None), None)  # noqa: E731
     probe_dtype = _complex_dtype(derivatives, state)
-    scale = _time_scale(derivatives, probe, probe_dtype, api)
+    scale = _time_scale(derivatives, probe, probe_dtype, api, checks)
     h = hamiltonian.sparse_series(t, order, scale)
     dtype = _complex_dtype(derivatives, h, state)
     rdtype = jnp.finfo(dtype).dtype
@@ -609,27 +611,12 @@ def _propagator_levels(
     if sparse is not None:
         sparse = sparse._replace(coefficients=sparse.coefficients * scale)
     h = TermSeries(h.coefficients * scale, h.matrices, dense, h.constant, sparse)
-    series = propagator_series(h, state.astype(dtype), order)
+    # The time scale is already in the series: a factor of one per order.
+    series = state_series(None, h, jnp.ones((order + 1,), rdtype), state, order)
     errors = propagator_errors(h, series) if estimate else None
     # Coefficient k is s^k U^(k) / k!; carried as one level each, exponent -k log2 s.
     exponents = -jnp.arange(order + 1, dtype=rdtype) * jnp.log2(scale)
     return Levels(series, exponents, errors)
-
-
-def _propagator_impl(
-    derivatives: PropagatorDerivatives, t: Array, state: Array, normalised: bool
-) -> Array:
-    return finish_levels(_propagator_levels(derivatives, t, state, False), normalised)
-
-
-def _propagator_errors_impl(
-    derivatives: PropagatorDerivatives, t: Array, state: Array
-) -> Array:
-    return finish_errors(_propagator_levels(derivatives, t, state, True), False)
-
-
-_propagator_errors = module_jit(_propagator_errors_impl)
-_propagator = module_jit(_propagator_impl)
 
 
 class NestedCommutators(AbstractHierarchy):
@@ -639,12 +626,14 @@ class NestedCommutators(AbstractHierarchy):
 
     Each level is renormalised by a power of two as it is computed, so levels are
     exact whatever the norm of $G$, a level that overflows reads $\\pm\\infty$, and
-    an exact zero stays zero.
+    an exact zero stays zero. Called with no arguments: `commutators()` gives the
+    levels, shape `(order + 1, n, n)`.
     """
 
     generator: Inexact[Array, "n n"]
     operator: Inexact[Array, "n n"]
     order: int = eqx.field(static=True)
+    arguments: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, generator: Any, operator: Any, order: OrderLike):
         """**Arguments:**
@@ -666,25 +655,15 @@ class NestedCommutators(AbstractHierarchy):
                 f"`operator` has shape {tuple(self.operator.shape)}; they must match."
             )
 
-    @typechecked
-    def __call__(self) -> Inexact[Array, "order_plus_1 n n"]:
-        """**Returns:**
-
-        An array of shape `(order + 1, n, n)`: $(\\mathrm{ad}_G)^k X$ for
-        $k = 0..K$.
-        """
-        return _nested(self)
+    def levels(self, t, state, estimate, checks):
+        del t, state, checks
+        return _nested_levels(self, estimate)
 
 
-def _nested_impl(commutators: NestedCommutators) -> Array:
-    api = "hierax.NestedCommutators"
+def _nested_levels(commutators: NestedCommutators, estimate: bool) -> Levels:
     dtype = jnp.result_type(commutators.generator, commutators.operator)
     g, x = commutators.generator.astype(dtype), commutators.operator.astype(dtype)
-    ok = jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(x))
-    x = eqx.error_if(x, ~ok, f"`{api}`: `generator` and `operator` must be finite.")
     generator = without_trace(TermSeries(jnp.ones((1, 1), dtype), g[None], None))
-    levels = heisenberg_levels(generator, x[None], commutators.order, hermitian=False)
-    return finish_levels(levels, normalised=False)
-
-
-_nested = module_jit(_nested_impl)
+    return heisenberg_levels(
+        generator, x[None], commutators.order, hermitian_levels=False, estimate=estimate
+    )

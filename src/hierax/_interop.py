@@ -29,7 +29,9 @@ from ._operators import (
     CallableOperator,
     OperatorSum,
     TimeOperator,
+    as_time_operator,
     register_foreign_operator,
+    summands,
     times_terms,
 )
 from ._sparse import SparseMatrix, _from_coo, as_sparse
@@ -172,9 +174,8 @@ def _sum(terms: Sequence[tuple[AbstractTimeFunction, Any]]) -> AbstractTimeOpera
 
 def _times(function: AbstractTimeFunction, operator: AbstractTimeOperator):
     """`f * H`, distributed over the terms of a `TimeOperator` or a sum."""
-    if isinstance(operator, OperatorSum):
-        return OperatorSum([_times(function, op) for op in operator.operators])
-    return times_terms(function, operator)
+    parts = [times_terms(function, op) for op in summands(operator)]
+    return parts[0] if len(parts) == 1 else OperatorSum(parts)
 
 
 def foreign_operator(x: Any, name: str, api: str) -> AbstractTimeOperator | None:
@@ -504,13 +505,14 @@ def _timeqarray(x: Any, name: str, api: str) -> AbstractTimeOperator:
             _timeqarray(part, f"{name} (part {i})", api)
             for i, part in enumerate(x.timeqarrays)
         ]
+        structured = [as_time_operator(part) for part in parts]
         terms = [
             (f, m)
-            for part in parts
-            if isinstance(part, TimeOperator)
+            for part in structured
+            if part is not None
             for f, m in zip(part.functions, _matrices(part))
         ]
-        others = [part for part in parts if not isinstance(part, TimeOperator)]
+        others = [p for p, s in zip(parts, structured, strict=True) if s is None]
         operators = ([_sum(terms)] if terms else []) + others
         operator = operators[0] if len(operators) == 1 else OperatorSum(operators)
     else:

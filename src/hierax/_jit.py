@@ -81,9 +81,7 @@ def module_jit(fn: Callable) -> Callable:
         if all_arrays and all(_is_plain(leaf) for leaf in jax.tree.leaves(rest)):
             key = tuple(sorted(static))
             if key not in direct:
-                direct[key] = jax.jit(
-                    unflattened, static_argnames=("treedef", *key)
-                )
+                direct[key] = jax.jit(unflattened, static_argnames=("treedef", *key))
             return direct[key](leaves, *rest, treedef=treedef, **static)
         # Python scalars would be static under filtering: trace them as arrays.
         args = tuple(

@@ -1,471 +1,46 @@
 """Open systems: the Heisenberg hierarchy under a Lindblad generator, and all time
-derivatives of a density matrix.
-
-Both run on the kernels of the closed hierarchies. The generator's Hamiltonian part
-and the anticommutator with $N = \\sum_j L_j^\\dagger L_j$ together are one product
-$G Y - Y R$ with a term structure (`commutator_series` with other right-hand
-matrices); the sandwiches $L^\\dagger Y L$ are two products in a row, each a Cauchy
-product of the jump operator's series with a series of matrices, so a jump operator
-$\\sum_b f_b(t) A_b$ costs $2B$ matrix products per coefficient, not $2B^2$.
-"""
+derivatives of a density matrix (the kernels: `_kernels/lindblad.py` and
+`_kernels/density.py`)."""
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import equinox as eqx
 import jax
-import jax.lax as lax
 import jax.numpy as jnp
-import numpy as np
-from jaxtyping import Array, ArrayLike, Complex, Float
+from jaxtyping import Array, ArrayLike
 
-from ._algorithms import (
-    Levels,
-    _lower_shifts,
-    _norm,
-    _operator_norm_bound,
-    _scale_exponents,
-    _times_powers_of_two,
-    _toeplitz,
-    _weighted_sums,
-    commutator_series,
-    finish_errors,
-    finish_levels,
-    heisenberg_levels,
-    series_errors,
-    taylor_levels,
-)
-from ._custom_types import OrderLike, TimeLike, typechecked
+from ._custom_types import OrderLike
 from ._hierarchies import (
     _TIME_SCALE_DOC,
     AbstractHierarchy,
     _check_time_scale,
-    _checked_time,
     _complex_dtype,
     _hermitian_matrices,
     _is_hermitian,
-    _scaled_generator,
     _time_scale,
 )
-from ._interop import as_state
-from ._jit import module_jit
+from ._kernels.density import density_generator, density_series, generator_sizes
+from ._kernels.heisenberg import (
+    Levels,
+    frobenius,
+    scaled_generator,
+)
+from ._kernels.lindblad import (
+    cast_series,
+    lindblad_levels,
+    number_series,
+    scaled_series,
+    two_sided,
+)
+from ._kernels.propagator import series_errors
 from ._operators import AbstractTimeOperator, to_operator
-from ._series import TermSeries, real_dtype, scalar_cauchy_product
+from ._series import TermSeries, real_dtype
 from ._time_scale import growth_rate
-from ._validation import as_numeric_array, as_time, check_order
+from ._validation import check_order
 
 
-# ----------------------------------------------------------------------------------
-# Series of the generator's parts
-# ----------------------------------------------------------------------------------
-
-
-def _adjoint(m: Array) -> Array:
-    return jnp.conj(jnp.swapaxes(m, -1, -2))
-
-
-def _dense_cauchy_adjoint(series: Array) -> Array:
-    """$N_m = \\sum_{p \\le m} l_p^\\dagger l_{m-p}$ for a dense series l (a callable
-    jump operator): one batch of products per p, computed once per call."""
-    width = series.shape[0]
-    index = jnp.arange(width)
-
-    def add(p, total):
-        shifted = jnp.roll(series, p, axis=0)
-        shifted = jnp.where((index >= p)[:, None, None], shifted, 0)
-        return total + jnp.einsum("mn,jmq->jnq", jnp.conj(series[p]), shifted)
-
-    return lax.fori_loop(0, width, add, jnp.zeros_like(series))
-
-
-def _number_series(jumps: Sequence[TermSeries], dtype: Any) -> TermSeries:
-    """The series of $N = \\sum_j L_j^\\dagger L_j$ with term structure: the pairs
-    $A_a^\\dagger A_b$ of each jump operator's terms, with the Cauchy products
-    $\\overline{f_a} f_b$ as coefficients (constant where both are; the conjugate of
-    a series at real t is the series of the conjugate); a jump operator with a dense
-    part enters wholly as a dense series."""
-    n = jumps[0].matrices.shape[-1]
-    coefficients, matrices, constant, dense = [], [], [], None
-    for jump in jumps:
-        if jump.dense is not None:
-            part = _dense_cauchy_adjoint(jump.full().astype(dtype))
-            dense = part if dense is None else dense + part
-            continue
-        flags = jump.constant_flags()
-        c = jump.coefficients
-        a = jump.matrices.astype(dtype)
-        for i in range(c.shape[0]):
-            for j in range(c.shape[0]):
-                coefficients.append(scalar_cauchy_product(jnp.conj(c[i]), c[j]))
-                matrices.append(_adjoint(a[i]) @ a[j])
-                constant.append(flags[i] and flags[j])
-    width = jumps[0].coefficients.shape[-1] if dense is None else dense.shape[0]
-    if coefficients:
-        coefficient_dtype = jnp.result_type(*coefficients)
-        stacked = jnp.stack([c.astype(coefficient_dtype) for c in coefficients])
-        stacked_matrices = jnp.stack(matrices)
-    else:
-        stacked = jnp.zeros((0, width), real_dtype(dtype))
-        stacked_matrices = jnp.zeros((0, n, n), dtype)
-    return TermSeries(stacked, stacked_matrices, dense, tuple(constant))
-
-
-def _scaled(terms: TermSeries, scale: Array) -> TermSeries:
-    """The series of $s\\,L(t + s\\sigma)$ (s a power of two: exact)."""
-    dense = None if terms.dense is None else terms.dense * scale
-    return TermSeries(terms.coefficients * scale, terms.matrices, dense, terms.constant)
-
-
-def _two_sided(
-    hamiltonian: TermSeries, number: TermSeries, sign: float
-) -> tuple[TermSeries, TermSeries]:
-    """Left and right parts $(G, R)$ of $Y \\mapsto G Y - Y R$ for the Hamiltonian
-    part (the commutator with `hamiltonian`, already $\\pm i s H$ with its trace part
-    removed) plus `sign` times the anticommutator with $s N / 2$ (`number`, already
-    times s): the terms of both side by side, constant ones merged by the kernel.
-    Only the Hamiltonian is shifted by a multiple of the identity: the commutator
-    does not see it, the anticommutator would."""
-    dtype = hamiltonian.matrices.dtype
-    half = number.matrices.astype(dtype) * (sign / 2)
-    coefficients = jnp.concatenate(
-        [
-            hamiltonian.coefficients,
-            number.coefficients.astype(
-                jnp.result_type(hamiltonian.coefficients, number.coefficients)
-            ),
-        ]
-    )
-    constant = hamiltonian.constant_flags() + number.constant_flags()
-    dense_left = dense_right = hamiltonian.dense
-    if number.dense is not None:
-        d = number.dense.astype(dtype) * (sign / 2)
-        base = jnp.zeros_like(d) if hamiltonian.dense is None else hamiltonian.dense
-        dense_left, dense_right = base + d, base - d
-    left = TermSeries(
-        coefficients,
-        jnp.concatenate([hamiltonian.matrices, half]),
-        dense_left,
-        constant,
-    )
-    right = TermSeries(
-        coefficients,
-        jnp.concatenate([hamiltonian.matrices, -half]),
-        dense_right,
-        constant,
-    )
-    return left, right
-
-
-# ----------------------------------------------------------------------------------
-# The Heisenberg-picture kernel: the sandwich L^dagger Y L on carried levels
-# ----------------------------------------------------------------------------------
-
-
-def _right_product(
-    jump: TermSeries,
-    level: Array,
-    exponents: Array,
-    out_exponents: Array,
-    magnitude: bool,
-    carried: Array | None = None,
-) -> tuple[Array, Array | None]:
-    """Coefficients $j < W$ of $(Y L)(\\sigma) \\cdot 2^{-F_j}$ for a level
-    $y_m = \\hat y_m 2^{E_m}$: $\\sum_b z_{b,j} A_b$ with the scalar-weighted sums
-    $z_{b,j} = \\sum_m c_{b,j-m} 2^{E_m - F_j} \\hat y_m$ (one product per term and
-    coefficient; constant terms merged first), plus the dense part term by term.
-
-    With `magnitude`, also the size of what the products add up per coefficient,
-    $\\sum_b \\|A_b\\|_2 (\\|z_{b,j}\\|_F + \\sum_m |w_{b,j,m}|\\,\\text{carried}_m)$:
-    `carried` is the size already committed to each input coefficient (the first
-    product's, for the second), which the product carries along."""
-    width = level.shape[0]
-    rdtype = real_dtype(level.dtype)
-    shift = _lower_shifts(exponents, out_exponents, rdtype)
-    flags = jump.constant_flags()
-    fixed = [a for a, c in enumerate(flags) if c]
-    varying = [a for a, c in enumerate(flags) if not c]
-    out = jnp.zeros_like(level)
-    size = jnp.zeros((width,), rdtype) if magnitude else None
-    if fixed:
-        idx = np.asarray(fixed)
-        merged = jnp.einsum(
-            "a,anm->nm", jump.coefficients[idx, 0], jump.matrices[idx]
-        ).astype(level.dtype)
-        diagonal = exponents - out_exponents
-        z = _times_powers_of_two(level, diagonal)
-        out = out + jnp.einsum("jnm,mp->jnp", z, merged)
-        if size is not None:
-            grown = _norm(z, (1, 2))
-            if carried is not None:
-                grown = grown + jnp.exp2(diagonal) * carried
-            size = size + _operator_norm_bound(merged[None])[0] * grown
-    if varying:
-        idx = np.asarray(varying)
-        t = _toeplitz(jump.coefficients[idx, :width], width) * shift[None]
-        z = _weighted_sums(t, level)
-        out = out + jnp.einsum("ajnm,amp->jnp", z, jump.matrices[idx].astype(z.dtype))
-        if size is not None:
-            grown = _norm(z, (2, 3))
-            if carried is not None:
-                grown = grown + jnp.abs(t) @ carried
-            bound = _operator_norm_bound(jump.matrices[idx])
-            size = size + jnp.sum(bound[:, None] * grown, axis=0)
-    if jump.dense is not None:
-        dense = jump.dense.astype(level.dtype)
-
-        def add(m, state):
-            # out[j] += y_{j-m} D_m 2^(E_{j-m} - F_j) for j >= m.
-            out, size = state
-            e = jnp.roll(exponents, m) - out_exponents
-            keep = jnp.arange(width) >= m
-            weight = jnp.where(keep, jnp.exp2(jnp.minimum(e, 0)), 0).astype(rdtype)
-            shifted = (
-                jnp.roll(level, m, axis=0) * weight.astype(level.dtype)[:, None, None]
-            )
-            out = out + jnp.einsum("jnm,mp->jnp", shifted, dense[m])
-            if size is not None:
-                grown = _norm(shifted, (1, 2))
-                if carried is not None:
-                    grown = grown + weight * jnp.roll(carried, m)
-                size = size + _operator_norm_bound(dense[m][None])[0] * grown
-            return out, size
-
-        out, size = lax.fori_loop(0, min(width, dense.shape[0]), add, (out, size))
-    return out, size
-
-
-def _sandwich(
-    jump: TermSeries,
-    scaled: TermSeries,
-    level: Array,
-    exponents: Array,
-    out_exponents: Array,
-    magnitude: bool,
-) -> tuple[Array, Array | None]:
-    """Coefficients of $s L^\\dagger Y L \\cdot 2^{-F_j}$: first $Q = Y L$, at the
-    running largest input exponent $C_j$ (so both steps weigh by powers $\\le 1$),
-    then $s L^\\dagger Q = (Q^\\dagger\\, sL)^\\dagger$: the conjugated coefficients of
-    $L^\\dagger$ come out of the outer adjoint, for the price of none."""
-    floor = jnp.min(exponents)
-    middle = jnp.maximum(lax.cummax(_scale_exponents(level, exponents)), floor)
-    q, q_size = _right_product(jump, level, exponents, middle, magnitude)
-    r, size = _right_product(
-        scaled, _adjoint(q), middle, out_exponents, magnitude, q_size
-    )
-    return _adjoint(r), size
-
-
-def lindblad_levels(
-    left: TermSeries,
-    right: TermSeries | None,
-    jumps: Sequence[TermSeries],
-    scale: Array,
-    observable: Array,
-    order: int,
-    hermitian: bool,
-    estimate: bool,
-) -> Levels:
-    """$X_k / k!$ for the Heisenberg-picture Lindbladian by the direct Taylor
-    recursion (`taylor_levels`), the step
-    $\\mathcal{G} * Y = (G Y - Y R) + \\sum_j s L_j^\\dagger Y L_j$ with
-    $G = isH - sN/2$, $R = isH + sN/2$ in parts (`_two_sided`)."""
-    jumps = list(jumps)
-    if not jumps and right is None:
-        # The closed system: the same computation as the Heisenberg hierarchy's.
-        return heisenberg_levels(left, observable, order, hermitian, estimate)
-    scaled = [_scaled(jump, scale) for jump in jumps]
-
-    def step(
-        level: Array, exponents: Array, out_exponents: Array, magnitude: bool
-    ) -> Array | tuple[Array, Array]:
-        result = commutator_series(
-            left, level, exponents, out_exponents, hermitian, magnitude, right=right
-        )
-        grown, size = result if isinstance(result, tuple) else (result, None)
-        for jump, jump_scaled in zip(jumps, scaled, strict=True):
-            part, part_size = _sandwich(
-                jump, jump_scaled, level, exponents, out_exponents, magnitude
-            )
-            grown = grown + part
-            if size is not None and part_size is not None:
-                size = size + part_size
-        return (grown, size) if size is not None else grown
-
-    return taylor_levels(step, observable, order, estimate)
-
-
-# ----------------------------------------------------------------------------------
-# The Schrodinger-picture kernel: rho's series one coefficient per step
-# ----------------------------------------------------------------------------------
-
-
-def _window_sums(
-    terms: TermSeries, series: Array, j: Array, conjugate: bool
-) -> tuple[Array, np.ndarray] | tuple[None, None]:
-    """For the time-dependent terms, $\\sum_{i \\le j} c_{a,j-i}\\, x_i$ of the
-    carried `series` x (conjugated coefficients with `conjugate`), read in place
-    (no window of x is gathered); the constant ones, merged, need only $x_j$."""
-    flags = terms.constant_flags()
-    varying = np.asarray([a for a, c in enumerate(flags) if not c], dtype=int)
-    if varying.size == 0:
-        return None, None
-    c = terms.coefficients[varying]
-    c = jnp.conj(c) if conjugate else c
-    lags = jnp.arange(series.shape[0])
-    valid = lags <= j
-    weights = jnp.where(valid[None, :], c[:, jnp.where(valid, j - lags, 0)], 0)
-    return jnp.tensordot(weights.astype(series.dtype), series, axes=(1, 0)), varying
-
-
-def _merged(terms: TermSeries, matrices: Array, conjugate: bool) -> Array | None:
-    flags = terms.constant_flags()
-    fixed = np.asarray([a for a, c in enumerate(flags) if c], dtype=int)
-    if fixed.size == 0:
-        return None
-    c = terms.coefficients[fixed, 0]
-    c = jnp.conj(c) if conjugate else c
-    return jnp.einsum("a,anm->nm", c.astype(matrices.dtype), matrices[fixed])
-
-
-def _window(series: Array, j: Array) -> Array:
-    """Entry i is `series[j - i]` for i <= j, else zero."""
-    width = series.shape[0]
-    i = jnp.arange(width)
-    taken = jnp.take(series, jnp.clip(j - i, 0, width - 1), axis=0)
-    return jnp.where((i <= j)[:, None, None], taken, 0)
-
-
-def density_series(
-    left: TermSeries,
-    right: TermSeries,
-    jumps: Sequence[TermSeries],
-    scale: Array,
-    rho: Array,
-    order: int,
-) -> Array:
-    """Normalised series of $\\rho(t + s\\sigma)$ for $\\rho' = \\mathcal{L}_t[\\rho]$,
-    $\\rho(t)$ = `rho`: $r_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j}
-    \\mathcal{L}_m[r_{j-m}]$, one coefficient per step (the pattern of
-    `propagator_series`), with $\\mathcal{L}_m[r] = (G r - r R)_m +
-    \\sum_j (L_j r L_j^\\dagger)_m$ and $G = -isH - sN/2$, $R = -isH + sN/2$.
-
-    The sandwich runs through $Q_j = (r L^\\dagger)_j$, carried as a series and
-    extended by one coefficient per step, then $(L Q)_j$: $2B$ products per jump
-    operator of B terms and order. Each coefficient is a sum whose largest term has
-    the size of the result, with the Hamiltonian's trace part removed, so the
-    recursion loses no digits to offsets.
-
-    **Returns:** shape `(order + 1, n, n)`.
-    """
-    dtype = rho.dtype
-    n = rho.shape[-1]
-    r = jnp.zeros((order + 1, n, n), dtype).at[0].set(rho)
-    jumps = list(jumps)
-    scaled = [_scaled(jump, scale) for jump in jumps]
-    merged_left = _merged(left, left.matrices, False)
-    merged_right = _merged(left, right.matrices, False)
-    jump_right = [_merged(jump, _adjoint(jump.matrices), True) for jump in jumps]
-    jump_left = [_merged(jump, jump.matrices, False) for jump in scaled]
-    carried = [jnp.zeros((order + 1, n, n), dtype) for _ in jumps]
-    dense_parts = left.dense is not None or any(j.dense is not None for j in jumps)
-
-    def body(j, state):
-        r, carried = state
-        # Dense parts (callables) sum over the window of r; terms read r in place.
-        window = _window(r, j) if dense_parts else None
-        total = jnp.zeros((n, n), dtype)
-        if merged_left is not None and merged_right is not None:
-            total = total + merged_left @ r[j] - r[j] @ merged_right
-        sums, varying = _window_sums(left, r, j, False)
-        if sums is not None:
-            total = total + jnp.einsum("anm,amp->np", left.matrices[varying], sums)
-            total = total - jnp.einsum("anm,amp->np", sums, right.matrices[varying])
-        if window is not None and left.dense is not None and right.dense is not None:
-            d_left, d_right = left.dense, right.dense
-            total = total + jnp.tensordot(d_left, window, axes=((0, 2), (0, 1)))
-            total = total - jnp.einsum("inm,imp->np", window, d_right)
-        new_carried = []
-        for jump, jump_scaled, r_merged, l_merged, q in zip(
-            jumps, scaled, jump_right, jump_left, carried, strict=True
-        ):
-            # Q_j = sum_i r_{j-i} l_i^dagger, then sum_i s l_i Q_{j-i}.
-            q_j = jnp.zeros((n, n), dtype)
-            if r_merged is not None:
-                q_j = q_j + r[j] @ r_merged
-            sums, varying = _window_sums(jump, r, j, True)
-            if sums is not None:
-                adjoints = _adjoint(jump.matrices[varying]).astype(dtype)
-                q_j = q_j + jnp.einsum("anm,amp->np", sums, adjoints)
-            if window is not None and jump.dense is not None:
-                q_j = q_j + jnp.einsum("inm,imp->np", window, _adjoint(jump.dense))
-            q = q.at[j].set(q_j)
-            if l_merged is not None:
-                total = total + l_merged @ q_j
-            sums, varying = _window_sums(jump_scaled, q, j, False)
-            if sums is not None:
-                matrices = jump_scaled.matrices[varying].astype(dtype)
-                total = total + jnp.einsum("anm,amp->np", matrices, sums)
-            if jump_scaled.dense is not None:
-                total = total + jnp.tensordot(
-                    jump_scaled.dense, _window(q, j), axes=((0, 2), (0, 1))
-                )
-            new_carried.append(q)
-        step = (1 / (j + 1)).astype(real_dtype(dtype)).astype(dtype)
-        return r.at[j + 1].set(total * step), new_carried
-
-    r, _ = lax.fori_loop(0, order, body, (r, carried))
-    return r
-
-
-def density_generator(
-    hamiltonian: TermSeries, jumps: Sequence[TermSeries], scale: Array, dtype: Any
-) -> tuple[TermSeries, TermSeries, list[TermSeries]]:
-    """The parts `(left, right, jumps)` that `density_series` takes, from the series
-    of $H(t + s\\sigma)$ and of each $L_j(t + s\\sigma)$ at the scale `scale`
-    ($s$ of either sign: every part is linear in it), in the working `dtype`."""
-    jumps = [_cast(jump, dtype) for jump in jumps]
-    # -i s H: the Heisenberg generator's matrices negated.
-    generator = _scaled_generator(hamiltonian, scale, dtype)
-    generator = TermSeries(
-        generator.coefficients,
-        -generator.matrices,
-        None if generator.dense is None else -generator.dense,
-        generator.constant,
-    )
-    if jumps:
-        number = _scaled(_number_series(jumps, dtype), scale)
-        left, right = _two_sided(generator, number, -1.0)
-    else:
-        left = right = generator
-    return left, right, jumps
-
-
-def _generator_sizes(
-    left: TermSeries, right: TermSeries, jumps: Sequence[TermSeries], scale: Array
-) -> Array:
-    """A bound on the size of each coefficient $\\mathcal{L}_m$ of the Schrödinger
-    generator's series, for `series_errors`: Frobenius norms of its parts."""
-    rdtype = real_dtype(left.matrices.dtype)
-    both = _norm(left.matrices, (1, 2)) + _norm(right.matrices, (1, 2))
-    h = jnp.sum(jnp.abs(left.coefficients) * both[:, None], axis=0).astype(rdtype)
-    if left.dense is not None and right.dense is not None:
-        h = h + (_norm(left.dense, (1, 2)) + _norm(right.dense, (1, 2))).astype(rdtype)
-    for jump in jumps:
-        norms = jnp.sum(
-            jnp.abs(jump.coefficients) * _norm(jump.matrices, (1, 2))[:, None], axis=0
-        ).astype(rdtype)
-        if jump.dense is not None:
-            norms = norms + _norm(jump.dense, (1, 2)).astype(rdtype)
-        h = h + scale * scalar_cauchy_product(norms, norms)
-    return h
-
-
-# ----------------------------------------------------------------------------------
-# The public modules
-# ----------------------------------------------------------------------------------
-
-
-def _check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
+def check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
     if not isinstance(jumps, (list, tuple)):
         raise TypeError(
             f"`{api}`: `jump_operators` must be a list or tuple of operators (e.g. "
@@ -492,9 +67,11 @@ def _jump_rate(jumps: Sequence[TermSeries]) -> list[Array]:
     total = None
     for jump in jumps:
         rates.append(growth_rate(jump, None))
-        norm = jnp.sum(jnp.abs(jump.coefficients[:, 0]) * _norm(jump.matrices, (1, 2)))
+        norm = jnp.sum(
+            jnp.abs(jump.coefficients[:, 0]) * frobenius(jump.matrices, (1, 2))
+        )
         if jump.dense is not None:
-            norm = norm + _norm(jump.dense[0], (0, 1))
+            norm = norm + frobenius(jump.dense[0], (0, 1))
         total = norm**2 if total is None else total + norm**2
     if total is not None:
         rates.append(jax.lax.stop_gradient(2 * total))
@@ -542,6 +119,11 @@ class LindbladHierarchy(AbstractHierarchy):
     time). Memory: a
     few $(K+1) \\times n \\times n$ arrays.
 
+    Called as `hierarchy(t)`, a real time; the error estimate is
+    [`hierax.HeisenbergHierarchy`][]'s, with the size of what the dissipator's
+    products add up (both products of each sandwich, the first's rounding carried
+    through the second) in each level's share.
+
     !!! example
 
         ```python
@@ -561,6 +143,7 @@ class LindbladHierarchy(AbstractHierarchy):
     jump_operators: tuple[AbstractTimeOperator, ...]
     observable: AbstractTimeOperator
     order: int = eqx.field(static=True)
+    arguments: ClassVar[tuple[str, ...]] = ("t",)
     time_scale: Array | None
     hermitian: bool = eqx.field(static=True)
 
@@ -590,7 +173,7 @@ class LindbladHierarchy(AbstractHierarchy):
         self.time_scale = _check_time_scale(time_scale, api)
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         n = self.hamiltonian.size
-        self.jump_operators = _check_jump_operators(jump_operators, n, api)
+        self.jump_operators = check_jump_operators(jump_operators, n, api)
         self.observable = to_operator(observable, "observable", api)
         if self.observable.size != n:
             raise ValueError(
@@ -602,53 +185,9 @@ class LindbladHierarchy(AbstractHierarchy):
             self.observable
         )
 
-    @typechecked
-    def __call__(self, t: TimeLike) -> Complex[Array, "order_plus_1 n n"]:
-        """All levels at time `t`.
-
-        **Arguments:**
-
-        - `t`: the time, a real scalar.
-
-        **Returns:**
-
-        An array of shape `(order + 1, n, n)`: $X_0(t), X_1(t), \\ldots, X_K(t)$.
-        """
-        t = as_time(t, "hierax.LindbladHierarchy(...)(t)")
-        return _lindblad(self, t, normalised=False)
-
-    @typechecked
-    def normalised(self, t: TimeLike) -> Complex[Array, "order_plus_1 n n"]:
-        """All levels divided by $k!$, for high orders where $X_k$ itself overflows.
-
-        **Arguments:**
-
-        - `t`: the time, a real scalar.
-
-        **Returns:**
-
-        An array of shape `(order + 1, n, n)`: $X_k(t) / k!$ for $k = 0..K$.
-        """
-        t = as_time(t, "hierax.LindbladHierarchy(...).normalised(t)")
-        return _lindblad(self, t, normalised=True)
-
-    @typechecked
-    def error_estimate(self, t: TimeLike) -> Float[Array, " order_plus_1"]:
-        """An estimate of each level's relative rounding error at `t`, as
-        [`hierax.HeisenbergHierarchy.error_estimate`][] computes it, with the size
-        of what the dissipator's products add up (both products of each sandwich,
-        the first's rounding carried through the second) in each level's share.
-
-        **Arguments:**
-
-        - `t`: the time, a real scalar.
-
-        **Returns:**
-
-        An array of shape `(order + 1,)`, real, in the hierarchy's precision.
-        """
-        t = as_time(t, "hierax.LindbladHierarchy(...).error_estimate(t)")
-        return _lindblad_errors(self, t)
+    def levels(self, t, state, estimate, checks):
+        del state
+        return _lindblad_levels(self, cast(Array, t), estimate, checks)
 
 
 LindbladHierarchy.__init__.__doc__ = (LindbladHierarchy.__init__.__doc__ or "").replace(
@@ -657,10 +196,12 @@ LindbladHierarchy.__init__.__doc__ = (LindbladHierarchy.__init__.__doc__ or "").
 
 
 def _lindblad_levels(
-    hierarchy: LindbladHierarchy, t: Array, estimate: bool = False
+    hierarchy: LindbladHierarchy,
+    t: Array,
+    estimate: bool,
+    checks: list[tuple[Array, str]],
 ) -> Levels:
     api = "hierax.LindbladHierarchy(...)(t)"
-    t = _checked_time(hierarchy, t, api)
     order = hierarchy.order
     hamiltonian, observable = hierarchy.hamiltonian, hierarchy.observable
     operators = hierarchy.jump_operators
@@ -685,7 +226,7 @@ def _lindblad_levels(
     scale = (
         jnp.ones((), jnp.finfo(probe_dtype).dtype)
         if constant
-        else _time_scale(hierarchy, probe, probe_dtype, api)
+        else _time_scale(hierarchy, probe, probe_dtype, api, checks)
     )
     time_scale = None if constant else scale
     h = hamiltonian.term_series(t, width, time_scale)
@@ -694,7 +235,7 @@ def _lindblad_levels(
     dtype = _complex_dtype(hierarchy, h, x, *jumps)
     rdtype = jnp.finfo(dtype).dtype
     scale = scale.astype(rdtype)
-    jumps = [_cast(jump, dtype) for jump in jumps]
+    jumps = [cast_series(jump, dtype) for jump in jumps]
     hermitian = (
         hierarchy.hermitian
         and h.dense is None
@@ -702,21 +243,23 @@ def _lindblad_levels(
         and not jnp.iscomplexobj(h.coefficients)
         and not jnp.iscomplexobj(x.coefficients)
     )
-    generator = _scaled_generator(h, scale, dtype)
-    number = _scaled(_number_series(jumps, dtype), scale) if jumps else None
+    generator = scaled_generator(h, scale, dtype)
+    number = scaled_series(number_series(jumps, dtype), scale) if jumps else None
     right: TermSeries | None = None
     if number is None:
         left = generator
     else:
-        left, right = _two_sided(generator, number, -1.0)
+        left, right = two_sided(generator, number, -1.0)
     series = x.full().astype(dtype)
     if hermitian:
         ok = _hermitian_matrices(h) & _hermitian_matrices(x)
-        series = eqx.error_if(
-            series,
-            ~ok,
-            f"`{api}`: the hierarchy was built for Hermitian matrices and they have "
-            "been replaced by non-Hermitian ones; build a new LindbladHierarchy.",
+        checks.append(
+            (
+                ~ok,
+                f"`{api}`: the hierarchy was built for Hermitian matrices and they "
+                "have been replaced by non-Hermitian ones; build a new "
+                "LindbladHierarchy.",
+            )
         )
     levels = lindblad_levels(
         left, right, jumps, scale, series, order, hermitian, estimate
@@ -726,31 +269,6 @@ def _lindblad_levels(
     k = jnp.arange(order + 1, dtype=levels.exponents.dtype)
     exponents = levels.exponents - k * jnp.log2(scale.astype(k.dtype))
     return Levels(levels.values, exponents, levels.errors)
-
-
-def _cast(terms: TermSeries, dtype: Any) -> TermSeries:
-    """Matrices (and a dense part) in the working dtype; coefficients stay real
-    where they are."""
-    rdtype = jnp.finfo(dtype).dtype
-    complex_coefficients = jnp.iscomplexobj(terms.coefficients)
-    return TermSeries(
-        terms.coefficients.astype(dtype if complex_coefficients else rdtype),
-        terms.matrices.astype(dtype),
-        None if terms.dense is None else terms.dense.astype(dtype),
-        terms.constant,
-    )
-
-
-def _lindblad_impl(hierarchy: LindbladHierarchy, t: Array, normalised: bool):
-    return finish_levels(_lindblad_levels(hierarchy, t), normalised)
-
-
-def _lindblad_errors_impl(hierarchy: LindbladHierarchy, t: Array):
-    return finish_errors(_lindblad_levels(hierarchy, t, estimate=True), False)
-
-
-_lindblad = module_jit(_lindblad_impl)
-_lindblad_errors = module_jit(_lindblad_errors_impl)
 
 
 class DensityMatrixDerivatives(AbstractHierarchy):
@@ -778,6 +296,15 @@ class DensityMatrixDerivatives(AbstractHierarchy):
     $(K+1) \\times n \\times n$ arrays. The Hamiltonian's trace part is removed
     (the commutator does not see it), so an offset $H + cI$ costs no digits.
 
+    Called as `derivatives(t, rho)` with $\\rho(t)$ an `(n, n)` matrix (any
+    operator works: the equation is linear), or a QuTiP or dynamiqs density
+    matrix or ket (a ket $|\\psi\\rangle$ is read as
+    $|\\psi\\rangle\\langle\\psi|$); returns $\\rho(t), \\rho'(t), \\ldots,
+    \\rho^{(K)}(t)$, shape `(order + 1, n, n)`. The error estimate is
+    [`hierax.PropagatorDerivatives`][]'s, with the size of each coefficient of the
+    generator's series (Hamiltonian, anticommutator and sandwiches) in place of
+    $\\|h_m\\|$.
+
     !!! example
 
         ```python
@@ -797,6 +324,7 @@ class DensityMatrixDerivatives(AbstractHierarchy):
     hamiltonian: AbstractTimeOperator
     jump_operators: tuple[AbstractTimeOperator, ...]
     order: int = eqx.field(static=True)
+    arguments: ClassVar[tuple[str, ...]] = ("t", "rho")
     time_scale: Array | None
 
     def __init__(
@@ -820,78 +348,13 @@ class DensityMatrixDerivatives(AbstractHierarchy):
         self.order = check_order(order, api)
         self.time_scale = _check_time_scale(time_scale, api)
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
-        self.jump_operators = _check_jump_operators(
+        self.jump_operators = check_jump_operators(
             jump_operators, self.hamiltonian.size, api
         )
 
-    @typechecked
-    def __call__(self, t: TimeLike, rho: Any) -> Complex[Array, "order_plus_1 n n"]:
-        """All derivatives at `t`.
-
-        **Arguments:**
-
-        - `t`: the time, a real scalar.
-        - `rho`: $\\rho(t)$, an `(n, n)` matrix (any operator works: the equation
-            is linear), or a QuTiP or dynamiqs density matrix or ket (a ket
-            $|\\psi\\rangle$ is read as $|\\psi\\rangle\\langle\\psi|$).
-
-        **Returns:**
-
-        An array of shape `(order + 1, n, n)`: $\\rho(t), \\rho'(t), \\ldots,
-        \\rho^{(K)}(t)$.
-        """
-        api = "hierax.DensityMatrixDerivatives(...)(t, rho)"
-        t = as_time(t, api)
-        return _density(self, t, self._check_rho(rho, api), normalised=False)
-
-    @typechecked
-    def normalised(self, t: TimeLike, rho: Any) -> Complex[Array, "order_plus_1 n n"]:
-        """The derivatives divided by $k!$ (the Taylor coefficients of $\\rho$
-        around `t`), for high orders.
-
-        **Arguments:**
-
-        - `t`: the time, a real scalar.
-        - `rho`: $\\rho(t)$, shape `(n, n)`.
-
-        **Returns:**
-
-        An array of shape `(order + 1, n, n)`: $\\rho^{(k)}(t) / k!$.
-        """
-        api = "hierax.DensityMatrixDerivatives(...).normalised(t, rho)"
-        t = as_time(t, api)
-        return _density(self, t, self._check_rho(rho, api), normalised=True)
-
-    @typechecked
-    def error_estimate(self, t: TimeLike, rho: Any) -> Float[Array, " order_plus_1"]:
-        """An estimate of the relative rounding error of each derivative (and of
-        its normalised value), as [`hierax.PropagatorDerivatives.error_estimate`][]
-        computes it, with the size of each coefficient of the generator's series
-        (Hamiltonian, anticommutator and sandwiches) in place of $\\|h_m\\|$.
-
-        **Arguments:**
-
-        - `t`: the time, a real scalar.
-        - `rho`: $\\rho(t)$, shape `(n, n)`.
-
-        **Returns:**
-
-        An array of shape `(order + 1,)`, real.
-        """
-        api = "hierax.DensityMatrixDerivatives(...).error_estimate(t, rho)"
-        t = as_time(t, api)
-        return _density_errors(self, t, self._check_rho(rho, api))
-
-    def _check_rho(self, rho: Any, api: str) -> Array:
-        rho = as_state(rho, "rho", api, density=True)
-        rho = as_numeric_array(rho, "rho", api, finite=True)
-        n = self.hamiltonian.size
-        if rho.ndim != 2 or rho.shape != (n, n):
-            raise ValueError(
-                f"`{api}`: `rho` must be a square matrix of shape ({n}, {n}) to match "
-                f"the {n}x{n} `hamiltonian`, got shape {tuple(rho.shape)}."
-            )
-        return rho
+    def levels(self, t, state, estimate, checks):
+        t, state = cast(Array, t), cast(Array, state)
+        return _density_levels(self, t, state, estimate, checks)
 
 
 DensityMatrixDerivatives.__init__.__doc__ = (
@@ -900,13 +363,13 @@ DensityMatrixDerivatives.__init__.__doc__ = (
 
 
 def _density_levels(
-    derivatives: DensityMatrixDerivatives, t: Array, rho: Array, estimate: bool
+    derivatives: DensityMatrixDerivatives,
+    t: Array,
+    rho: Array,
+    estimate: bool,
+    checks: list[tuple[Array, str]],
 ) -> Levels:
     api = "hierax.DensityMatrixDerivatives(...)(t, rho)"
-    t = _checked_time(derivatives, t, api)
-    rho = eqx.error_if(
-        rho, ~jnp.all(jnp.isfinite(rho)), f"`{api}`: `rho` must be finite."
-    )
     order = derivatives.order
     hamiltonian = derivatives.hamiltonian
     operators = derivatives.jump_operators
@@ -918,7 +381,7 @@ def _density_levels(
         )
 
     probe_dtype = _complex_dtype(derivatives, rho)
-    scale = _time_scale(derivatives, probe, probe_dtype, api)
+    scale = _time_scale(derivatives, probe, probe_dtype, api, checks)
     h = hamiltonian.term_series(t, order, scale)
     jumps = [op.term_series(t, order, scale) for op in operators]
     dtype = _complex_dtype(derivatives, h, rho, *jumps)
@@ -928,23 +391,7 @@ def _density_levels(
     series = density_series(left, right, jumps, scale, rho.astype(dtype), order)
     errors = None
     if estimate:
-        sizes = _generator_sizes(left, right, jumps, scale)
+        sizes = generator_sizes(left, right, jumps, scale)
         errors = series_errors(sizes, series)
     exponents = -jnp.arange(order + 1, dtype=rdtype) * jnp.log2(scale)
     return Levels(series, exponents, errors)
-
-
-def _density_impl(
-    derivatives: DensityMatrixDerivatives, t: Array, rho: Array, normalised: bool
-) -> Array:
-    return finish_levels(_density_levels(derivatives, t, rho, False), normalised)
-
-
-def _density_errors_impl(
-    derivatives: DensityMatrixDerivatives, t: Array, rho: Array
-) -> Array:
-    return finish_errors(_density_levels(derivatives, t, rho, True), False)
-
-
-_density = module_jit(_density_impl)
-_density_errors = module_jit(_density_errors_impl)

@@ -1,6 +1,7 @@
 """Time-dependent operators: sums of time functions times matrices, and callables."""
 
 import abc
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -16,12 +17,18 @@ from ._function_series import callable_series
 from ._jit import module_jit
 from ._series import (
     TermSeries,
-    densified,
     lower_toeplitz,
     result_dtype,
     scalar_cauchy_product,
 )
-from ._sparse import SparseMatrix, SparseTerms, apply_terms, as_sparse, is_sparse
+from ._sparse import (
+    SparseMatrix,
+    SparseTerms,
+    apply_terms,
+    as_sparse,
+    densified,
+    is_sparse,
+)
 from ._time_functions import (
     AbstractTimeFunction,
     Constant,
@@ -119,16 +126,17 @@ class AbstractTimeOperator(eqx.Module):
             raise ValueError(
                 f"Cannot add operators of sizes {self.size} and {other.size}."
             )
+        mine, theirs = as_time_operator(self), as_time_operator(other)
         if (
-            isinstance(self, TimeOperator)
-            and isinstance(other, TimeOperator)
-            and self.is_sparse == other.is_sparse
+            mine is not None
+            and theirs is not None
+            and mine.is_sparse == theirs.is_sparse
         ):
-            if isinstance(self.matrices, tuple) and isinstance(other.matrices, tuple):
-                matrices = list(self.matrices) + list(other.matrices)
+            if isinstance(mine.matrices, tuple) and isinstance(theirs.matrices, tuple):
+                matrices = list(mine.matrices) + list(theirs.matrices)
             else:
-                matrices = _unstack(self.matrices) + _unstack(other.matrices)
-            return TimeOperator(self.functions + other.functions, matrices)
+                matrices = _unstack(mine.matrices) + _unstack(theirs.matrices)
+            return TimeOperator(mine.functions + theirs.functions, matrices)
         return OperatorSum((self, other))
 
     def __radd__(self, other: Any) -> "AbstractTimeOperator":
@@ -300,8 +308,6 @@ class CallableOperator(AbstractTimeOperator):
     The function may be a plain Python function or an Equinox module (so that its
     parameters are trained with the rest of a model). Its Taylor coefficients are
     exact, computed by [`hierax.taylor`][]'s transform.
-
-    (Formerly `FunctionOperator`; that name remains as an alias for one version.)
     """
 
     fn: Callable[[Array], Array]
@@ -459,8 +465,7 @@ class OperatorSum(AbstractTimeOperator):
         api = "hierax.OperatorSum"
         ops = []
         for i, op in enumerate(operators):
-            op = to_operator(op, f"operators[{i}]", api)
-            ops.extend(op.operators if isinstance(op, OperatorSum) else [op])
+            ops.extend(summands(to_operator(op, f"operators[{i}]", api)))
         if not ops:
             raise ValueError(f"`{api}`: needs at least one operator.")
         if len({op.size for op in ops}) != 1:
@@ -498,6 +503,44 @@ class OperatorSum(AbstractTimeOperator):
                 tuple(k for q in sparses for k in q.constant),
             )
         return TermSeries(coefficients, matrices, dense, constant, sparse)
+
+
+# Queries of an operator's structure, one function each, answered by the operator's
+# type (`functools.singledispatch`): the kernels and rewrites that need a term
+# structure ask for it instead of testing types.
+
+
+@functools.singledispatch
+def summands(operator: AbstractTimeOperator) -> tuple[AbstractTimeOperator, ...]:
+    """The summands of an operator: the parts of an `OperatorSum`, the operator
+    itself otherwise (sums are flat: no summand is a sum)."""
+    return (operator,)
+
+
+@summands.register
+def _(operator: OperatorSum) -> tuple[AbstractTimeOperator, ...]:
+    return operator.operators
+
+
+@functools.singledispatch
+def as_time_operator(operator: Any) -> "TimeOperator | None":
+    """The operator's term structure $\\sum_a f_a(t) H_a$ as a `TimeOperator`, or
+    `None` for an operator without one (a callable, a scaled operator, a sum)."""
+    del operator
+    return None
+
+
+@as_time_operator.register
+def _(operator: TimeOperator) -> "TimeOperator | None":
+    return operator
+
+
+def time_operators(operator: AbstractTimeOperator) -> tuple[TimeOperator, ...] | None:
+    """The `TimeOperator`s of an operator whose every summand is one, else `None`."""
+    parts = [as_time_operator(op) for op in summands(operator)]
+    if any(p is None for p in parts):
+        return None
+    return tuple(p for p in parts if p is not None)
 
 
 def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
@@ -540,8 +583,10 @@ def _foreign_operator(x: Any, name: str, api: str) -> "AbstractTimeOperator | No
 def times_terms(function: AbstractTimeFunction, operator: AbstractTimeOperator) -> Any:
     """`f * H` with `f` folded into each term of a `TimeOperator` (`f` alone where a
     term's function is the constant 1), a `ScaledOperator` otherwise."""
-    if not isinstance(operator, TimeOperator):
+    terms = as_time_operator(operator)
+    if terms is None:
         return ScaledOperator(function, operator)
+    operator = terms
     functions = [
         function
         if isinstance(g, Constant) and not is_traced(g.value) and g.value == 1
@@ -593,6 +638,3 @@ def _time_function_times(function: AbstractTimeFunction, other: Any) -> Any:
 
 
 register_operator_product(_time_function_times)
-
-# The name of version 0.1, kept for one version.
-FunctionOperator = CallableOperator

@@ -6,15 +6,13 @@ given K and traces to a program whose size does not depend on K.
 """
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
-
-from ._sparse import SparseTerms, check_dense_memory
 
 
 def real_dtype(dtype) -> jnp.dtype:
@@ -105,6 +103,11 @@ def times_exp(x: Array, exponent: Array) -> Array:
     return x
 
 
+def frobenius(x: Array, axes: tuple[int, ...] | None = None) -> Array:
+    """The Frobenius norm of `x` over `axes` (all by default)."""
+    return jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axes))
+
+
 def lower_toeplitz(c: Array) -> Array:
     """The lower-triangular Toeplitz matrix `T[k, m] = c[k - m]` (zero above the
     diagonal) of a scalar series: `T @ a` is the Cauchy product of `c` and `a`.
@@ -143,16 +146,18 @@ class TermSeries(NamedTuple):
     - `constant`: static flags, one per term, true where $f_a$ is constant by
         structure (its coefficients above order 0 vanish): the kernels merge those
         terms into one matrix. Empty means unknown (every term time-dependent).
-    - `sparse`: terms whose matrices are sparse, or `None`. Only the kernels that
-        act on states see them (`AbstractTimeOperator.sparse_series`); the others
-        get a series in which they were made dense (`densified`).
+    - `sparse`: terms whose matrices are sparse, or `None`: an opaque part with an
+        `astype` (`_sparse.SparseTerms`; this layer knows no sparse format). Only
+        the kernels that act on states see them
+        (`AbstractTimeOperator.sparse_series`); the others get a series in which
+        they were made dense (`_sparse.densified`).
     """
 
     coefficients: Array
     matrices: Array
     dense: Array | None
     constant: tuple[bool, ...] = ()
-    sparse: SparseTerms | None = None
+    sparse: Any = None
 
     def constant_flags(self) -> tuple[bool, ...]:
         count = self.coefficients.shape[0]
@@ -163,55 +168,26 @@ class TermSeries(NamedTuple):
         return result_dtype(self)
 
     def astype(self, dtype) -> "TermSeries":
-        sparse = self.sparse
-        if sparse is not None:
-            sparse = SparseTerms(
-                sparse.coefficients.astype(dtype),
-                tuple(m.astype(dtype) for m in sparse.matrices),
-                sparse.constant,
-            )
         return TermSeries(
             self.coefficients.astype(dtype),
             self.matrices.astype(dtype),
             None if self.dense is None else self.dense.astype(dtype),
             self.constant,
-            sparse,
+            None if self.sparse is None else self.sparse.astype(dtype),
         )
 
     def full(self) -> Array:
-        """The series of the whole operator, `(K+1, n, n)`."""
-        series = densified(self, "The series of an operator")
-        dtype = series.dtype
+        """The series of the whole operator, `(K+1, n, n)`, of a series without a
+        sparse part (`_sparse.densified` makes one)."""
+        if self.sparse is not None:
+            raise ValueError("A series with sparse terms: densify it first.")
+        dtype = self.dtype
         out = jnp.einsum(
-            "ak,anm->knm",
-            series.coefficients.astype(dtype),
-            series.matrices.astype(dtype),
+            "ak,anm->knm", self.coefficients.astype(dtype), self.matrices.astype(dtype)
         )
-        if series.dense is not None:
-            out = out + series.dense.astype(dtype)
+        if self.dense is not None:
+            out = out + self.dense.astype(dtype)
         return out
-
-
-def densified(series: TermSeries, what: str) -> TermSeries:
-    """The same series with its sparse terms made dense (one `(n, n)` matrix
-    each), for the kernels that compute dense operators; raises before a dense
-    computation (about K + terms + 2 matrices) that cannot fit in memory."""
-    sparse = series.sparse
-    if sparse is None:
-        return series
-    n = sparse.matrices[0].shape[0]
-    dtype = result_dtype(series)
-    count = series.coefficients.shape[0] + len(sparse.matrices)
-    check_dense_memory(n, count + series.coefficients.shape[-1] + 2, dtype, what)
-    matrices = jnp.stack([m.todense().astype(dtype) for m in sparse.matrices])
-    return TermSeries(
-        jnp.concatenate(
-            [series.coefficients.astype(dtype), sparse.coefficients.astype(dtype)]
-        ),
-        jnp.concatenate([series.matrices.astype(dtype), matrices]),
-        series.dense,
-        series.constant_flags() + sparse.constant,
-    )
 
 
 def result_dtype(*parts) -> jnp.dtype:
@@ -227,8 +203,8 @@ def result_dtype(*parts) -> jnp.dtype:
 
 __all__ = [
     "TermSeries",
-    "densified",
     "exact_exp2",
+    "frobenius",
     "lower_toeplitz",
     "power_series",
     "real_dtype",

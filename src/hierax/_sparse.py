@@ -26,6 +26,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int
 
 from ._arrays import placed, to_jax
+from ._series import TermSeries, result_dtype
 from ._validation import is_traced
 
 
@@ -564,6 +565,13 @@ class SparseTerms(NamedTuple):
     matrices: tuple[SparseMatrix, ...]
     constant: tuple[bool, ...]
 
+    def astype(self, dtype) -> "SparseTerms":
+        return SparseTerms(
+            self.coefficients.astype(dtype),
+            tuple(m.astype(dtype) for m in self.matrices),
+            self.constant,
+        )
+
 
 def apply_terms(terms: SparseTerms, inner: Array) -> Array:
     """$\\sum_s S_s\\, v_s$ for vectors `inner[s]` (shape `(S, n, ...)`)."""
@@ -639,3 +647,25 @@ def sparse_products(
             weights = jnp.where(valid, c[index], 0)
             out = out + matrix.matvec(jnp.tensordot(weights, v, axes=(0, 0)))
     return out
+
+
+def densified(series: TermSeries, what: str) -> TermSeries:
+    """The same series with its sparse terms made dense (one `(n, n)` matrix
+    each), for the kernels that compute dense operators; raises before a dense
+    computation (about K + terms + 2 matrices) that cannot fit in memory."""
+    sparse = series.sparse
+    if sparse is None:
+        return series
+    n = sparse.matrices[0].shape[0]
+    dtype = result_dtype(series)
+    count = series.coefficients.shape[0] + len(sparse.matrices)
+    check_dense_memory(n, count + series.coefficients.shape[-1] + 2, dtype, what)
+    matrices = jnp.stack([m.todense().astype(dtype) for m in sparse.matrices])
+    return TermSeries(
+        jnp.concatenate(
+            [series.coefficients.astype(dtype), sparse.coefficients.astype(dtype)]
+        ),
+        jnp.concatenate([series.matrices.astype(dtype), matrices]),
+        series.dense,
+        series.constant_flags() + sparse.constant,
+    )

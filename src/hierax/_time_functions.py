@@ -57,7 +57,6 @@ class AbstractTimeFunction(eqx.Module):
     with `+`, `-`, `*` and numbers, and a time function times a square matrix is a
     [`hierax.TimeOperator`][].
 
-    (Formerly `AbstractCoefficient`; that name remains as an alias for one version.)
     """
 
     # Let numpy arrays hand `ndarray * f` to us instead of broadcasting.
@@ -470,10 +469,7 @@ class Gaussian(AbstractTimeFunction):
 
 
 class TimeFunctionSum(AbstractTimeFunction):
-    """The sum $f(t) = \\sum_i f_i(t)$ of time functions (what `f + g` builds).
-
-    (Formerly `CoefficientSum`; that name remains as an alias for one version.)
-    """
+    """The sum $f(t) = \\sum_i f_i(t)$ of time functions (what `f + g` builds)."""
 
     terms: tuple[AbstractTimeFunction, ...]
 
@@ -509,7 +505,6 @@ class TimeFunctionProduct(AbstractTimeFunction):
     """The product $f(t) = g(t)\\,h(t)$ of two time functions (what `g * h` builds);
     its series is the Cauchy product of theirs.
 
-    (Formerly `CoefficientProduct`; that name remains as an alias for one version.)
     """
 
     left: AbstractTimeFunction
@@ -545,7 +540,6 @@ class CallableTimeFunction(AbstractTimeFunction):
     are then trained with the rest of a model. Its series is exact, computed by
     [`hierax.taylor`][]'s transform.
 
-    (Formerly `FunctionCoefficient`; that name remains as an alias for one version.)
     """
 
     fn: Callable[[Array], Array]
@@ -581,10 +575,3 @@ class CallableTimeFunction(AbstractTimeFunction):
         api = "hierax.CallableTimeFunction"
         out = callable_series(self.fn, t, order, time_scale, api)
         return out.reshape(order + 1)
-
-
-# The names of version 0.1, kept for one version.
-AbstractCoefficient = AbstractTimeFunction
-CoefficientSum = TimeFunctionSum
-CoefficientProduct = TimeFunctionProduct
-FunctionCoefficient = CallableTimeFunction

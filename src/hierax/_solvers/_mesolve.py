@@ -10,7 +10,9 @@ from jaxtyping import Array, ArrayLike
 
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
-from ._sesolve import _check_exp_ops, solve
+from ._density import known_density_parts
+from ._integrate import solve
+from ._sesolve import check_exp_ops
 from ._solution import Solution
 from ._term import LindbladTerm
 
@@ -96,10 +98,11 @@ def mesolve(
     term = LindbladTerm(hamiltonian, jump_operators)
     n = term.size
     rho = _check_rho(as_state(rho, "rho", _API, density=True), n)
-    exp_ops = _check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), None, n, _API)
+    exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), None, n, _API)
+    rho = rho.astype(jnp.result_type(rho, 1j))
     return solve(
         term,
-        rho.astype(jnp.result_type(rho, 1j)),
+        rho,
         times,
         rtol=rtol,
         atol=atol,
@@ -111,7 +114,15 @@ def mesolve(
         max_steps=max_steps,
         adjoint=adjoint,
         api=_API,
+        expectation=_density_expectations,
+        # The Lindblad step's constant parts, assembled before compiling.
+        args=known_density_parts(term.hamiltonian, term.jump_operators, rho.dtype),
     )
+
+
+def _density_expectations(exp_ops: Array, states: Array) -> Array:
+    """tr(E rho) for each observable and saved state."""
+    return jnp.einsum("enm,tmn->et", exp_ops.astype(states.dtype), states)
 
 
 def _check_rho(rho: Any, n: int) -> Array:

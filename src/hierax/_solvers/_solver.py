@@ -1,5 +1,6 @@
 """The Taylor method as a diffrax solver: each step sums the exact series of the
-state, carried in the step's own time scale."""
+state, carried in the step's own time scale, which the term gives
+(`AbstractTaylorTerm.taylor_terms`)."""
 
 import math
 from typing import Any, ClassVar
@@ -11,22 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
-from .._lindblad import density_generator, density_series
-from .._operators import AbstractTimeOperator, OperatorSum, TimeOperator
-from .._series import TermSeries, real_dtype
-from .._sparse import sparse_products
-from ._density import (
-    DensityParts,
-    VectorisedParts,
-    lagged_weights,
-    operator_series,
-    real_embedding,
-    step_signs,
-    structured_density_terms,
-    traced_density_parts,
-    vectorised_density_terms,
-)
-from ._term import REAL_STATE_SIZE, LindbladTerm, SchrodingerTerm, UnitTimeTerm
+from ._term import AbstractTaylorTerm, UnitTimeTerm
 
 
 class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
@@ -105,7 +91,7 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
 
     taylor_order: int = eqx.field(static=True)
 
-    # A `SchrodingerTerm` or a `LindbladTerm`: `_unwrap` checks which, with a message.
+    # Any `AbstractTaylorTerm`: `_unwrap` checks, with a message.
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = TaylorInterpolation
 
@@ -137,15 +123,7 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         # `UnitTimeTerm`); the series is in physical time.
         time = start + span * (direction * t0)
         step = span * (direction * (t1 - t0))
-        if isinstance(term, LindbladTerm):
-            # `mesolve` hands the generator's parts, assembled before compiling, as
-            # diffrax's `args`; without them the step assembles its own.
-            parts = args if isinstance(args, DensityParts) else None
-            v = _density_step_terms(term, time, step, y0, self.taylor_order, parts)
-            rate = jnp.zeros((), v.dtype)
-        else:
-            v = _step_terms(term.hamiltonian, time, step, y0, self.taylor_order)
-            rate = (-1j * step * term.energy_shift).astype(v.dtype)
+        v, rate = term.taylor_terms(time, step, y0, self.taylor_order, args)
         phase = jnp.exp(rate)
         y1 = phase * jnp.sum(v, axis=0)
         y_error = truncation_estimate(v) * jnp.abs(phase)
@@ -158,13 +136,14 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
 
 def _unwrap(
     terms: Any,
-) -> tuple[SchrodingerTerm | LindbladTerm, Array, Array, Array]:
-    """The `SchrodingerTerm` or `LindbladTerm` inside the time-reversal wrapper
+) -> tuple[AbstractTaylorTerm, Array, Array, Array]:
+    """The `AbstractTaylorTerm` (a `SchrodingerTerm`, a `LindbladTerm`) inside the
+    time-reversal wrapper
     diffrax puts around every term, the direction of integration, and the map
     $t = $ `start + span * s` of a `UnitTimeTerm` (0 and 1 without one)."""
     direction = jnp.ones((), int)
     start, span = jnp.zeros(()), jnp.ones(())
-    while not isinstance(terms, SchrodingerTerm | LindbladTerm):
+    while not isinstance(terms, AbstractTaylorTerm):
         if isinstance(terms, UnitTimeTerm):
             start, span, terms = terms.start, terms.span, terms.term
             continue
@@ -180,299 +159,6 @@ def _unwrap(
         direction = direction * terms.direction
         terms = terms.term
     return terms, direction, start, span
-
-
-def step_terms(
-    hamiltonian: AbstractTimeOperator, t: Array, step: Array, y0: Array, order: int
-) -> Array:
-    """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of $\\dot y = -iH y$,
-    $y(t) = y_0$, for a step $h$ of either sign: shape `(order + 1, *y0.shape)`.
-
-    With $\\tau = t + h\\sigma$, $dy/d\\sigma = -ih\\, H(t + h\\sigma)\\, y$, so
-    $v_{j+1} = -\\frac{ih}{j+1} \\sum_m h_m v_{j-m}$ with $h_m$ the series of
-    $H(t + h\\sigma)$: the series at scale $|h|$ with odd orders negated for
-    $h < 0$. A loop over orders of fixed shape, so the traced program does not grow
-    with K; the state's dtype sets the precision. Terms with real matrices (see
-    `real_terms`) are applied in real arithmetic, to the real and imaginary parts
-    of the state side by side: half the work of complex products.
-    """
-    dtype = jnp.result_type(y0, 1j)
-    rdtype = real_dtype(dtype)
-    size = jnp.abs(step)
-    scale = jnp.where(size > 0, size, 1)
-    small = y0.shape[0] < REAL_STATE_SIZE
-    real, series = _real_and_other_series(hamiltonian, t, order, scale, not small)
-    signs = step_signs(step, order)
-    if (
-        small
-        and real is None
-        and series is not None
-        and series.dense is None
-        and series.sparse is None
-    ):
-        return _embedded_step_terms(series, (signs * step).astype(rdtype), y0, order)
-    signs = signs.astype(dtype)
-    # -i h / (j + 1) goes into the weights, so each order costs the products only.
-    factor = signs * (-1j * step).astype(dtype)
-    n = y0.shape[0]
-    parts = []
-    for part, matrix_dtype in ((real, rdtype), (series, dtype)):
-        if part is None or part.coefficients.shape[0] == 0:
-            continue
-        # (A, n, n) -> (n, A n): the products of all terms as one matrix product.
-        count = part.coefficients.shape[0]
-        stacked = jnp.transpose(part.matrices.astype(matrix_dtype), (1, 0, 2))
-        coefficients = part.coefficients.astype(dtype) * factor[None, :]
-        parts.append((coefficients, stacked.reshape(n, count * n)))
-    dense = sparse = None
-    if series is not None and series.dense is not None:
-        shape = (-1,) + (1,) * (series.dense.ndim - 1)
-        dense = series.dense.astype(dtype) * factor.reshape(shape)
-    if series is not None and series.sparse is not None:
-        # The matrices keep their kind: `sparse_products` casts them.
-        sparse = series.sparse._replace(
-            coefficients=series.sparse.coefficients.astype(dtype) * factor[None, :]
-        )
-    return _series_loop(parts, dense, sparse, y0.astype(dtype), order)
-
-
-def _embedded_step_terms(
-    series: TermSeries, factor: Array, y0: Array, order: int
-) -> Array:
-    """`step_terms` for a small state and dense terms, in real arithmetic: the state
-    as $(\\Re y, \\Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
-    real matrix $\\begin{pmatrix} I_a & R_a \\\\ -R_a & I_a \\end{pmatrix}$. The
-    same operations as a complex product, but XLA's CPU products of small complex
-    matrices cost about four times as much as real ones of twice the size (measured,
-    n = 32: 1.15 us against 0.27 us per product). A complex coefficient
-    $c = c_r + i c_i$ adds the terms $c_i H_a$ (embedded as
-    $\\begin{pmatrix} R_a & -I_a \\\\ I_a & R_a \\end{pmatrix}$). `factor` holds
-    $h$ with odd orders negated for $h < 0$."""
-    dtype = jnp.result_type(y0, 1j)
-    rdtype = real_dtype(dtype)
-    n = y0.shape[0]
-    matrices = series.matrices.astype(dtype)
-    # -iH = I - iR, formed part by part (no product with -1j).
-    blocks = [real_embedding(lax.complex(matrices.imag, -matrices.real))]
-    coefficients = [series.coefficients.real.astype(rdtype) * factor[None, :]]
-    if jnp.iscomplexobj(series.coefficients):
-        blocks.append(real_embedding(matrices))
-        coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
-    # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
-    # transpose of their stack: formed every step, and XLA's older CPU emitters,
-    # with which small states compile, transpose slowly).
-    stacked = jnp.concatenate([b for block in blocks for b in block], axis=1)
-    y = y0.astype(dtype)
-    v = _series_loop(
-        [(jnp.concatenate(coefficients), stacked)],
-        None,
-        None,
-        jnp.concatenate([y.real, y.imag]),
-        order,
-    )
-    return lax.complex(v[:, :n], v[:, n:])
-
-
-# From this many entries of a state on, `_series_loop` carries each order beside the
-# series (see there). Measured (`sesolve`, Ising chains with sparse terms, 2 cores):
-# unequal fields (products that read every entry) n = 65536 282 -> 212 ms, n = 16384
-# 55 -> 50 ms; a uniform sum_i X_i (`UniformSparseMatrix`) 160 -> 156 ms and
-# 40 -> 44 ms; below, handing the products to threads costs more than it saves
-# (n = 8192 20-21 -> 22 ms, n = 4096 18 -> 24 ms).
-_PARALLEL_STATE_SIZE = 16384
-
-
-def _series_loop(
-    parts: list[tuple[Array, Array]],
-    dense: Array | None,
-    sparse: Any,
-    y0: Array,
-    order: int,
-) -> Array:
-    """The recursion $v_{j+1} = \\frac{1}{j+1} \\sum_m h_m v_{j-m}$, $v_0 = y_0$,
-    with the step's factor already in the series: `parts` are (coefficients
-    `(A, K+1)`, matrices side by side `(n, A n)`), `dense` a series `(K+1, n, n)`,
-    `sparse` sparse terms. A loop over orders of fixed shape, so the traced program
-    does not grow with K. Real matrices with a complex state are applied to its real
-    and imaginary parts side by side."""
-    dtype = y0.dtype
-    n = y0.shape[0]
-    columns = math.prod(y0.shape[1:])
-    lags = jnp.arange(order + 1)
-    v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
-    # The Cauchy product's window of each order (with its 1 / (j + 1)), formed once.
-    windows = [lagged_weights(c) for c, _ in parts]
-
-    def body(j, v, current):
-        out = jnp.zeros((n, columns), dtype)
-        for window, (_, stacked) in zip(windows, parts):
-            weights = lax.dynamic_index_in_dim(window, j, axis=1, keepdims=False)
-            inner = jnp.tensordot(weights, v, axes=(1, 0)).reshape(-1, columns)
-            if jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(inner):
-                out = out + stacked @ inner
-            else:
-                # One pass over the real matrices for both halves of the state.
-                both = stacked @ jnp.concatenate([inner.real, inner.imag], axis=1)
-                out = out + lax.complex(both[:, :columns], both[:, columns:])
-        out = out.reshape(y0.shape)
-        if dense is not None or sparse is not None:
-            valid = lags <= j
-            index = jnp.where(valid, j - lags, 0)
-            rest = jnp.zeros(y0.shape, dtype)
-            if dense is not None:
-                window = jnp.where(
-                    valid.reshape((-1,) + (1,) * (dense.ndim - 1)), dense[index], 0
-                )
-                rest = rest + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
-            if sparse is not None:
-                rest = rest + sparse_products(sparse, v, j, current)
-            # 1 / (j + 1) as a real factor: a complex division costs far more.
-            out = out + rest * (1 / (j + 1)).astype(real_dtype(dtype))
-        return out
-
-    if sparse is None or n * columns < _PARALLEL_STATE_SIZE:
-        return lax.fori_loop(
-            0,
-            order,
-            lambda j, v: lax.dynamic_update_index_in_dim(v, body(j, v, None), j + 1, 0),
-            v,
-        )
-
-    # XLA:CPU fuses the computation of an order into the in-place update of `v`,
-    # which it runs on one thread. For a large state the order is also carried
-    # beside `v` (read by the next order's constant terms, and written once more
-    # after the loop, so that the carry stays live whatever the terms): the
-    # products then form a loop fusion of their own, which XLA splits across
-    # threads.
-    def carried(j, state):
-        v, current = state
-        out = body(j, v, current)
-        return lax.dynamic_update_index_in_dim(v, out, j + 1, 0), out
-
-    v, last = lax.fori_loop(0, order, carried, (v, v[0]))
-    return lax.dynamic_update_index_in_dim(v, last, order, 0)
-
-
-def _real_and_other_series(
-    hamiltonian: AbstractTimeOperator,
-    t: Array,
-    order: int,
-    scale: Array,
-    use_real: bool,
-) -> tuple[TermSeries | None, TermSeries | None]:
-    """The series of the dense terms whose matrices are real, and of the rest (each
-    `None` when empty): kept apart, because a sum's series casts every matrix to
-    the dtype of its (here complex) coefficients."""
-    ops = hamiltonian.operators if isinstance(hamiltonian, OperatorSum) else ()
-    ops = ops or (hamiltonian,)
-    is_real = [
-        use_real
-        and isinstance(op, TimeOperator)
-        and not op.is_sparse
-        and not jnp.iscomplexobj(op.matrices)
-        for op in ops
-    ]
-    real = [op.sparse_series(t, order, scale) for op, r in zip(ops, is_real) if r]
-    rest = [op for op, r in zip(ops, is_real) if not r]
-    real_series = None
-    if real:
-        dtype = jnp.result_type(*[s.coefficients for s in real])
-        real_series = TermSeries(
-            jnp.concatenate([s.coefficients.astype(dtype) for s in real]),
-            jnp.concatenate([s.matrices for s in real]),
-            None,
-        )
-    if not rest:
-        return real_series, None
-    other = rest[0] if len(rest) == 1 else OperatorSum(rest)
-    return real_series, other.sparse_series(t, order, scale)
-
-
-def _signed(series: TermSeries, step: Array) -> TermSeries:
-    """A series at scale $|h|$ turned into the series at scale $h$: odd orders
-    negated for $h < 0$."""
-    signs = step_signs(step, series.coefficients.shape[-1] - 1)
-    dense = series.dense
-    if dense is not None:
-        dense = dense * signs.astype(dense.dtype)[:, None, None]
-    return TermSeries(
-        series.coefficients * signs.astype(series.coefficients.dtype)[None, :],
-        series.matrices,
-        dense,
-        series.constant,
-    )
-
-
-def density_step_terms(
-    term: LindbladTerm,
-    t: Array,
-    step: Array,
-    rho: Array,
-    order: int,
-    parts: DensityParts | None = None,
-) -> Array:
-    """The terms $v_j = \\rho^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the Lindblad
-    equation with $\\rho(t) = $ `rho`, for a step $h$ of either sign: shape
-    `(order + 1, n, n)`. Operators of `TimeOperator`s with dense or diagonal
-    matrices go to the structured kernels, with `parts` (`known_density_parts`) or,
-    without, parts assembled here; the rest to `generic_density_terms`. The state's
-    dtype sets the precision."""
-    dtype = jnp.result_type(rho, 1j)
-    size = jnp.abs(step)
-    scale = jnp.where(size > 0, size, 1)
-    signs = step_signs(step, order)  # once for every operator
-    # With parts, only the time-dependent terms' series (and all of a
-    # time-dependent jump operator's) are needed.
-    hamiltonian = operator_series(
-        term.hamiltonian, t, order, scale, signs, parts is None
-    )
-    jumps = [
-        operator_series(op, t, order, scale, signs, parts is None or not _constant(op))
-        for op in term.jump_operators
-    ]
-    if hamiltonian is not None and all(j is not None for j in jumps):
-        jumps = [j for j in jumps if j is not None]
-        if parts is None:
-            parts = traced_density_parts(term, hamiltonian, jumps, dtype)
-        rho = rho.astype(dtype)
-        # Small systems on vec(rho): one product per order beats a dozen tiny ones.
-        if isinstance(parts, VectorisedParts):
-            return vectorised_density_terms(parts, hamiltonian, jumps, step, rho, order)
-        return structured_density_terms(parts, hamiltonian, jumps, step, rho, order)
-    return generic_density_terms(term, t, step, rho, order)
-
-
-def generic_density_terms(
-    term: LindbladTerm, t: Array, step: Array, rho: Array, order: int
-) -> Array:
-    """`density_step_terms` for any operators (callables, general sparse
-    matrices): the series of `density_series` at the scale $h$ itself."""
-    dtype = jnp.result_type(rho, 1j)
-    size = jnp.abs(step)
-    scale = jnp.where(size > 0, size, 1)
-    h = _signed(term.hamiltonian.term_series(t, order, scale), step)
-    jumps = [
-        _signed(op.term_series(t, order, scale), step) for op in term.jump_operators
-    ]
-    step = step.astype(jnp.finfo(dtype).dtype)
-    left, right, jumps = density_generator(h, jumps, step, dtype)
-    return density_series(left, right, jumps, step, rho.astype(dtype), order)
-
-
-def _constant(operator: AbstractTimeOperator) -> bool:
-    """Whether every term of an operator has a constant time function."""
-    ops = operator.operators if isinstance(operator, OperatorSum) else (operator,)
-    return all(
-        isinstance(op, TimeOperator) and all(f.is_constant for f in op.functions)
-        for op in ops
-    )
-
-
-# diffrax traces a solver's step twice, once to learn its loop's static structure
-# and once for the loop itself; behind a jit boundary the second trace reuses the
-# first (a few hundredths of a second of each solve's compile).
-_step_terms = eqx.filter_jit(step_terms)
-_density_step_terms = eqx.filter_jit(density_step_terms)
 
 
 def horner(terms: Array, theta: ArrayLike) -> Array:

@@ -1,39 +1,31 @@
-"""The Schrödinger and Lindblad equations as diffrax terms."""
+"""The Schrodinger and Lindblad equations as diffrax terms that the Taylor solver
+steps through one method, `AbstractTaylorTerm.taylor_terms`."""
 
-from typing import Any, NamedTuple
+import abc
+from typing import Any
 
 import diffrax
-import jax
+import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
-from .._arrays import placed, to_jax
-from .._cache import IdentityCache
-from .._lindblad import _check_jump_operators
+from .._kernels.density import REAL_DENSITY_SIZE, StructuredParts, VectorisedParts
+from .._kernels.propagator import REAL_STATE_SIZE, state_series, step_signs
+from .._lindblad import check_jump_operators
 from .._operators import (
     AbstractTimeOperator,
     OperatorSum,
-    ScaledOperator,
     TimeOperator,
+    as_time_operator,
+    summands,
     to_operator,
 )
-from .._series import real_dtype, result_dtype
-from .._sparse import SparseMatrix, UniformSparseMatrix, identity
-from .._time_functions import AbstractTimeFunction, Constant
-from .._validation import is_traced
+from .._series import TermSeries
+from ._density import density_step_terms
+from ._rewrites import operator_bound, real_terms, split_constant_trace
 
 
-# From which size real matrices pay (measured, x64 CPU): a matrix-vector product in
-# real halves costs more operations than it saves below a few hundred rows (n = 32:
-# 2x slower; n = 1024: 2x faster); a matrix-matrix product pays from a few dozen.
-# Below REAL_STATE_SIZE the Taylor solver steps the state as (Re y, Im y) with each
-# -iH_a as one real matrix of twice the size instead (`_embedded_step_terms`).
-REAL_STATE_SIZE = 256
-REAL_DENSITY_SIZE = 32
-
-
-class _AbstractTimeTerm(diffrax.AbstractTerm):
+class _TimeControl(diffrax.AbstractTerm):
     """A term whose control is time, as in `diffrax.ODETerm`: the step's length
     times the vector field."""
 
@@ -45,7 +37,44 @@ class _AbstractTimeTerm(diffrax.AbstractTerm):
         return vf * jnp.asarray(control).astype(vf.dtype)
 
 
-class SchrodingerTerm(_AbstractTimeTerm):
+class AbstractTaylorTerm(_TimeControl):
+    """An equation $\\dot y = \\mathcal{G}_t[y]$, linear in the state, that
+    [`hierax.TaylorSolver`][] steps with the exact Taylor series of the state (the
+    control is time, as in `diffrax.ODETerm`; any diffrax solver can use its vector
+    field).
+
+    Subclasses say what the step's series is (`taylor_terms`), bound the size of
+    the generator for the first step (`generator_bound`), and list their operators
+    (`operators`: the Hamiltonian first).
+    """
+
+    @property
+    @abc.abstractmethod
+    def operators(self) -> tuple[AbstractTimeOperator, ...]:
+        """The equation's operators, the Hamiltonian first."""
+
+    @abc.abstractmethod
+    def taylor_terms(
+        self, t: Array, step: Array, y0: Array, order: int, args: PyTree
+    ) -> tuple[Array, Array]:
+        """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the state's
+        series for a step $h$ = `step` of either sign from $y(t) = $ `y0`, shape
+        `(order + 1, *y0.shape)`, and the rate $r$ of an exact phase $e^{r}$
+        applied to their sum (zero when there is none). `args`: diffrax's."""
+
+    @abc.abstractmethod
+    def generator_bound(self, t: Array, norms: tuple[Any, ...]) -> Array:
+        """An upper bound on the size of the generator at `t`, from which the first
+        step is chosen; `norms`: the operators' `term_norms` (each `None` where not
+        known before compiling)."""
+
+    @property
+    def size(self) -> int:
+        """The dimension $n$ of the Hilbert space."""
+        return self.operators[0].size
+
+
+class SchrodingerTerm(AbstractTaylorTerm):
     """The right-hand side of the Schrödinger equation $\\dot y = -i H(t)\\, y$, for a
     state vector $y$ of shape `(n,)`, several states as columns `(n, m)`, or a
     propagator `(n, n)`, as a diffrax term (the control is time, as in
@@ -74,12 +103,20 @@ class SchrodingerTerm(_AbstractTimeTerm):
         operator = to_operator(hamiltonian, "hamiltonian", "hierax.SchrodingerTerm")
         if operator.size >= REAL_STATE_SIZE:
             operator = real_terms(operator)
-        self.hamiltonian, self.energy_shift = _split_constant_trace(operator)
+        self.hamiltonian, self.energy_shift = split_constant_trace(operator)
 
     @property
-    def size(self) -> int:
-        """The dimension $n$ of the Hilbert space."""
-        return self.hamiltonian.size
+    def operators(self) -> tuple[AbstractTimeOperator, ...]:
+        return (self.hamiltonian,)
+
+    def taylor_terms(self, t, step, y0, order, args):
+        del args
+        v = _schrodinger_terms(self.hamiltonian, t, step, y0, order)
+        # The energy shift, exactly, as the phase e^{-i c h}.
+        return v, (-1j * step * self.energy_shift).astype(v.dtype)
+
+    def generator_bound(self, t, norms):
+        return operator_bound(self.hamiltonian, t, norms[0])
 
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         del args
@@ -89,291 +126,66 @@ class SchrodingerTerm(_AbstractTimeTerm):
         return -1j * (hy.astype(dtype) + self.energy_shift.astype(dtype) * y)
 
 
-def real_terms(
-    operator: AbstractTimeOperator, diagonal: bool = False, split: bool = True
-) -> AbstractTimeOperator:
-    """The same operator with every dense term's matrix in real arithmetic: a known
-    (not traced) complex matrix $M = R + iI$ becomes the terms $f R$ and $(if) I$,
-    with a zero part dropped, and the dense terms of a sum are gathered into one
-    `TimeOperator`. A complex product costs four real ones; a real matrix times a
-    complex vector costs two, so a Hamiltonian with real or imaginary matrices (the
-    Pauli and ladder operators) steps in half the work, and no product costs more.
-    With `diagonal`, known diagonal matrices become diagonal `SparseMatrix` terms
-    (gathered into a second `TimeOperator`), which the density kernel applies
-    elementwise. Without `split`, matrices keep their dtype: below a few dozen
-    rows, the real and imaginary halves cost more to assemble than they save.
-    Traced matrices (a gradient with respect to them) are left as they are."""
-    parts = operator.operators if isinstance(operator, OperatorSum) else (operator,)
-    functions, matrices, rest = [], [], []
-    diagonal_functions, diagonals = [], []
-    for op in parts:
-        if not isinstance(op, TimeOperator) or op.is_sparse or is_traced(op.matrices):
-            rest.append(op)
-            continue
-        stacked = np.asarray(op.matrices)
-        n = stacked.shape[-1]
-        off_diagonal = ~np.eye(n, dtype=bool)
-        for function, matrix in zip(op.functions, stacked):
-            if diagonal and not np.any(matrix[off_diagonal]):
-                diagonal_functions.append(function)
-                diagonals.append(np.diagonal(matrix))
-                continue
-            if not split:
-                functions.append(function)
-                matrices.append(matrix)
-                continue
-            real, imaginary = matrix.real, matrix.imag
-            if np.any(real) or not np.any(imaginary):
-                functions.append(function)
-                matrices.append(real)
-            if np.any(imaginary):
-                functions.append(1j * function)
-                matrices.append(imaginary)
-    gathered = []
-    if matrices:
-        gathered.append(TimeOperator(functions, [to_jax(m) for m in matrices]))
-    if diagonals:
-        n = diagonals[0].shape[0]
-        columns = np.arange(n)[:, None]
-        sparse = [
-            SparseMatrix(to_jax(np.asarray(d)[:, None]), columns, diagonal=True)
-            for d in diagonals
-        ]
-        gathered.append(TimeOperator(diagonal_functions, sparse))
-    if not gathered:
-        return operator
-    if len(gathered) == 1 and not rest:
-        return gathered[0]
-    return OperatorSum([*gathered, *rest])
-
-
-def _split_constant_trace(
-    operator: AbstractTimeOperator,
-) -> tuple[AbstractTimeOperator, Array]:
-    """$H = H_0 + c\\,\\mathbb{1}$ with every constant term of H traceless in $H_0$.
-
-    Only terms with a constant time function are shifted (each by its own trace, so
-    the sum of the shifts is $c$ exactly and no term changes its time function); a
-    callable or a time-dependent term keeps its trace, which is then expanded in
-    series like the rest of H.
-    """
-    if isinstance(operator, OperatorSum):
-        parts = [_split_constant_trace(op) for op in operator.operators]
-        shift = sum((c for _, c in parts[1:]), parts[0][1])
-        return OperatorSum([op for op, _ in parts]), shift
-    if not isinstance(operator, TimeOperator):
-        return operator, jnp.zeros((), jnp.result_type(1j))
-    n = operator.size
-    matrices = operator.matrices
-    first = matrices[0] if isinstance(matrices, tuple) else matrices  # no slicing
-    dtype = jnp.result_type(first.dtype, 1j)
-    if not isinstance(matrices, tuple) and not is_traced(matrices):
-        # Known matrices: the traces in NumPy, and nothing to do for traceless
-        # constant terms (Pauli strings): no eager JAX operation on every call
-        # (each kind of which compiles a small program the first time: together
-        # a third of a second of a first solve).
-        stacked = np.asarray(matrices)
-        traces = np.trace(stacked, axis1=-2, axis2=-1) / n
-        constant = [
-            f.is_constant and t != 0 for f, t in zip(operator.functions, traces)
-        ]
-        if not any(constant):
-            return operator, to_jax(np.zeros((), dtype))
-        values = [
-            known_value(f) if c else 0 for f, c in zip(operator.functions, constant)
-        ]
-        if all(v is not None for v in values):
-            eye = np.eye(n, dtype=stacked.dtype)
-            shifted = stacked - np.asarray(constant)[:, None, None] * (
-                traces[:, None, None] * eye
-            )
-            shift = sum(v * t for v, t, c in zip(values, traces, constant) if c)
-            return (
-                TimeOperator(operator.functions, to_jax(shifted)),
-                to_jax(shift, dtype),
-            )
-    shift = jnp.zeros((), dtype)
-    shifted = []
-    for function, matrix in zip(operator.functions, matrices):
-        if function.is_constant:
-            if isinstance(matrix, SparseMatrix):
-                trace = matrix.trace() / n
-                matrix = matrix - trace * identity(n, matrix.dtype)
-            else:
-                trace = jnp.trace(matrix) / n
-                matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
-            shift = shift + (function(0.0) * trace).astype(dtype)
-        shifted.append(matrix)
-    return TimeOperator(operator.functions, shifted), shift
-
-
-def known_value(function: AbstractTimeFunction) -> Any:
-    """The value of a `Constant` with a known (not traced) value, as NumPy; `None`
-    for any other time function."""
-    if isinstance(function, Constant) and not is_traced(function.value):
-        return np.asarray(function.value)
-    return None
-
-
-def jump_times(*operators: Any) -> Array | None:
-    """The knots of every sampled time function in `operators` (splines and
-    piecewise functions expose them as `knots`), also inside sums and products of
-    time functions: where the series before and after differ, so a step-size
-    controller must stop there. `None` when there are none."""
-    knots = _knots(operators)
-    if not knots:
-        return None
-    dtype = jnp.result_type(*knots)
-    return jnp.concatenate([jnp.ravel(k).astype(dtype) for k in knots])
-
-
-def _knots(tree: Any) -> list[Array]:
-    found = []
-    leaves = jax.tree_util.tree_leaves(
-        tree, is_leaf=lambda x: isinstance(x, AbstractTimeFunction) and x is not tree
-    )
-    for leaf in leaves:
-        if isinstance(leaf, AbstractTimeFunction):
-            knots = getattr(leaf, "knots", None)
-            found.extend([knots] if knots is not None else _knots(leaf))
-    return found
-
-
-# Whether a user's matrix is uniform, by the identity of its values (they reach
-# every solve unchanged; at n = 65536 the test reads 8 MB).
-_UNIFORM = IdentityCache(64)
-
-
-def uniform_products(operator: Any) -> Any:
-    """`operator` with each `SparseMatrix` of its `TimeOperator`s whose entries are
-    known (not traced, not placed on a device) and all equal made a
-    `UniformSparseMatrix`. Decided from the values of each call, so a matrix whose
-    entries stop being equal compiles a new program, and a traced one (a gradient
-    with respect to its entries) keeps every entry."""
-    if isinstance(operator, OperatorSum):
-        parts = [uniform_products(op) for op in operator.operators]
-        if all(a is b for a, b in zip(parts, operator.operators)):
-            return operator
-        return OperatorSum(parts)
-    if not (
-        isinstance(operator, TimeOperator) and isinstance(operator.matrices, tuple)
-    ):
-        return operator
-    matrices = tuple(_uniform(m) for m in operator.matrices)
-    if all(a is b for a, b in zip(matrices, operator.matrices)):
-        return operator
-    return TimeOperator(operator.functions, matrices)
-
-
-def _uniform(matrix: Any) -> Any:
-    if (
-        type(matrix) is not SparseMatrix
-        or matrix.diagonal
-        or placed(matrix.values)
-        or matrix.values.size == 0
-    ):
-        return matrix
-    uniform = _UNIFORM.get(matrix.values)
-    if uniform is None:
-        values = np.asarray(matrix.values)
-        uniform = bool(np.all(values == values.flat[0]))
-        _UNIFORM.put(matrix.values, uniform)
-    if not uniform:
-        return matrix
-    return UniformSparseMatrix(matrix.values, matrix.columns, diagonal=False)
-
-
-class TermNorms(NamedTuple):
-    """Infinity-norm bounds of an operator's matrices, known before compiling, one
-    per term in the order of its `sparse_series`: `dense` for its dense terms,
-    `sparse` (row-sum bounds) for its sparse ones."""
-
-    dense: np.ndarray
-    sparse: np.ndarray
-
-
-def term_norms(operator: AbstractTimeOperator) -> TermNorms | None:
-    """The `TermNorms` of an operator made of `TimeOperator`s with known (not
-    traced) matrices, computed in NumPy; `None` for any other operator (a callable,
-    traced matrices)."""
-    if isinstance(operator, OperatorSum | ScaledOperator):
-        parts = (
-            operator.operators
-            if isinstance(operator, OperatorSum)
-            else (operator.operator,)
-        )
-        norms = [term_norms(op) for op in parts]
-        if any(p is None for p in norms):
-            return None
-        return TermNorms(
-            np.concatenate([p.dense for p in norms if p is not None]),
-            np.concatenate([p.sparse for p in norms if p is not None]),
-        )
-    if not isinstance(operator, TimeOperator):
-        return None
-    matrices = operator.matrices
-    if isinstance(matrices, tuple):
-        if any(is_traced(m.values) for m in matrices):
-            return None
-        sparse = np.concatenate([_row_sum_bounds(m.values) for m in matrices])
-        return TermNorms(np.zeros((0,)), sparse)
-    if is_traced(matrices):
-        return None
-    return TermNorms(_row_sum_bounds(matrices), np.zeros((0,)))
-
-
-# A user's sparse matrices reach every solve unchanged: their norms are kept, by
-# identity (at 16 qubits they cost 3 ms a solve).
-_NORMS = IdentityCache(64)
-
-
-def _row_sum_bounds(values: Any) -> np.ndarray:
-    """The largest row sum of |entries| of an `(A, n, n)` stack (one per matrix)
-    or of a `SparseMatrix`'s `(n, width)` values (one number)."""
-    hit = _NORMS.get(values) if isinstance(values, jax.Array) else None
-    if hit is not None:
-        return hit
-    rows = np.sum(np.abs(np.asarray(values)), axis=-1)
-    bounds = np.max(rows, axis=-1).reshape(-1)
-    if isinstance(values, jax.Array):
-        _NORMS.put(values, bounds)
-    return bounds
-
-
-def operator_bound(
-    operator: AbstractTimeOperator, t: ArrayLike, norms: TermNorms | None = None
+def schrodinger_terms(
+    hamiltonian: AbstractTimeOperator, t: Array, step: Array, y0: Array, order: int
 ) -> Array:
-    """An upper bound on $\\|H(t)\\|_\\infty$ (>= the spectral norm for Hermitian
-    H): exact for the dense part, a sum of row-sum bounds for sparse terms (never
-    formed densely). With the matrices' `norms` (`term_norms`) the bound is
-    $\\sum_a |f_a(t)|\\, \\|H_a\\|_\\infty$, which compiles to a few scalar
-    operations instead of a reduction over every matrix (each a kernel of its
-    own: 7-8 ms of compile apiece on a CPU)."""
-    series = operator.sparse_series(jnp.asarray(t), 0, None)
-    rdtype = real_dtype(result_dtype(series))
-    sparse = series.sparse
-    if (
-        norms is not None
-        and series.dense is None
-        and norms.dense.shape[0] == series.coefficients.shape[0]
-        and norms.sparse.shape[0] == (0 if sparse is None else len(sparse.matrices))
-    ):
-        size = jnp.sum(jnp.abs(series.coefficients[:, 0]) * norms.dense.astype(rdtype))
-        if sparse is not None:
-            weights = jnp.abs(sparse.coefficients[:, 0])
-            size = size + jnp.sum(weights * norms.sparse.astype(rdtype))
-        return size.astype(rdtype)
-    size = jnp.zeros((), rdtype)
-    if series.coefficients.shape[0] or series.dense is not None:
-        dense = series._replace(sparse=None).full()[0]
-        size = size + jnp.max(jnp.sum(jnp.abs(dense), axis=-1))
-    if sparse is not None:
-        for c, matrix in zip(sparse.coefficients, sparse.matrices):
-            size = size + jnp.abs(c[0]) * matrix.row_sum_bound()
-    return size
+    """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of $\\dot y = -iH y$,
+    $y(t) = y_0$, for a step $h$ of either sign: shape `(order + 1, *y0.shape)`.
+
+    With $\\tau = t + h\\sigma$, $dy/d\\sigma = -ih\\, H(t + h\\sigma)\\, y$, so
+    $v_{j+1} = -\\frac{ih}{j+1} \\sum_m h_m v_{j-m}$ with $h_m$ the series of
+    $H(t + h\\sigma)$: the series at scale $|h|$ with odd orders negated for
+    $h < 0$. A loop over orders of fixed shape, so the traced program does not grow
+    with K; the state's dtype sets the precision. Terms with real matrices (see
+    `real_terms`) are applied in real arithmetic, to the real and imaginary parts
+    of the state side by side: half the work of complex products.
+    """
+    size = jnp.abs(step)
+    scale = jnp.where(size > 0, size, 1)
+    real, series = _real_and_other_series(
+        hamiltonian, t, order, scale, y0.shape[0] >= REAL_STATE_SIZE
+    )
+    factor = step_signs(step, order) * step
+    return state_series(real, series, factor, y0, order)
 
 
-class LindbladTerm(_AbstractTimeTerm):
+def _real_and_other_series(
+    hamiltonian: AbstractTimeOperator,
+    t: Array,
+    order: int,
+    scale: Array,
+    use_real: bool,
+) -> tuple[TermSeries | None, TermSeries | None]:
+    """The series of the dense terms whose matrices are real, and of the rest (each
+    `None` when empty): kept apart, because a sum's series casts every matrix to
+    the dtype of its (here complex) coefficients."""
+    ops = summands(hamiltonian)
+    is_real = [use_real and _real_dense(as_time_operator(op)) for op in ops]
+    real = [op.sparse_series(t, order, scale) for op, r in zip(ops, is_real) if r]
+    rest = [op for op, r in zip(ops, is_real) if not r]
+    real_series = None
+    if real:
+        dtype = jnp.result_type(*[s.coefficients for s in real])
+        real_series = TermSeries(
+            jnp.concatenate([s.coefficients.astype(dtype) for s in real]),
+            jnp.concatenate([s.matrices for s in real]),
+            None,
+        )
+    if not rest:
+        return real_series, None
+    other = rest[0] if len(rest) == 1 else OperatorSum(rest)
+    return real_series, other.sparse_series(t, order, scale)
+
+
+def _real_dense(terms: TimeOperator | None) -> bool:
+    return (
+        terms is not None
+        and not terms.is_sparse
+        and not jnp.iscomplexobj(terms.matrices)
+    )
+
+
+class LindbladTerm(AbstractTaylorTerm):
     """The right-hand side of the Lindblad master equation for a density matrix
     $\\rho$ of shape `(n, n)` ($\\hbar = 1$),
 
@@ -402,7 +214,7 @@ class LindbladTerm(_AbstractTimeTerm):
         """
         api = "hierax.LindbladTerm"
         hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
-        jumps = _check_jump_operators(jump_operators, hamiltonian.size, api)
+        jumps = check_jump_operators(jump_operators, hamiltonian.size, api)
         # Structure for the Taylor solver's kernel: diagonal matrices act
         # elementwise, real and imaginary ones in real arithmetic.
         split = hamiltonian.size >= REAL_DENSITY_SIZE
@@ -412,9 +224,24 @@ class LindbladTerm(_AbstractTimeTerm):
         )
 
     @property
-    def size(self) -> int:
-        """The dimension $n$ of the Hilbert space."""
-        return self.hamiltonian.size
+    def operators(self) -> tuple[AbstractTimeOperator, ...]:
+        return (self.hamiltonian, *self.jump_operators)
+
+    def taylor_terms(self, t, step, y0, order, args):
+        # `mesolve` hands the generator's parts, assembled before compiling, as
+        # diffrax's `args`; without them the step assembles its own.
+        parts = args if isinstance(args, StructuredParts | VectorisedParts) else None
+        v = _lindblad_terms(
+            self.hamiltonian, self.jump_operators, t, step, y0, order, parts
+        )
+        return v, jnp.zeros((), v.dtype)
+
+    def generator_bound(self, t, norms):
+        # The commutator's 2|H| and the dissipator's 2 sum_j |L_j|^2.
+        size = 2 * operator_bound(self.hamiltonian, t, norms[0])
+        for op, op_norms in zip(self.jump_operators, norms[1:]):
+            size = size + 2 * operator_bound(op, t, op_norms) ** 2
+        return size
 
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         del args
@@ -432,16 +259,23 @@ class LindbladTerm(_AbstractTimeTerm):
         return out
 
 
-class UnitTimeTerm(_AbstractTimeTerm):
+class UnitTimeTerm(_TimeControl):
     """A term on $[t_0, t_1]$ seen on $s \\in [0, 1]$, $t = t_0 + s\\,(t_1 - t_0)$:
     how `sesolve` and `mesolve` hand their equation to diffrax, so that diffrax's
     bounds are constants (see `_solve_impl`). [`hierax.TaylorSolver`][] steps the
     wrapped term in physical time."""
 
-    term: SchrodingerTerm | LindbladTerm
+    term: AbstractTaylorTerm
     start: Array
     span: Array
 
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         out = self.term.vf(self.start + jnp.asarray(t) * self.span, y, args)
         return out * self.span.astype(out.dtype)
+
+
+# diffrax traces a solver's step twice, once to learn its loop's static structure
+# and once for the loop itself; behind a jit boundary the second trace reuses the
+# first (a few hundredths of a second of each solve's compile).
+_schrodinger_terms = eqx.filter_jit(schrodinger_terms)
+_lindblad_terms = eqx.filter_jit(density_step_terms)

@@ -1,0 +1,610 @@
+"""The series of a density matrix under the Lindblad equation,
+$r_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} \\mathcal{L}_m[r_{j-m}]$, one coefficient per
+order.
+
+Two layouts of the same recursion: the general one (`density_series`, any term
+series: callables and dense parts too), and the structured one for operators whose
+terms are dense or diagonal matrices, whose step-independent parts (constant terms
+merged, products of jump operators, the superoperators of small systems) are
+assembled once (`density_parts`, written for NumPy and JAX alike) and whose
+diagonal matrices act elementwise, real and imaginary ones in real arithmetic
+(`structured_density_terms`; for n <= `VECTORISED_SIZE` on vec(rho) with
+$n^2 \\times n^2$ superoperators, `vectorised_density_terms`).
+"""
+
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, NamedTuple, cast
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from .._series import TermSeries, frobenius, real_dtype, scalar_cauchy_product
+from .heisenberg import scaled_generator
+from .lindblad import cast_series, dagger, number_series, scaled_series, two_sided
+from .propagator import lagged_weights, real_embedding
+
+
+def _window_sums(
+    terms: TermSeries, series: Array, j: Array, conjugate: bool
+) -> tuple[Array, np.ndarray] | tuple[None, None]:
+    """For the time-dependent terms, $\\sum_{i \\le j} c_{a,j-i}\\, x_i$ of the
+    carried `series` x (conjugated coefficients with `conjugate`), read in place
+    (no window of x is gathered); the constant ones, merged, need only $x_j$."""
+    flags = terms.constant_flags()
+    varying = np.asarray([a for a, c in enumerate(flags) if not c], dtype=int)
+    if varying.size == 0:
+        return None, None
+    c = terms.coefficients[varying]
+    c = jnp.conj(c) if conjugate else c
+    lags = jnp.arange(series.shape[0])
+    valid = lags <= j
+    weights = jnp.where(valid[None, :], c[:, jnp.where(valid, j - lags, 0)], 0)
+    return jnp.tensordot(weights.astype(series.dtype), series, axes=(1, 0)), varying
+
+
+def _merged(terms: TermSeries, matrices: Array, conjugate: bool) -> Array | None:
+    flags = terms.constant_flags()
+    fixed = np.asarray([a for a, c in enumerate(flags) if c], dtype=int)
+    if fixed.size == 0:
+        return None
+    c = terms.coefficients[fixed, 0]
+    c = jnp.conj(c) if conjugate else c
+    return jnp.einsum("a,anm->nm", c.astype(matrices.dtype), matrices[fixed])
+
+
+def _window(series: Array, j: Array) -> Array:
+    """Entry i is `series[j - i]` for i <= j, else zero."""
+    width = series.shape[0]
+    i = jnp.arange(width)
+    taken = jnp.take(series, jnp.clip(j - i, 0, width - 1), axis=0)
+    return jnp.where((i <= j)[:, None, None], taken, 0)
+
+
+def density_series(
+    left: TermSeries,
+    right: TermSeries,
+    jumps: Sequence[TermSeries],
+    scale: Array,
+    rho: Array,
+    order: int,
+) -> Array:
+    """Normalised series of $\\rho(t + s\\sigma)$ for $\\rho' = \\mathcal{L}_t[\\rho]$,
+    $\\rho(t)$ = `rho`: $r_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j}
+    \\mathcal{L}_m[r_{j-m}]$, one coefficient per step (the pattern of
+    `propagator_series`), with $\\mathcal{L}_m[r] = (G r - r R)_m +
+    \\sum_j (L_j r L_j^\\dagger)_m$ and $G = -isH - sN/2$, $R = -isH + sN/2$.
+
+    The sandwich runs through $Q_j = (r L^\\dagger)_j$, carried as a series and
+    extended by one coefficient per step, then $(L Q)_j$: $2B$ products per jump
+    operator of B terms and order. Each coefficient is a sum whose largest term has
+    the size of the result, with the Hamiltonian's trace part removed, so the
+    recursion loses no digits to offsets.
+
+    **Returns:** shape `(order + 1, n, n)`.
+    """
+    dtype = rho.dtype
+    n = rho.shape[-1]
+    r = jnp.zeros((order + 1, n, n), dtype).at[0].set(rho)
+    jumps = list(jumps)
+    scaled = [scaled_series(jump, scale) for jump in jumps]
+    merged_left = _merged(left, left.matrices, False)
+    merged_right = _merged(left, right.matrices, False)
+    jump_right = [_merged(jump, dagger(jump.matrices), True) for jump in jumps]
+    jump_left = [_merged(jump, jump.matrices, False) for jump in scaled]
+    carried = [jnp.zeros((order + 1, n, n), dtype) for _ in jumps]
+    dense_parts = left.dense is not None or any(j.dense is not None for j in jumps)
+
+    def body(j, state):
+        r, carried = state
+        # Dense parts (callables) sum over the window of r; terms read r in place.
+        window = _window(r, j) if dense_parts else None
+        total = jnp.zeros((n, n), dtype)
+        if merged_left is not None and merged_right is not None:
+            total = total + merged_left @ r[j] - r[j] @ merged_right
+        sums, varying = _window_sums(left, r, j, False)
+        if sums is not None:
+            total = total + jnp.einsum("anm,amp->np", left.matrices[varying], sums)
+            total = total - jnp.einsum("anm,amp->np", sums, right.matrices[varying])
+        if window is not None and left.dense is not None and right.dense is not None:
+            d_left, d_right = left.dense, right.dense
+            total = total + jnp.tensordot(d_left, window, axes=((0, 2), (0, 1)))
+            total = total - jnp.einsum("inm,imp->np", window, d_right)
+        new_carried = []
+        for jump, jump_scaled, r_merged, l_merged, q in zip(
+            jumps, scaled, jump_right, jump_left, carried, strict=True
+        ):
+            # Q_j = sum_i r_{j-i} l_i^dagger, then sum_i s l_i Q_{j-i}.
+            q_j = jnp.zeros((n, n), dtype)
+            if r_merged is not None:
+                q_j = q_j + r[j] @ r_merged
+            sums, varying = _window_sums(jump, r, j, True)
+            if sums is not None:
+                adjoints = dagger(jump.matrices[varying]).astype(dtype)
+                q_j = q_j + jnp.einsum("anm,amp->np", sums, adjoints)
+            if window is not None and jump.dense is not None:
+                q_j = q_j + jnp.einsum("inm,imp->np", window, dagger(jump.dense))
+            q = q.at[j].set(q_j)
+            if l_merged is not None:
+                total = total + l_merged @ q_j
+            sums, varying = _window_sums(jump_scaled, q, j, False)
+            if sums is not None:
+                matrices = jump_scaled.matrices[varying].astype(dtype)
+                total = total + jnp.einsum("anm,amp->np", matrices, sums)
+            if jump_scaled.dense is not None:
+                total = total + jnp.tensordot(
+                    jump_scaled.dense, _window(q, j), axes=((0, 2), (0, 1))
+                )
+            new_carried.append(q)
+        step = (1 / (j + 1)).astype(real_dtype(dtype)).astype(dtype)
+        return r.at[j + 1].set(total * step), new_carried
+
+    r, _ = lax.fori_loop(0, order, body, (r, carried))
+    return r
+
+
+def density_generator(
+    hamiltonian: TermSeries, jumps: Sequence[TermSeries], scale: Array, dtype: Any
+) -> tuple[TermSeries, TermSeries, list[TermSeries]]:
+    """The parts `(left, right, jumps)` that `density_series` takes, from the series
+    of $H(t + s\\sigma)$ and of each $L_j(t + s\\sigma)$ at the scale `scale`
+    ($s$ of either sign: every part is linear in it), in the working `dtype`."""
+    jumps = [cast_series(jump, dtype) for jump in jumps]
+    # -i s H: the Heisenberg generator's matrices negated.
+    generator = scaled_generator(hamiltonian, scale, dtype)
+    generator = TermSeries(
+        generator.coefficients,
+        -generator.matrices,
+        None if generator.dense is None else -generator.dense,
+        generator.constant,
+    )
+    if jumps:
+        number = scaled_series(number_series(jumps, dtype), scale)
+        left, right = two_sided(generator, number, -1.0)
+    else:
+        left = right = generator
+    return left, right, jumps
+
+
+def generator_sizes(
+    left: TermSeries, right: TermSeries, jumps: Sequence[TermSeries], scale: Array
+) -> Array:
+    """A bound on the size of each coefficient $\\mathcal{L}_m$ of the Schrödinger
+    generator's series, for `series_errors`: Frobenius norms of its parts."""
+    rdtype = real_dtype(left.matrices.dtype)
+    both = frobenius(left.matrices, (1, 2)) + frobenius(right.matrices, (1, 2))
+    h = jnp.sum(jnp.abs(left.coefficients) * both[:, None], axis=0).astype(rdtype)
+    if left.dense is not None and right.dense is not None:
+        h = h + (frobenius(left.dense, (1, 2)) + frobenius(right.dense, (1, 2))).astype(
+            rdtype
+        )
+    for jump in jumps:
+        norms = jnp.sum(
+            jnp.abs(jump.coefficients) * frobenius(jump.matrices, (1, 2))[:, None],
+            axis=0,
+        ).astype(rdtype)
+        if jump.dense is not None:
+            norms = norms + frobenius(jump.dense, (1, 2)).astype(rdtype)
+        h = h + scale * scalar_cauchy_product(norms, norms)
+    return h
+
+
+# The largest n for which mesolve steps vec(rho) with n^2 x n^2 superoperators.
+VECTORISED_SIZE = 8
+# From which size real matrices pay in the structured kernel (measured, x64 CPU): a
+# matrix-matrix product in real halves costs more to assemble than it saves below a
+# few dozen rows.
+REAL_DENSITY_SIZE = 32
+
+
+class Term(NamedTuple):
+    """One term $f(t) M$ of an operator: `matrix` an `(n, n)` matrix or, when
+    `diagonal`, the `(n,)` diagonal; `value` the value of a constant f (shape
+    `(1,)`), `None` for the rest; `constant` is static."""
+
+    value: Any
+    matrix: Any
+    diagonal: bool
+    constant: bool
+
+
+def _left(matrix: Array, diagonal: bool, w: Array) -> Array:
+    """`matrix @ w`; a real matrix acts on both halves of w in one product."""
+    if diagonal:
+        return matrix[:, None] * w
+    if jnp.iscomplexobj(matrix) or w.shape[0] < REAL_DENSITY_SIZE:
+        return matrix @ w
+    n = w.shape[-1]
+    both = matrix @ jnp.concatenate([w.real, w.imag], axis=1)
+    return lax.complex(both[:, :n], both[:, n:])
+
+
+def _right(w: Array, matrix: Array, diagonal: bool) -> Array:
+    """`w @ matrix`, as `_left`."""
+    if diagonal:
+        return w * matrix[None, :]
+    if jnp.iscomplexobj(matrix) or w.shape[0] < REAL_DENSITY_SIZE:
+        return w @ matrix
+    n = w.shape[0]
+    both = jnp.concatenate([w.real, w.imag], axis=0) @ matrix
+    return lax.complex(both[:n], both[n:])
+
+
+def _dense(matrix: Any, diagonal: bool, xp: ModuleType) -> Any:
+    return xp.diag(matrix) if diagonal else matrix
+
+
+def _merge(
+    terms: list[tuple[Any, Any, bool]], xp: ModuleType
+) -> tuple[Any, bool] | None:
+    """$\\sum_a c_a M_a$: a diagonal when every $M_a$ is one."""
+    if not terms:
+        return None
+    diagonal = all(d for _, _, d in terms)
+    parts = [c * (m if diagonal else _dense(m, d, xp)) for c, m, d in terms]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total, diagonal
+
+
+def _traceless(term: Term, n: int, xp: ModuleType) -> Any:
+    """A constant Hamiltonian term's matrix without its trace part: the commutator
+    does not see it, and an offset then costs no digits."""
+    if term.diagonal:
+        return term.matrix - xp.mean(term.matrix)
+    return term.matrix - xp.trace(term.matrix) / n * xp.eye(n)
+
+
+class StructuredParts(eqx.Module):
+    """The step-independent parts of `structured_density_terms`, without the
+    step's factor $h$: the constant part $G r - r R$ (`left` $G$, `right` $R$,
+    diagonals when `fixed_diagonal`), `elementwise` $\\sum_j d_j d_j^\\dagger$ of
+    the constant diagonal jump operators, the constant dense jump operators
+    $(L, L^\\dagger)$ as `sandwiches`, the matrices of the two-sided
+    time-dependent terms (`sided`, with their `sources`: `("h", i)` for the
+    Hamiltonian's term i, `("pair", k, a, b)` for $A_a^\\dagger A_b$ of jump
+    operator k) and of each time-dependent jump operator (`varying`, with the
+    operators' indices `varying_index`)."""
+
+    left: Any
+    right: Any
+    elementwise: Any
+    sandwiches: tuple[tuple[Any, Any], ...]
+    sided: tuple[Any, ...]
+    varying: tuple[tuple[Any, ...], ...]
+    fixed_diagonal: bool = eqx.field(static=True)
+    sided_diagonal: tuple[bool, ...] = eqx.field(static=True)
+    sources: tuple[tuple[Any, ...], ...] = eqx.field(static=True)
+    varying_index: tuple[int, ...] = eqx.field(static=True)
+    varying_diagonal: tuple[tuple[bool, ...], ...] = eqx.field(static=True)
+
+
+class VectorisedParts(eqx.Module):
+    """The step-independent parts of `vectorised_density_terms`: the real
+    embeddings (`real_embedding`) of the constant superoperator $C$ (without $h$)
+    and of each time-dependent one $S_p$, side by side in `stacked`, and of
+    $i S_p$ in `rotated` (for complex series); `sources` say where each $S_p$'s
+    series comes from: `("h", i)`, `("anti", k, a, b)` for
+    $-\\frac12\\{A_a^\\dagger A_b, \\cdot\\}$ and `("sandwich", k, a, b)` for
+    $A_a \\cdot A_b^\\dagger$ of jump operator k."""
+
+    stacked: Any
+    rotated: tuple[Any, ...]
+    sources: tuple[tuple[Any, ...], ...] = eqx.field(static=True)
+
+
+DensityParts = StructuredParts | VectorisedParts
+
+
+def density_parts(
+    hamiltonian: list[Term], jumps: list[list[Term]], n: int, xp: ModuleType
+) -> DensityParts:
+    """The step-independent parts of the Lindblad step for `operator_terms` of H
+    and of each jump operator, in `xp` (NumPy or `jax.numpy`): the vectorised
+    kernel's up to n = `VECTORISED_SIZE`, the structured one's above."""
+    if n <= VECTORISED_SIZE:
+        return _vectorised_parts(hamiltonian, jumps, n, xp)
+    return _structured_parts(hamiltonian, jumps, n, xp)
+
+
+def cast_parts(parts: DensityParts, dtype: Any, place: Any) -> DensityParts:
+    """Real arrays in the real dtype of `dtype`, complex ones in `dtype`."""
+    rdtype = real_dtype(dtype)
+    return jax.tree.map(
+        lambda x: place(x, dtype if jnp.iscomplexobj(x) else rdtype), parts
+    )
+
+
+def _structured_parts(
+    hamiltonian: list[Term], jumps: list[list[Term]], n: int, xp: ModuleType
+) -> StructuredParts:
+    left, right, sided, sided_diagonal, sources = [], [], [], [], []
+    for i, term in enumerate(hamiltonian):
+        if term.constant:
+            c = -1j * term.value[0]
+            matrix = _traceless(term, n, xp)
+            left.append((c, matrix, term.diagonal))
+            right.append((c, matrix, term.diagonal))
+        else:
+            sided.append(term.matrix)
+            sided_diagonal.append(term.diagonal)
+            sources.append(("h", i))
+    # Constant jump operators, each merged into one matrix L first: diagonal ones
+    # stacked, so that their anticommutator and sandwich parts are one sum each
+    # whatever their number (a dephasing chain has one per site).
+    diagonals, sandwiches, varying, varying_index = [], [], [], []
+    for k, terms in enumerate(jumps):
+        if not all(term.constant for term in terms):
+            varying.append(tuple(term.matrix for term in terms))
+            varying_index.append(k)
+            continue
+        merged = _merge([(t.value[0], t.matrix, t.diagonal) for t in terms], xp)
+        assert merged is not None
+        matrix, diagonal = merged
+        if diagonal:
+            diagonals.append(matrix)
+        else:
+            sandwiches.append((matrix, xp.conj(matrix.T)))
+    elementwise = None
+    if diagonals:
+        d = xp.stack(diagonals)  # (J, n)
+        # -1/2 {N, r} with N = sum_j |d_j|^2, and sum_j (d_j d_j^dagger) o r.
+        number = xp.sum(xp.abs(d) ** 2, axis=0)
+        left.append((-0.5, number, True))
+        right.append((0.5, number, True))
+        elementwise = xp.einsum("ja,jb->ab", d, xp.conj(d))
+    for matrix, adjoint in sandwiches:
+        number = adjoint @ matrix
+        left.append((-0.5, number, False))
+        right.append((0.5, number, False))
+    for k in varying_index:
+        terms = jumps[k]
+        for a, ta in enumerate(terms):
+            for b, tb in enumerate(terms):
+                if ta.diagonal and tb.diagonal:
+                    sided.append(xp.conj(ta.matrix) * tb.matrix)
+                else:
+                    da = _dense(ta.matrix, ta.diagonal, xp)
+                    sided.append(xp.conj(da.T) @ _dense(tb.matrix, tb.diagonal, xp))
+                sided_diagonal.append(ta.diagonal and tb.diagonal)
+                sources.append(("pair", k, a, b))
+    merged_left, merged_right = _merge(left, xp), _merge(right, xp)
+    return StructuredParts(
+        left=None if merged_left is None else merged_left[0],
+        right=None if merged_right is None else merged_right[0],
+        elementwise=elementwise,
+        sandwiches=tuple(sandwiches),
+        sided=tuple(sided),
+        varying=tuple(varying),
+        fixed_diagonal=merged_left is not None and merged_left[1],
+        sided_diagonal=tuple(sided_diagonal),
+        sources=tuple(sources),
+        varying_index=tuple(varying_index),
+        varying_diagonal=tuple(
+            tuple(t.diagonal for t in jumps[k]) for k in varying_index
+        ),
+    )
+
+
+def structured_density_terms(
+    parts: StructuredParts,
+    hamiltonian: list[Array | None],
+    jumps: list[list[Array | None]],
+    step: Array,
+    rho: Array,
+    order: int,
+) -> Array:
+    """The terms $v_j = \\rho^{(j)}(t)\\, h^j / j!$, $j = 0..K$, for
+    $r_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} \\mathcal{L}_m[r_{j-m}]$ with
+    $\\mathcal{L}[r] = -ih[H, r] - \\frac h2 \\{N, r\\} + h \\sum_j L_j r L_j^\\dagger$
+    in the step's own time scale ($N = \\sum_j L_j^\\dagger L_j$), term by term
+    (`hamiltonian`, `jumps`: the series of `operator_series`):
+
+    - constant parts of $H$ and $N$ merged into $h (G r - r R)$, elementwise when
+      diagonal;
+    - a time-dependent term $f_a M_a$ as $M_a w_a \\pm w_a M_a$ with the window sum
+      $w_a = \\sum_i c_{a,i} r_{j-i}$;
+    - the constant diagonal jump operators as $h (\\sum_j d_j d_j^\\dagger) \\circ
+      r_j$ in one elementwise product; a constant dense one as
+      $h L (r_j L^\\dagger)$; a time-dependent one through the carried series
+      $Q = r L^\\dagger$.
+
+    **Returns:** shape `(order + 1, n, n)`, in `rho`'s dtype.
+    """
+    dtype = rho.dtype
+    rdtype = real_dtype(dtype)
+    n = rho.shape[-1]
+    h = step.astype(rdtype)
+    series = []
+    for source in parts.sources:
+        if source[0] == "h":
+            series.append(-1j * h * hamiltonian[source[1]])
+        else:
+            k, a, b = source[1:]
+            product = scalar_cauchy_product(jnp.conj(jumps[k][a]), jumps[k][b])
+            series.append(-0.5 * h * product)
+    lags = jnp.arange(order + 1)
+    r = jnp.zeros((order + 1, n, n), dtype).at[0].set(rho)
+    carried = [jnp.zeros((order + 1, n, n), dtype) for _ in parts.varying]
+    sided_series = jnp.stack([s.astype(dtype) for s in series]) if series else None
+    signs = [-1.0 if source[0] == "h" else 1.0 for source in parts.sources]
+    diagonal = parts.fixed_diagonal
+
+    def window_sums(series: Array, values: Array, j: Array) -> Array:
+        """$\\sum_i c_{a, j-i} x_i$ for each row a of `series`: `(A, n, n)`."""
+        valid = lags <= j
+        weights = jnp.where(valid[None, :], series[:, jnp.where(valid, j - lags, 0)], 0)
+        return jnp.tensordot(weights.astype(dtype), values, axes=(1, 0))
+
+    def body(j, state):
+        r, carried = state
+        rj = lax.dynamic_index_in_dim(r, j, keepdims=False)
+        fixed = []
+        if parts.left is not None:
+            fixed.append(
+                _left(parts.left, diagonal, rj) - _right(rj, parts.right, diagonal)
+            )
+        if parts.elementwise is not None:
+            fixed.append(parts.elementwise * rj)
+        for matrix, adjoint in parts.sandwiches:
+            fixed.append(_left(matrix, False, _right(rj, adjoint, False)))
+        total = jnp.zeros((n, n), dtype)
+        if fixed:
+            total = h * sum(fixed[1:], fixed[0])
+        if sided_series is not None:
+            sums = window_sums(sided_series, r, j)
+            for matrix, d, sign, w in zip(
+                parts.sided, parts.sided_diagonal, signs, sums
+            ):
+                total = total + _left(matrix, d, w) + sign * _right(w, matrix, d)
+        new_carried = []
+        for k, matrices, diagonals, q in zip(
+            parts.varying_index, parts.varying, parts.varying_diagonal, carried
+        ):
+            # Q_j = sum_i r_{j-i} l_i^dagger, then h sum_i l_i Q_{j-i}.
+            series_k = cast(list[Array], jumps[k])  # all of its terms' series
+            coefficients = jnp.stack([c.astype(dtype) for c in series_k])
+            sums = window_sums(jnp.conj(coefficients), r, j)
+            q_j = jnp.zeros((n, n), dtype)
+            for matrix, d, w in zip(matrices, diagonals, sums):
+                adjoint = jnp.conj(matrix) if d else jnp.conj(matrix.T)
+                q_j = q_j + _right(w, adjoint, d)
+            q = lax.dynamic_update_index_in_dim(q, q_j, j, 0)
+            sums = window_sums(coefficients, q, j)
+            for matrix, d, w in zip(matrices, diagonals, sums):
+                total = total + h * _left(matrix, d, w)
+            new_carried.append(q)
+        step = (1 / (j + 1)).astype(rdtype).astype(dtype)
+        # Index updates without a scatter's bounds checks (kernels of their own).
+        r = lax.dynamic_update_index_in_dim(r, total * step, j + 1, 0)
+        return r, new_carried
+
+    r, _ = lax.fori_loop(0, order, body, (r, carried))
+    return r
+
+
+def _kron_right(matrix: Any, diagonal: bool, xp: ModuleType) -> Any:
+    """The superoperator of $r \\mapsto r M$ on row-major vec(r): $I \\otimes M^T$."""
+    n = matrix.shape[0]
+    return xp.kron(xp.eye(n), _dense(matrix, diagonal, xp).T)
+
+
+def _kron_left(matrix: Any, diagonal: bool, xp: ModuleType) -> Any:
+    """The superoperator of $r \\mapsto M r$ on row-major vec(r): $M \\otimes I$."""
+    n = matrix.shape[0]
+    return xp.kron(_dense(matrix, diagonal, xp), xp.eye(n))
+
+
+def _vectorised_parts(
+    hamiltonian: list[Term], jumps: list[list[Term]], n: int, xp: ModuleType
+) -> VectorisedParts:
+    constant = xp.zeros((n * n, n * n), complex)
+    operators, sources = [], []
+    for i, term in enumerate(hamiltonian):
+        matrix = _traceless(term, n, xp) if term.constant else term.matrix
+        commutator = -1j * (
+            _kron_left(matrix, term.diagonal, xp)
+            - _kron_right(matrix, term.diagonal, xp)
+        )
+        if term.constant:
+            constant = constant + term.value[0] * commutator
+        else:
+            operators.append(commutator)
+            sources.append(("h", i))
+    for k, terms in enumerate(jumps):
+        for a, ta in enumerate(terms):
+            for b, tb in enumerate(terms):
+                da = _dense(ta.matrix, ta.diagonal, xp)
+                db = _dense(tb.matrix, tb.diagonal, xp)
+                number = xp.conj(da.T) @ db
+                # -1/2 {A_a^dagger A_b, r} with conj(f_a) f_b, and A_a r A_b^dagger
+                # (A_a kron conj(A_b)) with f_a conj(f_b).
+                anticommutator = _kron_left(number, False, xp) + _kron_right(
+                    number, False, xp
+                )
+                sandwich = xp.kron(da, xp.conj(db))
+                if ta.constant and tb.constant:
+                    product = xp.conj(ta.value[0]) * tb.value[0]
+                    constant = constant - 0.5 * product * anticommutator
+                    constant = constant + xp.conj(product) * sandwich
+                else:
+                    operators += [anticommutator, sandwich]
+                    sources += [("anti", k, a, b), ("sandwich", k, a, b)]
+    blocks = [real_embedding(x, xp) for x in [constant, *operators]]
+    return VectorisedParts(
+        stacked=xp.concatenate(blocks, axis=1),
+        rotated=tuple(real_embedding(1j * x, xp) for x in operators),
+        sources=tuple(sources),
+    )
+
+
+def vectorised_density_terms(
+    parts: VectorisedParts,
+    hamiltonian: list[Array | None],
+    jumps: list[list[Array | None]],
+    step: Array,
+    rho: Array,
+    order: int,
+) -> Array:
+    """The terms of `structured_density_terms` for small n, on vec(rho) with the
+    Liouvillian's own term structure: $\\mathcal{L} = h C + \\sum_p g_p(\\sigma)
+    S_p$, each an $n^2 \\times n^2$ superoperator (the constant ones merged into
+    C), so an order costs one matrix-vector product of size $n^2 \\times (1+P) n^2$
+    instead of a dozen tiny matrix products, each of which costs more to dispatch
+    than to compute. In real arithmetic on $(\\Re\\, \\mathrm{vec}(r),
+    \\Im\\, \\mathrm{vec}(r))$: XLA's CPU products of small complex matrices cost
+    several times real ones of twice the size; a complex series
+    $g = g_r + i g_i$ adds the term $g_i\\, (iS)$.
+
+    **Returns:** shape `(order + 1, n, n)`, in `rho`'s dtype.
+    """
+    dtype = rho.dtype
+    rdtype = real_dtype(dtype)
+    n = rho.shape[-1]
+    h = step.astype(rdtype)
+    width = order + 1
+    products: dict[tuple[Any, ...], Array] = {}
+    series = []
+    for source in parts.sources:
+        if source[0] == "h":
+            series.append(h * hamiltonian[source[1]])
+            continue
+        k, a, b = source[1:]
+        if (k, a, b) not in products:
+            products[k, a, b] = scalar_cauchy_product(
+                jnp.conj(jumps[k][a]), jumps[k][b]
+            )
+        product = products[k, a, b]
+        series.append(
+            -0.5 * h * product if source[0] == "anti" else h * jnp.conj(product)
+        )
+    rows = [lax.pad(h[None], jnp.zeros((), rdtype), [(0, order, 0)])]
+    rows += [jnp.real(g).astype(rdtype) for g in series]
+    complex_rows = [p for p, g in enumerate(series) if jnp.iscomplexobj(g)]
+    rows += [jnp.imag(series[p]).astype(rdtype) for p in complex_rows]
+    stacked = parts.stacked
+    if complex_rows:
+        rotated = [parts.rotated[p] for p in complex_rows]
+        stacked = jnp.concatenate([stacked, *rotated], axis=1)
+    coefficients = jnp.stack(rows)
+    count = coefficients.shape[0]
+    weights = lagged_weights(coefficients)
+    flat = rho.reshape(-1)
+    v = (
+        jnp.zeros((width, 2 * n * n), rdtype)
+        .at[0]
+        .set(jnp.concatenate([flat.real, flat.imag]))
+    )
+
+    def body(j, v):
+        window = lax.dynamic_index_in_dim(weights, j, axis=1, keepdims=False)
+        inner = jnp.tensordot(window, v, axes=(1, 0)).reshape(count * 2 * n * n)
+        return lax.dynamic_update_index_in_dim(v, stacked @ inner, j + 1, 0)
+
+    v = lax.fori_loop(0, order, body, v)
+    return lax.complex(v[:, : n * n], v[:, n * n :]).reshape(width, n, n)

@@ -1,0 +1,271 @@
+"""The series of a state or propagator under the Schrodinger equation,
+$v_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} h_m v_{j-m}$, $v_0 = y_0$, with the step's
+factor (a time scale, $-i$ and the sign of a step) in the scalar series: one
+implementation for [`hierax.PropagatorDerivatives`][] and the Taylor solver's steps.
+
+Each coefficient is a sum whose largest term has the size of the result (no
+cancellation between large parts), so the recursion is stable as it stands.
+"""
+
+import math
+from types import ModuleType
+from typing import Any
+
+import jax.lax as lax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from .._series import TermSeries, frobenius, real_dtype
+from .._sparse import sparse_products
+
+
+def step_signs(step: Array, order: int) -> Array:
+    """1 at even orders and the sign of $h$ at odd ones: a series at scale $|h|$
+    times these is the series at scale $h$."""
+    return jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
+
+
+def real_embedding(matrix: Any, xp: ModuleType = jnp) -> Any:
+    """The real matrix $\\begin{pmatrix} P & -Q \\\\ Q & P \\end{pmatrix}$ of
+    $M = P + iQ$ acting on $(\\Re x, \\Im x)$; for a stack of matrices, one per
+    matrix."""
+    p, q = xp.real(matrix), xp.imag(matrix)
+    top = xp.concatenate([p, -q], axis=-1)
+    bottom = xp.concatenate([q, p], axis=-1)
+    return xp.concatenate([top, bottom], axis=-2)
+
+
+def lagged_weights(coefficients: Array) -> Array:
+    """`weights[a, j, i]` $= c_{a, j-i} / (j+1)$ for $i \\le j$, else 0: the Cauchy
+    products of a recursion $v_{j+1} = \\frac{1}{j+1} \\sum_a M_a \\sum_{i \\le j}
+    c_{a,j-i} v_i$ as one slice per order (`weights[:, j]`; A (K+1)^2 numbers,
+    formed once per step, in the layout the gather gives: no transpose), so that the
+    loop body is a contraction and a product."""
+    width = coefficients.shape[-1]
+    lags = np.arange(width)
+    valid = lags[None, :] <= lags[:, None]
+    index = np.where(valid, lags[:, None] - lags[None, :], 0)
+    rdtype = real_dtype(coefficients.dtype)
+    scale = (1 / jnp.arange(1, width + 1, dtype=rdtype)).astype(coefficients.dtype)
+    taken = coefficients[:, index] * scale[None, :, None]
+    return jnp.where(jnp.asarray(valid)[None], taken, 0)
+
+
+# From which size real matrices pay (measured, x64 CPU): a matrix-vector product in
+# real halves costs more operations than it saves below a few hundred rows (n = 32:
+# 2x slower; n = 1024: 2x faster); a matrix-matrix product pays from a few dozen.
+# Below REAL_STATE_SIZE a state is stepped as (Re y, Im y) with each -iH_a as one
+# real matrix of twice the size instead (`_embedded_series`).
+REAL_STATE_SIZE = 256
+
+
+def state_series(
+    real: TermSeries | None,
+    series: TermSeries | None,
+    factor: Array,
+    y0: Array,
+    order: int,
+) -> Array:
+    """The terms $v_j$, $j = 0..K$, of $v_{j+1} = \\frac{-i\\,\\phi_{j+1}}{j+1}
+    \\sum_m h_m v_{j-m}$, $v_0 = y_0$: the series of $\\dot y = -iH y$ in a time
+    unit $s$, with $\\phi$ = `factor` (shape `(K+1,)`, real: $s$, with odd orders
+    negated for a step backwards) and $h_m$ the series of $H(t + |s|\\sigma)$ in
+    two parts, `real` (terms whose matrices are real, applied to the real and
+    imaginary parts of the state side by side: half the work of complex
+    products) and `series` (the rest: dense terms, a dense part, sparse terms).
+    A small state (below `REAL_STATE_SIZE`) with dense terms only is stepped in
+    real arithmetic (`_embedded_series`). A loop over orders of fixed shape, so
+    the traced program does not grow with K; the state's dtype sets the
+    precision. **Returns:** shape `(order + 1, *y0.shape)`."""
+    dtype = jnp.result_type(y0, 1j)
+    rdtype = real_dtype(dtype)
+    if (
+        y0.shape[0] < REAL_STATE_SIZE
+        and real is None
+        and series is not None
+        and series.dense is None
+        and series.sparse is None
+    ):
+        return _embedded_series(series, factor.astype(rdtype), y0, order)
+    # -i phi / (j + 1) goes into the weights, so each order costs the products only.
+    complex_factor = factor.astype(dtype) * (-1j)
+    n = y0.shape[0]
+    parts = []
+    for part, matrix_dtype in ((real, rdtype), (series, dtype)):
+        if part is None or part.coefficients.shape[0] == 0:
+            continue
+        # (A, n, n) -> (n, A n): the products of all terms as one matrix product.
+        count = part.coefficients.shape[0]
+        stacked = jnp.transpose(part.matrices.astype(matrix_dtype), (1, 0, 2))
+        coefficients = part.coefficients.astype(dtype) * complex_factor[None, :]
+        parts.append((coefficients, stacked.reshape(n, count * n)))
+    dense = sparse = None
+    if series is not None and series.dense is not None:
+        shape = (-1,) + (1,) * (series.dense.ndim - 1)
+        dense = series.dense.astype(dtype) * complex_factor.reshape(shape)
+    if series is not None and series.sparse is not None:
+        # The matrices keep their kind: `sparse_products` casts them.
+        sparse = series.sparse._replace(
+            coefficients=series.sparse.coefficients.astype(dtype)
+            * complex_factor[None, :]
+        )
+    return _series_loop(parts, dense, sparse, y0.astype(dtype), order)
+
+
+# From this many entries of a state on, `_series_loop` carries each order beside the
+# series (see there). Measured (`sesolve`, Ising chains with sparse terms, 2 cores):
+# unequal fields (products that read every entry) n = 65536 282 -> 212 ms, n = 16384
+# 55 -> 50 ms; a uniform sum_i X_i (`UniformSparseMatrix`) 160 -> 156 ms and
+# 40 -> 44 ms; below, handing the products to threads costs more than it saves
+# (n = 8192 20-21 -> 22 ms, n = 4096 18 -> 24 ms).
+_PARALLEL_STATE_SIZE = 16384
+
+
+def _series_loop(
+    parts: list[tuple[Array, Array]],
+    dense: Array | None,
+    sparse: Any,
+    y0: Array,
+    order: int,
+) -> Array:
+    """The recursion $v_{j+1} = \\frac{1}{j+1} \\sum_m h_m v_{j-m}$, $v_0 = y_0$,
+    with the step's factor already in the series: `parts` are (coefficients
+    `(A, K+1)`, matrices side by side `(n, A n)`), `dense` a series `(K+1, n, n)`,
+    `sparse` sparse terms. A loop over orders of fixed shape, so the traced program
+    does not grow with K. Real matrices with a complex state are applied to its real
+    and imaginary parts side by side."""
+    dtype = y0.dtype
+    n = y0.shape[0]
+    columns = math.prod(y0.shape[1:])
+    lags = jnp.arange(order + 1)
+    v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
+    # The Cauchy product's window of each order (with its 1 / (j + 1)), formed once.
+    windows = [lagged_weights(c) for c, _ in parts]
+
+    def body(j, v, current):
+        out = jnp.zeros((n, columns), dtype)
+        for window, (_, stacked) in zip(windows, parts):
+            weights = lax.dynamic_index_in_dim(window, j, axis=1, keepdims=False)
+            inner = jnp.tensordot(weights, v, axes=(1, 0)).reshape(-1, columns)
+            if jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(inner):
+                out = out + stacked @ inner
+            else:
+                # One pass over the real matrices for both halves of the state.
+                both = stacked @ jnp.concatenate([inner.real, inner.imag], axis=1)
+                out = out + lax.complex(both[:, :columns], both[:, columns:])
+        out = out.reshape(y0.shape)
+        if dense is not None or sparse is not None:
+            valid = lags <= j
+            index = jnp.where(valid, j - lags, 0)
+            rest = jnp.zeros(y0.shape, dtype)
+            if dense is not None:
+                window = jnp.where(
+                    valid.reshape((-1,) + (1,) * (dense.ndim - 1)), dense[index], 0
+                )
+                rest = rest + jnp.tensordot(window, v, axes=((0, 2), (0, 1)))
+            if sparse is not None:
+                rest = rest + sparse_products(sparse, v, j, current)
+            # 1 / (j + 1) as a real factor: a complex division costs far more.
+            out = out + rest * (1 / (j + 1)).astype(real_dtype(dtype))
+        return out
+
+    if sparse is None or n * columns < _PARALLEL_STATE_SIZE:
+        return lax.fori_loop(
+            0,
+            order,
+            lambda j, v: lax.dynamic_update_index_in_dim(v, body(j, v, None), j + 1, 0),
+            v,
+        )
+
+    # XLA:CPU fuses the computation of an order into the in-place update of `v`,
+    # which it runs on one thread. For a large state the order is also carried
+    # beside `v` (read by the next order's constant terms, and written once more
+    # after the loop, so that the carry stays live whatever the terms): the
+    # products then form a loop fusion of their own, which XLA splits across
+    # threads.
+    def carried(j, state):
+        v, current = state
+        out = body(j, v, current)
+        return lax.dynamic_update_index_in_dim(v, out, j + 1, 0), out
+
+    v, last = lax.fori_loop(0, order, carried, (v, v[0]))
+    return lax.dynamic_update_index_in_dim(v, last, order, 0)
+
+
+def _embedded_series(series: TermSeries, factor: Array, y0: Array, order: int) -> Array:
+    """`state_series` for a small state and dense terms, in real arithmetic: the state
+    as $(\\Re y, \\Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
+    real matrix $\\begin{pmatrix} I_a & R_a \\\\ -R_a & I_a \\end{pmatrix}$. The
+    same operations as a complex product, but XLA's CPU products of small complex
+    matrices cost about four times as much as real ones of twice the size (measured,
+    n = 32: 1.15 us against 0.27 us per product). A complex coefficient
+    $c = c_r + i c_i$ adds the terms $c_i H_a$ (embedded as
+    $\\begin{pmatrix} R_a & -I_a \\\\ I_a & R_a \\end{pmatrix}$). `factor` holds
+    $h$ with odd orders negated for $h < 0$."""
+    dtype = jnp.result_type(y0, 1j)
+    rdtype = real_dtype(dtype)
+    n = y0.shape[0]
+    matrices = series.matrices.astype(dtype)
+    # -iH = I - iR, formed part by part (no product with -1j).
+    blocks = [real_embedding(lax.complex(matrices.imag, -matrices.real))]
+    coefficients = [series.coefficients.real.astype(rdtype) * factor[None, :]]
+    if jnp.iscomplexobj(series.coefficients):
+        blocks.append(real_embedding(matrices))
+        coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
+    # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
+    # transpose of their stack: formed every step, and XLA's older CPU emitters,
+    # with which small states compile, transpose slowly).
+    stacked = jnp.concatenate([b for block in blocks for b in block], axis=1)
+    y = y0.astype(dtype)
+    v = _series_loop(
+        [(jnp.concatenate(coefficients), stacked)],
+        None,
+        None,
+        jnp.concatenate([y.real, y.imag]),
+        order,
+    )
+    return lax.complex(v[:, :n], v[:, n:])
+
+
+def propagator_errors(terms: TermSeries, series: Array) -> Array:
+    """A running estimate of the relative rounding error of each coefficient of
+    `propagator_series`: coefficient j+1 is a sum of products $h_m u_{j-m}$, each
+    carrying the error of its $u$ plus the product's own rounding
+    ($\\sqrt{n}\\,\\epsilon$), weighed by its size against the result's. Scalars
+    only: O(K^2) on the norms."""
+    rdtype = real_dtype(series.dtype)
+    h = jnp.sum(
+        jnp.abs(terms.coefficients) * frobenius(terms.matrices, (1, 2))[:, None], axis=0
+    ).astype(rdtype)
+    if terms.dense is not None:
+        h = h + frobenius(terms.dense, (1, 2)).astype(rdtype)
+    if terms.sparse is not None:
+        norms = jnp.stack([m.frobenius_norm() for m in terms.sparse.matrices])
+        h = h + jnp.sum(
+            jnp.abs(terms.sparse.coefficients) * norms[:, None], axis=0
+        ).astype(rdtype)
+    return series_errors(h, series)
+
+
+def series_errors(h: Array, series: Array) -> Array:
+    """The running estimate of `propagator_errors` for any linear recursion
+    $u_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} \\mathcal{G}_m[u_{j-m}]$, given a bound
+    `h[m]` on the size of each $\\mathcal{G}_m$ (shape `(K+1,)`)."""
+    rdtype = real_dtype(series.dtype)
+    order = series.shape[0] - 1
+    unit = float(np.finfo(rdtype).eps) * math.sqrt(series.shape[1])
+    sizes = frobenius(series, tuple(range(1, series.ndim)))
+    i = jnp.arange(order + 1)
+
+    def body(j, errors):
+        # Sum over m <= j of |h_m| |u_{j-m}| (err_{j-m} + unit).
+        window = jnp.where(
+            i <= j, jnp.take(sizes * (errors + unit), jnp.clip(j - i, 0, order)), 0
+        )
+        total = jnp.sum(h * window)
+        own = (j + 1) * sizes[j + 1]
+        return errors.at[j + 1].set(jnp.where(total > 0, total / own, 0))
+
+    start = jnp.zeros((order + 1,), rdtype).at[0].set(float(np.finfo(rdtype).eps))
+    return lax.fori_loop(0, order, body, start)
