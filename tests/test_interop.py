@@ -382,6 +382,25 @@ def test_untraceable_qutip_coefficients_name_the_coefficient_and_the_fix():
         hierax.PropagatorDerivatives(h, 2)
 
 
+def test_string_coefficient_message_offers_fixes_that_work():
+    """The fixes the string-coefficient message offers run and give the QobjEvo's
+    operator, and the message names the user's term by its string (QuTiP's
+    `to_list()` reorders terms, so no index is given)."""
+    with warnings.catch_warnings():  # (no C compiler here: QuTiP falls back on eval)
+        warnings.simplefilter("ignore", UserWarning)
+        h = qt.QobjEvo([_q(X1), [_q(STATIC), "cos(w*t)"]], args={"w": W})
+    with pytest.raises(TypeError, match=r"'cos\(w\*t\)'") as info:
+        hierax.as_operator(h)
+    assert "element" not in str(info.value)
+    want = X1 + np.cos(W * 0.3) * STATIC
+    closed_form = _q(X1) + hierax.Cos(W) * _q(STATIC)
+    jax_function = hierax.as_operator(_q(X1)) + hierax.CallableTimeFunction(
+        lambda t: jnp.cos(W * t)
+    ) * _q(STATIC)
+    for operator in (closed_form, jax_function):
+        np.testing.assert_allclose(operator(0.3), want, rtol=1e-14, atol=1e-14)
+
+
 def test_bad_foreign_input_names_the_argument():
     with pytest.raises(ValueError, match=r"`hamiltonian` is 4x4 but `observable` is"):
         hierax.HeisenbergHierarchy(_qutip_hamiltonian(), qt.sigmax(), 2)

@@ -2,6 +2,7 @@
 scipy's DOP853 at rtol 1e-13, `jax.scipy.linalg.expm` for constant Hamiltonians,
 finite differences for gradients, Python loops for vmap."""
 
+import re
 from typing import Any
 
 import diffrax
@@ -422,6 +423,9 @@ def test_no_retrace_when_times_or_parameters_change():
         solve(jnp.asarray(0.8), jnp.array([0.0, 2.0, 1.0]))
 
 
+# diffrax warns on every complex state it is given; for the Taylor solver it does not
+# apply (exact complex steps, a real norm: see `hierax._solvers._integrate`).
+@pytest.mark.filterwarnings("ignore:Complex dtype support")
 def test_taylor_solver_in_diffeqsolve_equals_sesolve():
     hamiltonian = _qubit()
     state = jnp.array([1.0, 0.0], complex)
@@ -518,3 +522,69 @@ def test_dense_output_too_large_for_memory_is_refused_before_compiling():
     state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0])
     with pytest.raises(MemoryError, match="`max_steps`"):
         sesolve(_qubit(), state, times, dense=True, max_steps=10**14)
+
+
+@pytest.mark.parametrize(
+    "name, spelling",
+    [
+        ("e_ops", "`exp_ops=`"),
+        ("tlist", "`times`"),
+        ("options", "`rtol=`"),
+        ("c_ops", "second positional argument"),
+        ("psi0", "`state`"),
+    ],
+)
+def test_qutip_and_dynamiqs_names_get_the_hierax_spelling(name, spelling):
+    """A QuTiP or dynamiqs keyword is refused in one line that names the hierax
+    spelling (one name per meaning: no aliases), in both solvers; an unknown one
+    lists the options."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    with pytest.raises(TypeError, match=re.escape(spelling)) as info:
+        sesolve(_qubit(), state, times, **{name: None})
+    assert f"`{name}=`" in str(info.value) and "hierax.sesolve" in str(info.value)
+    rho = np.diag([1.0, 0.0])
+    with pytest.raises(TypeError, match=re.escape(spelling)):
+        hierax.mesolve(_qubit(), [], rho, times, **{name: None})
+    with pytest.raises(TypeError, match="unexpected keyword argument `tolerance=`"):
+        sesolve(_qubit(), state, times, tolerance=1e-6)
+
+
+def test_qutip_positional_order_in_mesolve_is_explained():
+    rho = np.diag([1.0, 0.0])
+    jumps = [0.1 * np.array([[0.0, 1.0], [0.0, 0.0]])]
+    with pytest.raises(TypeError, match=r"QuTiP's order .*hierax.mesolve\(H, jump"):
+        hierax.mesolve(_qubit(), rho, [0.0, 1.0], jumps)
+
+
+def test_times_as_a_list_or_numpy_array_like_the_state():
+    """`times` accepts what the state accepts: a list and a NumPy array give the
+    solve of the same JAX array; a list of non-numbers is refused naming `times`."""
+    state = [1.0, 0.0]
+    from_list = sesolve(_qubit(), state, [0.0, 0.5, 1.0], rtol=1e-10, atol=1e-12)
+    from_array = sesolve(
+        _qubit(), np.array(state), jnp.array([0.0, 0.5, 1.0]), rtol=1e-10, atol=1e-12
+    )
+    np.testing.assert_array_equal(from_list.states, from_array.states)
+    reference = _reference(_qubit(), np.array(state), np.array([0.0, 0.5, 1.0]))
+    assert _error(from_list.states, reference) <= 1e-8
+    with pytest.raises(ValueError, match="`times`"):
+        sesolve(_qubit(), state, ["a", "b"])
+
+
+def test_forward_mode_through_the_default_adjoint_says_what_to_pass():
+    """`jax.jacfwd` through a solve with the default (reverse-mode) adjoint fails
+    with a message naming `adjoint=diffrax.ForwardMode()`, with which it works and
+    agrees with reverse mode."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+
+    def final(amplitude, adjoint=None):
+        solution = sesolve(
+            _qubit(amplitude), state, times, exp_ops=[SZ], adjoint=adjoint
+        )
+        return solution.expects[0, -1].real
+
+    with pytest.raises(TypeError, match=r"adjoint=diffrax\.ForwardMode\(\)"):
+        jax.jacfwd(final)(1.0)
+    forward = jax.jacfwd(lambda a: final(a, diffrax.ForwardMode()))(1.0)
+    reverse = jax.grad(final)(1.0)
+    np.testing.assert_allclose(forward, reverse, rtol=1e-7)

@@ -23,6 +23,13 @@ from ._kernels.heisenberg import (
     scaled_generator,
     without_trace,
 )
+from ._kernels.lindblad import (
+    cast_series,
+    lindblad_levels,
+    number_series,
+    scaled_series,
+    two_sided,
+)
 from ._kernels.propagator import propagator_errors, state_series
 from ._operators import (
     AbstractTimeOperator,
@@ -32,7 +39,7 @@ from ._operators import (
     to_operator,
 )
 from ._series import TermSeries
-from ._time_scale import default_time_scale, growth_rate
+from ._time_scale import combined_rate, default_time_scale, growth_rate, jump_rate
 from ._validation import (
     as_numeric_array,
     as_square_matrix,
@@ -190,8 +197,8 @@ class AbstractHierarchy(eqx.Module):
         levels $0, 1, \\ldots, K$. A level whose true value overflows reads
         $\\pm\\infty$ (never nan).
         """
-        t, state = self._checked_arguments("", t, state)
-        return _evaluate(self, t, state, normalised=False, errors=False)
+        arguments = _checked_arguments(self, "", t, state)
+        return _evaluate(self, *arguments, normalised=False, errors=False)
 
     @typechecked
     def normalised(
@@ -207,8 +214,8 @@ class AbstractHierarchy(eqx.Module):
 
         An array of the shape `__call__` returns: level $k$ divided by $k!$.
         """
-        t, state = self._checked_arguments(".normalised", t, state)
-        return _evaluate(self, t, state, normalised=True, errors=False)
+        arguments = _checked_arguments(self, ".normalised", t, state)
+        return _evaluate(self, *arguments, normalised=True, errors=False)
 
     @typechecked
     def error_estimate(
@@ -224,27 +231,36 @@ class AbstractHierarchy(eqx.Module):
 
         An array of shape `(order + 1,)`, real, in the hierarchy's precision.
         """
-        t, state = self._checked_arguments(".error_estimate", t, state)
-        return _evaluate(self, t, state, normalised=False, errors=True)
+        arguments = _checked_arguments(self, ".error_estimate", t, state)
+        return _evaluate(self, *arguments, normalised=False, errors=True)
 
-    def _checked_arguments(self, method: str, t: Any, state: Any) -> tuple[Any, Any]:
-        names: tuple[str, ...] = self.arguments
-        api = f"hierax.{type(self).__name__}(...){method}({', '.join(names)})"
-        second = names[1] if len(names) > 1 else "state"
-        given = [name for name, x in (("t", t), (second, state)) if x is not None]
-        if given != list(names):
-            takes = " and ".join(f"`{n}`" for n in names) or "no arguments"
-            got = " and ".join(f"`{n}`" for n in given) or "none"
-            raise TypeError(f"`{api}`: takes {takes}, got {got}.")
-        checked_t = None if t is None else as_time(t, api)
-        if state is None:
-            return checked_t, None
-        kind = second
-        state = as_state(state, kind, api, density=kind == "rho")
-        state = as_numeric_array(state, kind, api, finite=True)
-        # The hierarchies that take a state have a Hamiltonian.
-        n = cast(Any, self).hamiltonian.size
-        return checked_t, _STATE_CHECKS[kind](state, n, api)
+
+def _checked_arguments(
+    hierarchy: AbstractHierarchy, method: str, t: Any, state: Any
+) -> tuple[Any, ...]:
+    """The call's arguments, checked: `()`, `(t,)` or `(t, state)` (no `None`
+    passes into the compiled call: JAX's fast dispatch takes arrays only). A
+    function, not a method: looking a method up on an Equinox module builds a
+    bound-method module, which cost 80 us a call (more than the seed's levels)."""
+    names: tuple[str, ...] = hierarchy.arguments
+    api = f"hierax.{type(hierarchy).__name__}(...){method}({', '.join(names)})"
+    second = names[1] if len(names) > 1 else "state"
+    given = [name for name, x in (("t", t), (second, state)) if x is not None]
+    if given != list(names):
+        takes = " and ".join(f"`{n}`" for n in names) or "no arguments"
+        got = " and ".join(f"`{n}`" for n in given) or "none"
+        raise TypeError(f"`{api}`: takes {takes}, got {got}.")
+    if t is None:
+        return ()
+    checked_t = as_time(t, api)
+    if state is None:
+        return (checked_t,)
+    kind = second
+    state = as_state(state, kind, api, density=kind == "rho")
+    state = as_numeric_array(state, kind, api, finite=True)
+    # The hierarchies that take a state have a Hamiltonian.
+    n = cast(Any, hierarchy).hamiltonian.size
+    return checked_t, _STATE_CHECKS[kind](state, n, api)
 
 
 def _check_state(state: Array, n: int, api: str) -> Array:
@@ -270,18 +286,15 @@ _STATE_CHECKS = {"state": _check_state, "rho": _check_rho}
 
 
 def _evaluate_impl(
-    hierarchy: AbstractHierarchy,
-    t: Array | None,
-    state: Array | None,
-    *,
-    normalised: bool,
-    errors: bool,
+    hierarchy: AbstractHierarchy, *arguments: Array, normalised: bool, errors: bool
 ) -> Array:
     """The compiled call of every hierarchy: the checks of the call's values (a
     finite time, finite parameters and matrices, a finite state, and what the
     hierarchy's own `levels` adds) raised at once, on what the call returns, and
     the work in a branch of its own that runs only for a finite time (see
-    `run_if`)."""
+    `run_if`). `arguments`: `()`, `(t,)` or `(t, state)`."""
+    t = arguments[0] if arguments else None
+    state = arguments[1] if len(arguments) > 1 else None
     names = hierarchy.arguments
     api = f"hierax.{type(hierarchy).__name__}(...)({', '.join(names)})"
     checks = _call_checks(hierarchy, t, state, api)
@@ -466,7 +479,7 @@ class HeisenbergHierarchy(AbstractHierarchy):
     def levels(self, t, state, estimate, checks):
         del state
         api = "hierax.HeisenbergHierarchy(...)(t)"
-        return _heisenberg_compute(self, cast(Array, t), estimate, api, checks)
+        return observable_levels(self, cast(Array, t), (), estimate, api, checks)
 
 
 HeisenbergHierarchy.__init__.__doc__ = (
@@ -474,29 +487,45 @@ HeisenbergHierarchy.__init__.__doc__ = (
 ).replace("TIME_SCALE", _TIME_SCALE_DOC)
 
 
-def _heisenberg_compute(
-    hierarchy: HeisenbergHierarchy,
+def observable_levels(
+    hierarchy: Any,
     t: Array,
+    jump_operators: tuple[AbstractTimeOperator, ...],
     estimate: bool,
     api: str,
     checks: list[tuple[Array, str]],
 ) -> Levels:
+    """The carried levels of an observable's hierarchy at `t`: under the Heisenberg
+    generator $i[H, \\cdot]$ without `jump_operators`, under the adjoint
+    Lindbladian with them (`hierarchy` has a `hamiltonian`, an `observable`, an
+    `order`, a `time_scale` and the `hermitian` flag)."""
     order = hierarchy.order
     hamiltonian, observable = hierarchy.hamiltonian, hierarchy.observable
-    constant = hamiltonian.is_constant and observable.is_constant
-    width = 0 if constant else order
-    probe = lambda: growth_rate(  # noqa: E731
-        hamiltonian.term_series(t, 3, None), observable.term_series(t, 3, None)
+    constant = (
+        hamiltonian.is_constant
+        and observable.is_constant
+        and all(op.is_constant for op in jump_operators)
     )
+    width = 0 if constant else order
+
+    def probe():
+        h, x = hamiltonian.term_series(t, 3, None), observable.term_series(t, 3, None)
+        jumps = [op.term_series(t, 3, None) for op in jump_operators]
+        return combined_rate([growth_rate(h, x), *jump_rate(jumps)])
+
     probe_dtype = _complex_dtype(hierarchy)
     scale = (
         jnp.ones((), jnp.finfo(probe_dtype).dtype)
         if constant
         else _time_scale(hierarchy, probe, probe_dtype, api, checks)
     )
-    h = hamiltonian.term_series(t, width, None if constant else scale)
-    x = observable.term_series(t, width, None if constant else scale)
-    dtype = _complex_dtype(hierarchy, h, x)
+    time_scale = None if constant else scale
+    h = hamiltonian.term_series(t, width, time_scale)
+    x = observable.term_series(t, width, time_scale)
+    jumps = [op.term_series(t, width, time_scale) for op in jump_operators]
+    dtype = _complex_dtype(hierarchy, h, x, *jumps)
+    scale = scale.astype(jnp.finfo(dtype).dtype)
+    jumps = [cast_series(jump, dtype) for jump in jumps]
     hermitian = (
         hierarchy.hermitian
         and h.dense is None
@@ -504,23 +533,27 @@ def _heisenberg_compute(
         and not jnp.iscomplexobj(h.coefficients)
         and not jnp.iscomplexobj(x.coefficients)
     )
-    generator = scaled_generator(h, scale.astype(jnp.finfo(dtype).dtype), dtype)
+    generator = scaled_generator(h, scale, dtype)
+    right: TermSeries | None = None
+    if jumps:
+        number = scaled_series(number_series(jumps, dtype), scale)
+        generator, right = two_sided(generator, number, -1.0)
     series = x.full().astype(dtype)
     if hermitian:
         # The flag was set from the matrices at construction; refuse matrices that
         # were swapped for non-Hermitian ones since (e.g. by `eqx.tree_at`).
-        common = jnp.result_type(h.matrices, x.matrices)
-        m = jnp.concatenate([h.matrices.astype(common), x.matrices.astype(common)])
-        ok = jnp.all(m == jnp.conj(jnp.swapaxes(m, -1, -2)))
+        ok = _hermitian_matrices(h) & _hermitian_matrices(x)
         checks.append(
             (
                 ~ok,
                 f"`{api}`: the hierarchy was built for Hermitian matrices and they "
                 "have been replaced by non-Hermitian ones; build a new "
-                "HeisenbergHierarchy.",
+                f"{type(hierarchy).__name__}.",
             )
         )
-    levels = heisenberg_levels(generator, series, order, hermitian, estimate)
+    levels = lindblad_levels(
+        generator, right, jumps, scale, series, order, hermitian, estimate
+    )
     if constant:
         return levels
     k = jnp.arange(order + 1, dtype=levels.exponents.dtype)

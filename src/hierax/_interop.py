@@ -407,10 +407,12 @@ def _qutip_coefficient(coefficient: Any, where: str, api: str) -> AbstractTimeFu
         text = coefficient.__reduce__()[1][0]
         raise TypeError(
             f"`{api}`: {where} has the string coefficient {text!r}, which hierax "
-            "cannot differentiate (QuTiP compiles it to C). Write it as a hierax "
-            "time function, e.g. `hierax.Cos(w)` for 'cos(w*t)' (also `Sin`, `Exp`, "
-            "`Gaussian`, `Polynomial`, sums and products of them), or as a JAX "
-            "function `lambda t, w: jnp.cos(w * t)`, times the operator."
+            "cannot differentiate (QuTiP compiles it to C), and QuTiP accepts no "
+            "JAX function in its place. Build that term in hierax, times the same "
+            "Qobj, and add the others: e.g. `H0 + hierax.Cos(w) * H1` for "
+            "[H0, [H1, 'cos(w*t)']] (also `Sin`, `Exp`, `Gaussian`, `Polynomial`, "
+            "and sums and products of them), or any one-argument JAX function of "
+            "time, `hierax.CallableTimeFunction(lambda t: jnp.cos(w * t)) * H1`."
         )
     raise TypeError(
         f"`{api}`: {where} has a coefficient of type {kind}, which hierax does not "
@@ -420,8 +422,10 @@ def _qutip_coefficient(coefficient: Any, where: str, api: str) -> AbstractTimeFu
 
 def _qobjevo(x: Any, name: str, api: str) -> AbstractTimeOperator:
     terms: list[tuple[AbstractTimeFunction, Any]] = []
-    for i, element in enumerate(x.to_list()):
-        where = f"`{name}` (a QuTiP QobjEvo), element {i} of its `to_list()`,"
+    for element in x.to_list():
+        # Named by what the user wrote: QuTiP's `to_list()` does not keep the order
+        # of the terms as given.
+        where = f"`{name}` (a QuTiP QobjEvo), in one of its terms,"
         if foreign_library(element) == "qutip":
             terms.append((Constant(1.0), _qobj_matrix(element, name, api)))
             continue

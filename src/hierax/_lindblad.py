@@ -2,11 +2,9 @@
 derivatives of a density matrix (the kernels: `_kernels/lindblad.py` and
 `_kernels/density.py`)."""
 
-from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
@@ -16,27 +14,17 @@ from ._hierarchies import (
     AbstractHierarchy,
     _check_time_scale,
     _complex_dtype,
-    _hermitian_matrices,
     _is_hermitian,
     _time_scale,
+    observable_levels,
 )
 from ._kernels.density import density_generator, density_series, generator_sizes
 from ._kernels.heisenberg import (
     Levels,
-    frobenius,
-    scaled_generator,
-)
-from ._kernels.lindblad import (
-    cast_series,
-    lindblad_levels,
-    number_series,
-    scaled_series,
-    two_sided,
 )
 from ._kernels.propagator import series_errors
 from ._operators import AbstractTimeOperator, to_operator
-from ._series import TermSeries, real_dtype
-from ._time_scale import growth_rate
+from ._time_scale import combined_rate, growth_rate, jump_rate
 from ._validation import check_order
 
 
@@ -57,30 +45,6 @@ def check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
                 f"`hamiltonian` is {size}x{size}; they must act on the same space."
             )
     return operators
-
-
-def _jump_rate(jumps: Sequence[TermSeries]) -> list[Array]:
-    """Growth-rate estimates the jump operators add: their own (as a Hamiltonian's:
-    norms and the frequencies of their time functions) and the dissipator's
-    $2 \\sum_j \\|L_j\\|^2$."""
-    rates = []
-    total = None
-    for jump in jumps:
-        rates.append(growth_rate(jump, None))
-        norm = jnp.sum(
-            jnp.abs(jump.coefficients[:, 0]) * frobenius(jump.matrices, (1, 2))
-        )
-        if jump.dense is not None:
-            norm = norm + frobenius(jump.dense[0], (0, 1))
-        total = norm**2 if total is None else total + norm**2
-    if total is not None:
-        rates.append(jax.lax.stop_gradient(2 * total))
-    return rates
-
-
-def _combined_rate(rates: list[Array]) -> Array:
-    rdtype = jnp.result_type(*[real_dtype(r.dtype) for r in rates])
-    return jnp.max(jnp.stack([r.astype(rdtype) for r in rates]))
 
 
 class LindbladHierarchy(AbstractHierarchy):
@@ -187,88 +151,14 @@ class LindbladHierarchy(AbstractHierarchy):
 
     def levels(self, t, state, estimate, checks):
         del state
-        return _lindblad_levels(self, cast(Array, t), estimate, checks)
+        api = "hierax.LindbladHierarchy(...)(t)"
+        jumps = self.jump_operators
+        return observable_levels(self, cast(Array, t), jumps, estimate, api, checks)
 
 
 LindbladHierarchy.__init__.__doc__ = (LindbladHierarchy.__init__.__doc__ or "").replace(
     "TIME_SCALE", _TIME_SCALE_DOC
 )
-
-
-def _lindblad_levels(
-    hierarchy: LindbladHierarchy,
-    t: Array,
-    estimate: bool,
-    checks: list[tuple[Array, str]],
-) -> Levels:
-    api = "hierax.LindbladHierarchy(...)(t)"
-    order = hierarchy.order
-    hamiltonian, observable = hierarchy.hamiltonian, hierarchy.observable
-    operators = hierarchy.jump_operators
-    constant = (
-        hamiltonian.is_constant
-        and observable.is_constant
-        and all(op.is_constant for op in operators)
-    )
-    width = 0 if constant else order
-
-    def probe():
-        rates = [
-            growth_rate(
-                hamiltonian.term_series(t, 3, None), observable.term_series(t, 3, None)
-            )
-        ]
-        return _combined_rate(
-            rates + _jump_rate([op.term_series(t, 3, None) for op in operators])
-        )
-
-    probe_dtype = _complex_dtype(hierarchy)
-    scale = (
-        jnp.ones((), jnp.finfo(probe_dtype).dtype)
-        if constant
-        else _time_scale(hierarchy, probe, probe_dtype, api, checks)
-    )
-    time_scale = None if constant else scale
-    h = hamiltonian.term_series(t, width, time_scale)
-    x = observable.term_series(t, width, time_scale)
-    jumps = [op.term_series(t, width, time_scale) for op in operators]
-    dtype = _complex_dtype(hierarchy, h, x, *jumps)
-    rdtype = jnp.finfo(dtype).dtype
-    scale = scale.astype(rdtype)
-    jumps = [cast_series(jump, dtype) for jump in jumps]
-    hermitian = (
-        hierarchy.hermitian
-        and h.dense is None
-        and x.dense is None
-        and not jnp.iscomplexobj(h.coefficients)
-        and not jnp.iscomplexobj(x.coefficients)
-    )
-    generator = scaled_generator(h, scale, dtype)
-    number = scaled_series(number_series(jumps, dtype), scale) if jumps else None
-    right: TermSeries | None = None
-    if number is None:
-        left = generator
-    else:
-        left, right = two_sided(generator, number, -1.0)
-    series = x.full().astype(dtype)
-    if hermitian:
-        ok = _hermitian_matrices(h) & _hermitian_matrices(x)
-        checks.append(
-            (
-                ~ok,
-                f"`{api}`: the hierarchy was built for Hermitian matrices and they "
-                "have been replaced by non-Hermitian ones; build a new "
-                "LindbladHierarchy.",
-            )
-        )
-    levels = lindblad_levels(
-        left, right, jumps, scale, series, order, hermitian, estimate
-    )
-    if constant:
-        return levels
-    k = jnp.arange(order + 1, dtype=levels.exponents.dtype)
-    exponents = levels.exponents - k * jnp.log2(scale.astype(k.dtype))
-    return Levels(levels.values, exponents, levels.errors)
 
 
 class DensityMatrixDerivatives(AbstractHierarchy):
@@ -376,8 +266,8 @@ def _density_levels(
 
     def probe():
         rates = [growth_rate(hamiltonian.term_series(t, 3, None), None)]
-        return _combined_rate(
-            rates + _jump_rate([op.term_series(t, 3, None) for op in operators])
+        return combined_rate(
+            rates + jump_rate([op.term_series(t, 3, None) for op in operators])
         )
 
     probe_dtype = _complex_dtype(derivatives, rho)

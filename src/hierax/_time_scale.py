@@ -9,13 +9,15 @@ get $s \\approx 10^{-10}$.
 """
 
 import math
+from collections.abc import Sequence
 
+import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._series import TermSeries, real_dtype
+from ._series import TermSeries, frobenius, real_dtype
 from ._sparse import SparseMatrix
 
 
@@ -125,3 +127,27 @@ def default_time_scale(rate: Array, order: int, dtype) -> Array:
     scale = jnp.where(rate > 0, target / jnp.where(rate > 0, rate, 1), 1)
     # Snap to a power of two: multiplying by s is then exact.
     return lax.stop_gradient(jnp.exp2(jnp.round(jnp.log2(scale))).astype(rdtype))
+
+
+def jump_rate(jumps: Sequence[TermSeries]) -> list[Array]:
+    """Growth-rate estimates the jump operators add: their own (as a Hamiltonian's:
+    norms and the frequencies of their time functions) and the dissipator's
+    $2 \\sum_j \\|L_j\\|^2$."""
+    rates = []
+    total = None
+    for jump in jumps:
+        rates.append(growth_rate(jump, None))
+        norm = jnp.sum(
+            jnp.abs(jump.coefficients[:, 0]) * frobenius(jump.matrices, (1, 2))
+        )
+        if jump.dense is not None:
+            norm = norm + frobenius(jump.dense[0], (0, 1))
+        total = norm**2 if total is None else total + norm**2
+    if total is not None:
+        rates.append(jax.lax.stop_gradient(2 * total))
+    return rates
+
+
+def combined_rate(rates: list[Array]) -> Array:
+    rdtype = jnp.result_type(*[real_dtype(r.dtype) for r in rates])
+    return jnp.max(jnp.stack([r.astype(rdtype) for r in rates]))

@@ -76,6 +76,7 @@ def run_seed(
     json_path: pathlib.Path | None,
 ) -> int:
     """The seed demo; see `hierax seed --help`. Returns the exit status."""
+    # The demo's narrative, printed in the order it is read: one function.
     # Before anything creates an array: the dtype of every constant follows it.
     jax.config.update("jax_enable_x64", x64)
     start = time.perf_counter()

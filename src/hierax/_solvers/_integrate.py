@@ -2,6 +2,7 @@
 the Taylor solver on diffrax with its step control, and the result, for any
 `AbstractTaylorTerm`."""
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable
@@ -39,6 +40,52 @@ _ADJOINTS = (
 # 110 -> 60; the transmon is unchanged within 3%.
 _SAFETY = 0.9
 _PCOEFF, _ICOEFF, _DCOEFF = 0.3, 0.6, 0.1
+
+
+# What QuTiP and dynamiqs users pass to their solvers, and what hierax calls it. One
+# name per meaning: a foreign name is refused with the hierax spelling, not taken as
+# an alias (an alias would be a second name in the docs, in completion and in every
+# later error message).
+_FOREIGN_NAMES = {
+    "e_ops": "`exp_ops=`",
+    "c_ops": "the jump operators, `mesolve`'s second positional argument "
+    "(`hierax.mesolve(H, jump_operators, rho0, times)`)",
+    "jump_ops": "the jump operators, `mesolve`'s second positional argument "
+    "(`hierax.mesolve(H, jump_operators, rho0, times)`)",
+    "tlist": "`times`, the third (`sesolve`) or fourth (`mesolve`) positional argument",
+    "tsave": "`times`, the third (`sesolve`) or fourth (`mesolve`) positional argument",
+    "psi0": "`state`, the second positional argument",
+    "rho0": "`rho`, the third positional argument",
+    "args": "the parameters inside the operators (e.g. `hierax.Cos(w) * sx`, with "
+    "`w` an array: changing it never recompiles)",
+    "options": "keyword arguments of their own: `rtol=`, `atol=`, `order=`, `dt=`, "
+    "`max_steps=`, `progress=`, `dense=`, `adjoint=`",
+    "method": "`order=` (hierax always steps with the Taylor method)",
+    "gradient": "`adjoint=`, a diffrax adjoint (`diffrax.ForwardMode()` for "
+    "forward mode)",
+    "progress_meter": "`progress=True`",
+    "solver": "`order=` (hierax always steps with the Taylor method)",
+}
+
+
+def check_no_foreign_keywords(unknown: dict[str, Any], api: str) -> None:
+    """Refuse keyword arguments the solver does not take, naming the hierax
+    spelling of QuTiP's and dynamiqs' (`e_ops`, `c_ops`, `tlist`, `options`, ...)."""
+    if not unknown:
+        return
+    name = next(iter(unknown))
+    hint = _FOREIGN_NAMES.get(name)
+    if hint is not None:
+        raise TypeError(
+            f"`{api}`: got `{name}=`, which is QuTiP's or dynamiqs' name; in hierax "
+            f"it is {hint} (see the QuTiP / dynamiqs / hierax table in the docs' "
+            "'Coming from QuTiP' page)."
+        )
+    raise TypeError(
+        f"`{api}`: got an unexpected keyword argument `{name}=`; the options are "
+        "`rtol`, `atol`, `order`, `dt`, `exp_ops`, `progress`, `dense`, "
+        "`max_steps` and `adjoint`."
+    )
 
 
 def _max_norm(x: PyTree) -> Array:
@@ -93,28 +140,29 @@ def solve(
             f"{type(adjoint).__name__}: the Taylor solver differentiates through its "
             "own steps."
         )
-    return _solve(
-        term,
-        state,
-        times,
-        # Known numbers placed without an eager JAX operation (each kind of which
-        # compiles a small program on a process's first solve).
-        to_jax(rtol),
-        to_jax(atol),
-        None if dt is None else to_jax(dt),
-        exp_ops,
-        # The first step's bound needs them; fixed steps do not.
-        _generator_norms(term) if dt is None else None,
-        args,
-        order=order,
-        max_steps=max_steps,
-        progress=progress,
-        dense=dense,
-        adjoint=adjoint,
-        api=api,
-        expectation=expectation,
-        check_times=not checked,
-    )
+    with _forward_mode_hint(api):
+        return _solve(
+            term,
+            state,
+            times,
+            # Known numbers placed without an eager JAX operation (each kind of which
+            # compiles a small program on a process's first solve).
+            to_jax(rtol),
+            to_jax(atol),
+            None if dt is None else to_jax(dt),
+            exp_ops,
+            # The first step's bound needs them; fixed steps do not.
+            _generator_norms(term) if dt is None else None,
+            args,
+            order=order,
+            max_steps=max_steps,
+            progress=progress,
+            dense=dense,
+            adjoint=adjoint,
+            api=api,
+            expectation=expectation,
+            check_times=not checked,
+        )
 
 
 def _solve_impl(
@@ -153,25 +201,7 @@ def _solve_impl(
     # there diffrax steps to just after each knot, which a rescaled knot could
     # miss by an ULP.
     unit = knots is None
-    if dt is None:
-        controller: diffrax.AbstractStepSizeController = diffrax.PIDController(
-            rtol=rtol,
-            atol=atol,
-            safety=_SAFETY,
-            pcoeff=_PCOEFF,
-            icoeff=_ICOEFF,
-            dcoeff=_DCOEFF,
-            norm=_max_norm,
-        )
-        if knots is not None:
-            # Knots of sampled pulses: no step straddles one, so every step's
-            # series is that of one segment.
-            controller = diffrax.ClipStepSizeController(controller, jump_ts=knots)
-        assert norms is not None  # `solve` passes them for adaptive steps
-        dt0 = _initial_step(term, t0, t1, rtol, order, norms)
-    else:
-        controller = diffrax.ConstantStepSize()
-        dt0 = jnp.minimum(dt, span)
+    controller, dt0 = _step_control(term, t0, t1, rtol, atol, dt, norms, knots, order)
     ends = times.shape[0] == 2
     if unit:
         solved: diffrax.AbstractTerm = UnitTimeTerm(term, t0, span)
@@ -188,7 +218,10 @@ def _solve_impl(
     else:
         saveat = diffrax.SaveAt(ts=save_times, dense=dense)
     with warnings.catch_warnings():
-        # diffrax warns on every complex state; complex states are what we solve.
+        # diffrax warns on every complex state: its concern is solvers and norms
+        # written for real arithmetic. It does not apply here: the Taylor solver's
+        # step is exact complex arithmetic, and the controller reads `_max_norm`, the
+        # largest modulus (a real number), so no real-only formula sees a complex y.
         warnings.filterwarnings("ignore", message="Complex dtype support")
         solution = diffrax.diffeqsolve(
             solved,
@@ -219,6 +252,57 @@ def _solve_impl(
     }
     stats["max_steps"] = jnp.asarray(max_steps)
     return Solution(times, states, expects, stats, order, interpolation)
+
+
+def _step_control(
+    term: AbstractTaylorTerm,
+    t0: Array,
+    t1: Array,
+    rtol: Array,
+    atol: Array,
+    dt: Array | None,
+    norms: tuple[TermNorms | None, ...] | None,
+    knots: Array | None,
+    order: int,
+) -> tuple[diffrax.AbstractStepSizeController, Array]:
+    """The step-size controller and the first step: adaptive steps (the PID
+    controller on the largest entry, clipped at the knots of sampled pulses) from
+    a bound on the generator, or fixed steps no longer than `dt`."""
+    if dt is not None:
+        return diffrax.ConstantStepSize(), jnp.minimum(dt, t1 - t0)
+    controller: diffrax.AbstractStepSizeController = diffrax.PIDController(
+        rtol=rtol,
+        atol=atol,
+        safety=_SAFETY,
+        pcoeff=_PCOEFF,
+        icoeff=_ICOEFF,
+        dcoeff=_DCOEFF,
+        norm=_max_norm,
+    )
+    if knots is not None:
+        # Knots of sampled pulses: no step straddles one, so every step's series
+        # is that of one segment.
+        controller = diffrax.ClipStepSizeController(controller, jump_ts=knots)
+    assert norms is not None  # `solve` passes them for adaptive steps
+    return controller, _initial_step(term, t0, t1, rtol, order, norms)
+
+
+@contextlib.contextmanager
+def _forward_mode_hint(api: str):
+    """JAX's error for forward-mode differentiation (`jax.jvp`, `jax.jacfwd`)
+    through the default adjoint, with what to pass instead. The default,
+    `diffrax.RecursiveCheckpointAdjoint`, is reverse mode only (a `custom_vjp`); a
+    forward-mode adjoint would in turn refuse reverse mode, so the user chooses."""
+    try:
+        yield
+    except TypeError as error:
+        if "forward-mode autodiff" not in str(error):
+            raise
+        raise TypeError(
+            f"`{api}`: forward-mode differentiation (`jax.jvp`, `jax.jacfwd`) "
+            "through a solve needs `adjoint=diffrax.ForwardMode()`; the default "
+            "adjoint differentiates in reverse mode (`jax.grad`, `jax.jacrev`)."
+        ) from None
 
 
 def _physical_times(
@@ -286,7 +370,22 @@ def _check_dense_output(state: Array, order: int, max_steps: int, api: str) -> N
 
 def _check_times(times: Any, api: str) -> tuple[Array, bool]:
     """`times` as a real array, and whether it was checked here (known values);
-    traced times are checked inside the compiled solve."""
+    traced times are checked inside the compiled solve. Lists, tuples and NumPy
+    arrays are accepted as the state is."""
+    if not isinstance(times, jax.Array):
+        try:
+            times = np.asarray(times)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"`{api}`: `times` must be a real 1-d array (or list) of at least "
+                f"two times, got {type(times).__name__}."
+            ) from None
+        if not np.issubdtype(times.dtype, np.number) or times.dtype == np.bool_:
+            raise ValueError(
+                f"`{api}`: `times` must be a real 1-d array (or list) of at least "
+                f"two times, got {type(times).__name__} of {times.dtype}."
+            )
+        times = to_jax(times)
     times = jnp.asarray(times)
     if jnp.iscomplexobj(times) or times.ndim != 1 or times.shape[0] < 2:
         raise ValueError(

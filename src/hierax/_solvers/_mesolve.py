@@ -11,7 +11,7 @@ from jaxtyping import Array, ArrayLike
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from ._density import known_density_parts
-from ._integrate import solve
+from ._integrate import check_no_foreign_keywords, solve
 from ._sesolve import check_exp_ops
 from ._solution import Solution
 from ._term import LindbladTerm
@@ -25,7 +25,7 @@ def mesolve(
     hamiltonian: Any,
     jump_operators: Any,
     rho: Any,
-    times: ArrayLike,
+    times: Any,
     *,
     rtol: float | int = 1e-8,
     atol: float | int = 1e-10,
@@ -36,6 +36,7 @@ def mesolve(
     dense: bool = False,
     max_steps: int = 100_000,
     adjoint: diffrax.AbstractAdjoint | None = None,
+    **unknown: Any,
 ) -> Solution:
     """Solve the Lindblad master equation
 
@@ -63,7 +64,9 @@ def mesolve(
         equation is linear), or a QuTiP or dynamiqs density matrix or ket (a ket
         $|\\psi\\rangle$ is read as $|\\psi\\rangle\\langle\\psi|$).
     - `times`: the times at which to save $\\rho$, strictly increasing, shape `(T,)`
-        with T >= 2; the solve runs from `times[0]` to `times[-1]`.
+        with T >= 2 (an array, a list or a NumPy array); the solve runs from
+        `times[0]` to `times[-1]`. The order of the arguments is dynamiqs':
+        QuTiP's `mesolve(H, rho0, tlist, c_ops)` is refused with a message.
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
         `atol + rtol * |rho|`.
     - `order`: the order K of the series; by default chosen from the tolerance.
@@ -95,6 +98,13 @@ def mesolve(
         solution.expects[0]                      # <sigma_z>(t), shape (101,)
         ```
     """
+    check_no_foreign_keywords(unknown, _API)
+    if not isinstance(jump_operators, list | tuple) and isinstance(times, list | tuple):
+        raise TypeError(
+            f"`{_API}`: the arguments look like QuTiP's order `mesolve(H, rho0, tlist, "
+            "c_ops)`; hierax's is `hierax.mesolve(H, jump_operators, rho0, times)` "
+            "(dynamiqs' order), with the jump operators as a list."
+        )
     term = LindbladTerm(hamiltonian, jump_operators)
     n = term.size
     rho = _check_rho(as_state(rho, "rho", _API, density=True), n)

@@ -11,7 +11,7 @@ from jaxtyping import Array, ArrayLike
 
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
-from ._integrate import solve
+from ._integrate import check_no_foreign_keywords, solve
 from ._rewrites import uniform_products
 from ._solution import Solution
 from ._term import SchrodingerTerm
@@ -24,7 +24,7 @@ _API = "hierax.sesolve"
 def sesolve(
     hamiltonian: Any,
     state: Any,
-    times: ArrayLike,
+    times: Any,
     *,
     rtol: float | int = 1e-8,
     atol: float | int = 1e-10,
@@ -35,6 +35,7 @@ def sesolve(
     dense: bool = False,
     max_steps: int = 100_000,
     adjoint: diffrax.AbstractAdjoint | None = None,
+    **unknown: Any,
 ) -> Solution:
     """Solve the Schrödinger equation $\\dot\\psi = -i H(t)\\,\\psi$ with the Taylor
     method: each step sums the exact series of the state to order $K$, and the step
@@ -54,7 +55,8 @@ def sesolve(
         `(n, m)`, or a propagator `(n, n)` (a square state is a propagator, never
         a density matrix: use `mesolve` for those); QuTiP and dynamiqs kets too.
     - `times`: the times at which to save the state, strictly increasing, shape
-        `(T,)` with T >= 2; the solve runs from `times[0]` to `times[-1]`.
+        `(T,)` with T >= 2 (an array, a list or a NumPy array); the solve runs from
+        `times[0]` to `times[-1]`. (QuTiP's `tlist`, dynamiqs' `tsave`.)
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
         `atol + rtol * |psi|` as in diffrax and QuTiP. For unitary dynamics the
         final error is typically below `rtol` (see the how-to on tolerances).
@@ -62,7 +64,9 @@ def sesolve(
     - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`, and
         `rtol`, `atol` only choose the order.
     - `exp_ops`: observables whose expectation values to return, a sequence of
-        `(n, n)` matrices or an `(E, n, n)` array. Not for a propagator.
+        `(n, n)` matrices or an `(E, n, n)` array. Not for a propagator. (QuTiP's
+        `e_ops`; QuTiP's and dynamiqs' other names are refused with the hierax
+        spelling, see "Coming from QuTiP".)
     - `progress`: print diffrax's text progress meter while solving.
     - `dense`: keep every step's series, for [`hierax.Solution.evaluate`][]. This
         stores `max_steps * (K + 1)` copies of the state: lower `max_steps` for big
@@ -89,6 +93,7 @@ def sesolve(
         solution.expects[0]                      # <sigma_z>(t), shape (101,)
         ```
     """
+    check_no_foreign_keywords(unknown, _API)
     term = SchrodingerTerm(hamiltonian)
     # Sparse matrices with all entries equal, read as one value by the products.
     term = eqx.tree_at(

@@ -69,6 +69,9 @@ def _tangent(x: Any, v: Any, order: int) -> Any:
 
 @register("custom_jvp_call")
 def _custom_jvp(ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+    # One rule, read top to bottom: the primal values, then the series through the
+    # user's jvp rule or, past what it can give, through the primal body; split,
+    # each piece would need the whole equation's state.
     params = eqn.params
     num_consts = params["num_consts"]
     order = ctx.order
