@@ -423,6 +423,56 @@ def test_no_retrace_when_times_or_parameters_change():
         solve(jnp.asarray(0.8), jnp.array([0.0, 2.0, 1.0]))
 
 
+def test_new_tolerances_never_recompile():
+    """Tolerances are values of the compiled solve: a new `rtol` or `atol` traces
+    nothing, from Python (the solve's trace count stays put) and inside a user's
+    `jax.jit` with the tolerances as arguments, in both solvers; the solution
+    follows the tolerance (tighter is closer to the reference), and a bad traced
+    tolerance is reported at run time."""
+    calls = []
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 0.5, 2.0])
+    hamiltonian = _CountingHamiltonian(jnp.asarray(0.5), calls)
+    reference = _reference(hamiltonian, state, times)
+    start = len(calls)
+    SchrodingerTerm(hamiltonian)
+    validation = len(calls) - start  # the eager check of a callable Hamiltonian
+    before = len(calls)
+    sesolve(hamiltonian, state, times, rtol=1e-6, atol=1e-8)
+    assert len(calls) - before > validation  # the solve's own trace
+    errors = []
+    for rtol, atol in [(1e-4, 1e-6), (1e-9, 1e-11), (1e-12, 1e-14)]:
+        before = len(calls)
+        solution = sesolve(hamiltonian, state, times, rtol=rtol, atol=atol)
+        errors.append(_error(solution.states, reference))
+        # At most the eager check again (the term of an immutable Hamiltonian is
+        # kept), never the solve's trace.
+        assert len(calls) - before in (0, validation)
+    assert errors[2] < errors[0] and errors[2] <= 1e-10
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def solve(rtol, atol):
+        return sesolve(_qubit(0.5), state, times, rtol=rtol, atol=atol).states
+
+    reference = _reference(_qubit(0.5), state, times)
+    loose = solve(jnp.asarray(1e-4), jnp.asarray(1e-6))
+    tight = solve(jnp.asarray(1e-12), jnp.asarray(1e-14))
+    assert _error(tight, reference) < _error(loose, reference)
+    assert _error(tight, reference) <= 1e-10
+    with pytest.raises(Exception, match="`rtol` must be positive"):
+        solve(jnp.asarray(-1e-4), jnp.asarray(1e-6))
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def open_solve(rtol):
+        rho = jnp.diag(jnp.array([1.0, 0.0]))
+        jump = 0.3 * jnp.array([[0.0, 1.0], [0.0, 0.0]])
+        return hierax.mesolve(_qubit(0.5), [jump], rho, times, rtol=rtol).states
+
+    open_solve(jnp.asarray(1e-5))
+    open_solve(jnp.asarray(1e-10))
+
+
 # diffrax warns on every complex state it is given; for the Taylor solver it does not
 # apply (exact complex steps, a real norm: see `hierax._solvers._integrate`).
 @pytest.mark.filterwarnings("ignore:Complex dtype support")

@@ -8,6 +8,7 @@ fast inside a user's jit, `jax.grad` or `jax.vmap` as from Python. Times and
 parameter values are traced, so changing them never retraces.
 """
 
+import collections
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,10 @@ import numpy as np
 from jaxtyping import Array
 
 from ._cache import flatten_module
+
+
+# How many tree structures each public call keeps compiled (each holds its program).
+_STRUCTURES = 64
 
 
 def _is_plain(leaf: Any) -> bool:
@@ -44,10 +49,39 @@ def module_jit(fn: Callable) -> Callable:
     Both paths compile with XLA's defaults (no per-call compile options).
     """
     filtered = eqx.filter_jit(fn)
-    direct: dict[tuple[str, ...], Callable] = {}
+    # One jitted function per tree structure and static keywords, found by the
+    # identity of the structure: a module's flattened form is cached (`_cache`), so
+    # the same module (or one rebuilt from the same cached parts) brings back the
+    # same treedef object. Passing the treedef as a static argument instead made
+    # JAX hash and compare it on every call: most of a small solve's eager call.
+    direct: collections.OrderedDict[tuple[int, tuple[str, ...]], Any] = (
+        collections.OrderedDict()
+    )
 
-    def unflattened(leaves, *rest, treedef, **static):
-        return fn(jax.tree_util.tree_unflatten(treedef, leaves), *rest, **static)
+    by_structure: dict[tuple[Any, tuple[str, ...]], Callable] = {}
+
+    def compiled(treedef: Any, names: tuple[str, ...]) -> Callable:
+        key = (id(treedef), names)
+        hit = direct.get(key)
+        if hit is not None and hit[0] is treedef:
+            direct.move_to_end(key)
+            return hit[1]
+        # A new treedef object: an equal structure shares the jitted function (and
+        # its compiled programs), found by hashing and comparing once.
+        jitted = by_structure.get((treedef, names))
+        if jitted is None:
+
+            def unflattened(leaves, *rest, **static):
+                module = jax.tree_util.tree_unflatten(treedef, leaves)
+                return fn(module, *rest, **static)
+
+            jitted = jax.jit(unflattened, static_argnames=names)
+            by_structure[treedef, names] = jitted
+        # The entry keeps its treedef alive, so its id cannot be reused meanwhile.
+        direct[key] = (treedef, jitted)
+        if len(direct) > _STRUCTURES:
+            direct.popitem(last=False)
+        return jitted
 
     @functools.wraps(fn)
     def call(*args, **static):
@@ -79,10 +113,8 @@ def module_jit(fn: Callable) -> Callable:
         # states, which may be Python numbers.
         leaves, treedef, all_arrays, _ = flatten_module(module)
         if all_arrays and all(_is_plain(leaf) for leaf in jax.tree.leaves(rest)):
-            key = tuple(sorted(static))
-            if key not in direct:
-                direct[key] = jax.jit(unflattened, static_argnames=("treedef", *key))
-            return direct[key](leaves, *rest, treedef=treedef, **static)
+            jitted = compiled(treedef, tuple(sorted(static)))
+            return jitted(leaves, *rest, **static)
         # Python scalars would be static under filtering: trace them as arrays.
         args = tuple(
             jnp.asarray(a) if isinstance(a, (float, complex, int)) else a for a in args

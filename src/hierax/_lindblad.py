@@ -53,6 +53,7 @@ class LindbladHierarchy(AbstractHierarchy):
 
     $$X_0(t) = X(t), \\qquad X_k(t) = \\mathcal{L}_t^+[X_{k-1}(t)] +
       \\frac{d}{dt} X_{k-1}(t),$$
+
     $$\\mathcal{L}_t^+[X] = i[H, X] + \\sum_j \\Big(L_j^\\dagger X L_j -
       \\tfrac12 \\{L_j^\\dagger L_j, X\\}\\Big),$$
 

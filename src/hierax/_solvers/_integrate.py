@@ -18,9 +18,10 @@ from jaxtyping import Array, PyTree
 from .._arrays import to_jax
 from .._jit import module_jit
 from .._sparse import available_memory
+from .._validation import is_traced
 from ._rewrites import TermNorms, jump_times, term_norms
 from ._solution import Solution
-from ._solver import TaylorSolver, check_taylor_order, order_for_tolerance
+from ._solver import TaylorSolver, check_taylor_order, default_order
 from ._term import AbstractTaylorTerm, UnitTimeTerm
 
 
@@ -119,10 +120,11 @@ def solve(
     diffrax arguments (the Lindblad generator's parts, assembled before
     compiling)."""
     times, checked = _check_times(times, api)
-    rtol = _check_positive(rtol, "rtol", api)
-    atol = _check_positive(atol, "atol", api)
+    # Tolerances are values of the program: traced ones (a user's jit over them)
+    # are checked inside it, known ones here.
+    rtol, atol = _tolerance(rtol, "rtol", api), _tolerance(atol, "atol", api)
     if order is None:
-        order = order_for_tolerance(rtol, state.dtype)
+        order = default_order(state.dtype)
     else:
         order = check_taylor_order(order, api)
     if dt is not None:
@@ -147,8 +149,8 @@ def solve(
             times,
             # Known numbers placed without an eager JAX operation (each kind of which
             # compiles a small program on a process's first solve).
-            to_jax(rtol),
-            to_jax(atol),
+            rtol,
+            atol,
             None if dt is None else to_jax(dt),
             exp_ops,
             # The first step's bound needs them; fixed steps do not.
@@ -162,6 +164,7 @@ def solve(
             api=api,
             expectation=expectation,
             check_times=not checked,
+            check_tolerances=is_traced(rtol) or is_traced(atol),
         )
 
 
@@ -184,7 +187,14 @@ def _solve_impl(
     api: str,
     expectation: Callable[[Array, Array], Array],
     check_times: bool = True,
+    check_tolerances: bool = False,
 ) -> Solution:
+    if check_tolerances:  # known tolerances were checked before compiling
+        for name in ("rtol", "atol"):
+            value = rtol if name == "rtol" else atol
+            bad = ~(jnp.isfinite(value) & (value > 0))
+            message = f"`{api}`: `{name}` must be positive and finite."
+            times = eqx.error_if(times, bad, message)
     if check_times:  # known times were checked before compiling
         times = eqx.error_if(
             times,
@@ -403,6 +413,26 @@ def _check_times(times: Any, api: str) -> tuple[Array, bool]:
             f"`{api}`: `times` must be strictly increasing, got {concrete}."
         )
     return times, True
+
+
+def _tolerance(x: Any, name: str, api: str) -> Array:
+    """A tolerance as a real scalar array: known values checked here (and placed
+    without an eager JAX operation), traced ones inside the compiled solve."""
+    if is_traced(x):
+        if jnp.ndim(x) != 0 or jnp.iscomplexobj(x):
+            raise ValueError(f"`{api}`: `{name}` must be a real scalar.")
+        return jnp.asarray(x, jnp.result_type(float))
+    value = _check_positive(x, name, api)
+    key = (value, jnp.result_type(float))  # x64 may be switched between calls
+    placed = _PLACED.get(key)
+    if placed is None:  # placing a number costs tens of microseconds: keep a few
+        placed = _PLACED[key] = to_jax(value)
+        if len(_PLACED) > 64:
+            _PLACED.pop(next(iter(_PLACED)))
+    return placed
+
+
+_PLACED: dict[tuple[float, Any], Array] = {}
 
 
 def _check_positive(x: Any, name: str, api: str) -> float:

@@ -5,11 +5,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import diffrax
+import equinox as eqx
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike
+from jaxtyping import Array, ArrayLike, ScalarLike
 
+from .._cache import IdentityCache
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
+from .._validation import is_traced
 from ._density import known_density_parts
 from ._integrate import check_no_foreign_keywords, solve
 from ._sesolve import check_exp_ops
@@ -27,8 +31,8 @@ def mesolve(
     rho: Any,
     times: Any,
     *,
-    rtol: float | int = 1e-8,
-    atol: float | int = 1e-10,
+    rtol: ScalarLike = 1e-8,
+    atol: ScalarLike = 1e-10,
     order: int | None = None,
     dt: float | int | None = None,
     exp_ops: Sequence[Any] | ArrayLike | None = None,
@@ -69,9 +73,11 @@ def mesolve(
         QuTiP's `mesolve(H, rho0, tlist, c_ops)` is refused with a message.
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
         `atol + rtol * |rho|`.
-    - `order`: the order K of the series; by default chosen from the tolerance.
-    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`, and
-        `rtol`, `atol` only choose the order.
+    - `order`: the order K of the series; by default 28 in float64 and 16 in
+        float32, whatever the tolerance, so that a new `rtol` or `atol` never
+        recompiles (the step size follows the tolerance).
+    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`
+        (`rtol` and `atol` are then unused).
     - `exp_ops`: observables whose expectation values $\\mathrm{tr}(E\\rho)$ to
         return, a sequence of `(n, n)` matrices or an `(E, n, n)` array.
     - `progress`: print diffrax's text progress meter while solving.
@@ -105,7 +111,7 @@ def mesolve(
             "c_ops)`; hierax's is `hierax.mesolve(H, jump_operators, rho0, times)` "
             "(dynamiqs' order), with the jump operators as a list."
         )
-    term = LindbladTerm(hamiltonian, jump_operators)
+    term, parts = _term(hamiltonian, jump_operators)
     n = term.size
     rho = _check_rho(as_state(rho, "rho", _API, density=True), n)
     exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), None, n, _API)
@@ -126,8 +132,41 @@ def mesolve(
         api=_API,
         expectation=_density_expectations,
         # The Lindblad step's constant parts, assembled before compiling.
-        args=known_density_parts(term.hamiltonian, term.jump_operators, rho.dtype),
+        args=parts(rho.dtype),
     )
+
+
+# The term and its step's constant parts (per precision), by the identity of the
+# user's Hamiltonian and jump operators when all are immutable (operator modules,
+# JAX arrays): the same ones passed again are neither rewritten nor reassembled in
+# NumPy. Anything mutable (NumPy arrays, lists of numbers) is rebuilt every call.
+_TERMS = IdentityCache(16)
+
+
+def _term(hamiltonian: Any, jump_operators: Any) -> tuple[LindbladTerm, Any]:
+    jumps = tuple(jump_operators) if isinstance(jump_operators, list | tuple) else ()
+    cacheable = all(
+        isinstance(x, eqx.Module | jax.Array)
+        and not any(is_traced(leaf) for leaf in jax.tree.leaves(x))
+        for x in (hamiltonian, *jumps)
+    )
+    hit = _TERMS.get(hamiltonian) if cacheable else None
+    if hit is not None and len(hit[0]) == len(jumps):
+        if all(a is b for a, b in zip(hit[0], jumps, strict=True)):
+            return hit[1], hit[2]
+    term = LindbladTerm(hamiltonian, jump_operators)
+    assembled: dict[Any, Any] = {}
+
+    def parts(dtype: Any) -> Any:
+        key = jnp.dtype(dtype)
+        if key not in assembled:
+            operators = (term.hamiltonian, term.jump_operators)
+            assembled[key] = known_density_parts(*operators, dtype)
+        return assembled[key]
+
+    if cacheable:
+        _TERMS.put(hamiltonian, (jumps, term, parts))
+    return term, parts
 
 
 def _density_expectations(exp_ops: Array, states: Array) -> Array:

@@ -6,11 +6,14 @@ from typing import Any
 
 import diffrax
 import equinox as eqx
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike
+from jaxtyping import Array, ArrayLike, ScalarLike
 
+from .._cache import IdentityCache
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
+from .._validation import is_traced
 from ._integrate import check_no_foreign_keywords, solve
 from ._rewrites import uniform_products
 from ._solution import Solution
@@ -26,8 +29,8 @@ def sesolve(
     state: Any,
     times: Any,
     *,
-    rtol: float | int = 1e-8,
-    atol: float | int = 1e-10,
+    rtol: ScalarLike = 1e-8,
+    atol: ScalarLike = 1e-10,
     order: int | None = None,
     dt: float | int | None = None,
     exp_ops: Sequence[Any] | ArrayLike | None = None,
@@ -60,9 +63,11 @@ def sesolve(
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
         `atol + rtol * |psi|` as in diffrax and QuTiP. For unitary dynamics the
         final error is typically below `rtol` (see the how-to on tolerances).
-    - `order`: the order K of the series; by default chosen from the tolerance.
-    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`, and
-        `rtol`, `atol` only choose the order.
+    - `order`: the order K of the series; by default 28 in float64 and 16 in
+        float32, whatever the tolerance, so that a new `rtol` or `atol` never
+        recompiles (the step size follows the tolerance).
+    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`
+        (`rtol` and `atol` are then unused).
     - `exp_ops`: observables whose expectation values to return, a sequence of
         `(n, n)` matrices or an `(E, n, n)` array. Not for a propagator. (QuTiP's
         `e_ops`; QuTiP's and dynamiqs' other names are refused with the hierax
@@ -94,11 +99,7 @@ def sesolve(
         ```
     """
     check_no_foreign_keywords(unknown, _API)
-    term = SchrodingerTerm(hamiltonian)
-    # Sparse matrices with all entries equal, read as one value by the products.
-    term = eqx.tree_at(
-        lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
-    )
+    term = _term(hamiltonian)
     n = term.size
     state = _check_state(as_state(state, "state", _API), n)
     dtype = jnp.result_type(state, 1j)
@@ -119,6 +120,31 @@ def sesolve(
         api=_API,
         expectation=_ket_expectations,
     )
+
+
+# The term built from a user's Hamiltonian, by its identity: an operator module or a
+# JAX array is immutable, so the same one passed again needs no new term (its
+# rewrites in NumPy, its flattened form and its norms, all cached by identity
+# below it, then stay valid too). Mutable inputs (NumPy arrays, lists) are
+# rebuilt every call.
+_TERMS = IdentityCache(16)
+
+
+def _term(hamiltonian: Any) -> SchrodingerTerm:
+    cacheable = isinstance(hamiltonian, eqx.Module | jax.Array) and not any(
+        is_traced(leaf) for leaf in jax.tree.leaves(hamiltonian)
+    )
+    hit = _TERMS.get(hamiltonian) if cacheable else None
+    if hit is not None:
+        return hit
+    term = SchrodingerTerm(hamiltonian)
+    # Sparse matrices with all entries equal, read as one value by the products.
+    term = eqx.tree_at(
+        lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
+    )
+    if cacheable:
+        _TERMS.put(hamiltonian, term)
+    return term
 
 
 def _ket_expectations(exp_ops: Array, states: Array) -> Array:

@@ -1,0 +1,88 @@
+"""The cost of a call from Python over the same solve inside `jax.jit`, and the
+re-solve at a new tolerance (which must not compile).
+
+    .venv/bin/python benchmarks/bench_overhead.py [--calls 300]
+
+Short solves (a span of 0.01) so that the solve itself is a few tens of
+microseconds and what remains is the call: a driven qubit (`sesolve`) and a
+4-level oscillator with decay and dephasing (`mesolve`), x64. The two calls
+alternate in one process (medians), so the machine's load moves both alike; the
+load is printed before and after.
+"""
+
+import argparse
+import os
+import time
+import warnings
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import hierax  # noqa: E402
+
+
+warnings.filterwarnings("ignore", message="Complex dtype support")
+
+
+def _alternate(first, second, calls: int) -> tuple[float, float]:
+    first(), second()
+    a, b = [], []
+    for _ in range(calls):
+        start = time.perf_counter()
+        first()
+        a.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        second()
+        b.append(time.perf_counter() - start)
+    return float(np.median(a)), float(np.median(b))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    calls = parser.parse_args().calls
+    print(f"load before: {os.getloadavg()}")
+    sz, sx = jnp.diag(jnp.array([1.0, -1.0])), jnp.array([[0.0, 1.0], [1.0, 0.0]])
+    qubit = 0.5 * sz + hierax.Cos(1.0) * (0.2 * sx)
+    psi, times = jnp.array([1.0, 0.0j]), jnp.array([0.0, 0.01])
+    n = 4
+    a = jnp.asarray(np.diag(np.sqrt(np.arange(1, n)), 1).astype(complex))
+    oscillator = 2 * np.pi * 0.2 * (a.T @ a) + hierax.Cos(1.3) * (0.1 * (a + a.T))
+    jumps = [np.sqrt(0.05) * a, np.sqrt(0.02) * (a.T @ a)]
+    rho = jnp.zeros((n, n), complex).at[1, 1].set(1)
+    cases = {
+        "sesolve": (
+            lambda: hierax.sesolve(qubit, psi, times).states.block_until_ready(),
+            jax.jit(lambda y: hierax.sesolve(qubit, y, times).states),
+            psi,
+        ),
+        "mesolve": (
+            lambda: hierax.mesolve(
+                oscillator, jumps, rho, times
+            ).states.block_until_ready(),
+            jax.jit(lambda r: hierax.mesolve(oscillator, jumps, r, times).states),
+            rho,
+        ),
+    }
+    for name, (eager, jitted, state) in cases.items():
+        python, inside = _alternate(
+            eager, lambda f=jitted, y=state: f(y).block_until_ready(), calls
+        )
+        print(
+            f"{name}: from Python {python * 1e3:.3f} ms, inside jit "
+            f"{inside * 1e3:.3f} ms, overhead {(python - inside) * 1e3:.3f} ms"
+        )
+    # A new tolerance: the solve runs again without compiling.
+    start = time.perf_counter()
+    hierax.sesolve(qubit, psi, times, rtol=3.7e-7, atol=1e-9).states.block_until_ready()
+    print(f"sesolve at a new tolerance: {(time.perf_counter() - start) * 1e3:.2f} ms")
+    print(f"load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
