@@ -30,7 +30,8 @@ warnings.filterwarnings("ignore", message="Complex dtype support")
 
 
 def _alternate(first, second, calls: int) -> tuple[float, float]:
-    first(), second()
+    first()
+    second()
     a, b = [], []
     for _ in range(calls):
         start = time.perf_counter()

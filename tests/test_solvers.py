@@ -3,7 +3,7 @@ scipy's DOP853 at rtol 1e-13, `jax.scipy.linalg.expm` for constant Hamiltonians,
 finite differences for gradients, Python loops for vmap."""
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import diffrax
 import equinox as eqx
@@ -590,11 +590,11 @@ def test_qutip_and_dynamiqs_names_get_the_hierax_spelling(name, spelling):
     lists the options."""
     state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0])
     with pytest.raises(TypeError, match=re.escape(spelling)) as info:
-        sesolve(_qubit(), state, times, **{name: None})
+        sesolve(_qubit(), state, times, **cast(Any, {name: None}))
     assert f"`{name}=`" in str(info.value) and "hierax.sesolve" in str(info.value)
     rho = np.diag([1.0, 0.0])
     with pytest.raises(TypeError, match=re.escape(spelling)):
-        hierax.mesolve(_qubit(), [], rho, times, **{name: None})
+        hierax.mesolve(_qubit(), [], rho, times, **cast(Any, {name: None}))
     with pytest.raises(TypeError, match="unexpected keyword argument `tolerance=`"):
         sesolve(_qubit(), state, times, tolerance=1e-6)
 
@@ -631,7 +631,7 @@ def test_forward_mode_through_the_default_adjoint_says_what_to_pass():
         solution = sesolve(
             _qubit(amplitude), state, times, exp_ops=[SZ], adjoint=adjoint
         )
-        return solution.expects[0, -1].real
+        return cast(jax.Array, solution.expects)[0, -1].real
 
     with pytest.raises(TypeError, match=r"adjoint=diffrax\.ForwardMode\(\)"):
         jax.jacfwd(final)(1.0)
