@@ -17,6 +17,8 @@ import urllib.parse
 import pytest
 import yaml
 
+from .helpers import run_script
+
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _MISSING = [
@@ -358,15 +360,13 @@ def test_code_on_pages_runs(group, tmp_path):
         script = tmp_path / (page.replace("/", "_") + ".py")
         script.write_text("\n".join(blocks), encoding="utf-8")
         args += [str(script), page]
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    result = subprocess.run(
+    env = {"JAX_PLATFORMS": "cpu", **os.environ}
+    result = run_script(
         [sys.executable, "-c", _PAGE_RUNNER, *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
         env=env,
+        devices=2,
+        cwd=tmp_path,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr
 
