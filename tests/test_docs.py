@@ -85,8 +85,9 @@ def _build_once(shared: pathlib.Path) -> pathlib.Path:
         else:
             pytest.fail("the test session's site build did not finish in 10 minutes")
     else:
+        build = ["mkdocs", "build", "--strict", "--site-dir", str(out)]
         result = subprocess.run(
-            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+            [sys.executable, "-m", *build],
             cwd=ROOT,
             capture_output=True,
             text=True,
