@@ -281,6 +281,39 @@ def _untypeset_math(page_html: str) -> list[str]:
     ]
 
 
+def _search(site: Site, queries: list[str]) -> dict[str, list[list[str]]]:
+    """Each query's results from the site's own search worker (`search_site.js`):
+    locations grouped by page, best first."""
+    (worker,) = (site.root / "assets" / "javascripts" / "workers").glob("search.*.js")
+    index = site.root / "search" / "search_index.json"
+    results = _node("search_site.js", str(worker), str(index), *queries)
+    assert isinstance(results, dict)
+    return results
+
+
+# Public names that are also ordinary words of the guides, where a guide may rank
+# first: their API entry must come within the first two pages.
+_SEARCH_WORDS = {"Exp", "Recursion"}
+
+
+def test_search_ranks_api_entries_first(site):
+    """Searching a public name puts its API page first, with the name's entry, above
+    pages that only mention it (the benchmarks' section titles name `sesolve` and
+    `mesolve`)."""
+    names = public_names()
+    assert {"sesolve", "mesolve"} <= set(names)
+    for name, groups in _search(site, names).items():
+        entry = f"#hierax.{name}"
+        pages = groups[:2] if name in _SEARCH_WORDS else groups[:1]
+        assert pages and any(
+            location.startswith("api/") and location.endswith(entry)
+            for group in pages
+            for location in group
+        ), (name, [group[:2] for group in groups[:3]])
+        if name not in _SEARCH_WORDS:
+            assert groups[0][0].startswith("api/"), (name, groups[:3])
+
+
 def test_search_text_has_no_math_delimiters(site):
     """Search results show the index's text as it is: formulas appear there without
     their `\\( \\)` and `\\[ \\]` (the build hook takes them off, and off the
