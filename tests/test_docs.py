@@ -455,6 +455,30 @@ def test_site_needs_no_network(site):
     assert "javascripts/katex-init.js" in index
 
 
+def test_display_math_scrolls_sideways(site):
+    """A display formula wider than a phone's screen scrolls in its own box (KaTeX's
+    `.katex-display`), which every page's stylesheet sets."""
+    css = (site.root / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    rules = {
+        selector.strip(): {
+            name.strip(): value.strip()
+            for name, _, value in (d.partition(":") for d in body.split(";"))
+            if name.strip()
+        }
+        for selector, body in re.findall(r"([^{}]+)\{([^}]*)\}", css)
+    }
+    display = rules[".md-typeset .katex-display"]
+    assert display["overflow-x"] == "auto" and display["overflow-y"] == "hidden"
+    for page, parser in site.pages.items():
+        stylesheets = [
+            posixpath.normpath(posixpath.join(posixpath.dirname(page), value))
+            for _, value in parser.links
+            if value.endswith(".css")
+        ]
+        assert "stylesheets/extra.css" in stylesheets, page
+
+
 def test_examples_are_served_and_embedded(site):
     root = site.root
     for script in (ROOT / "examples").glob("*.py"):
