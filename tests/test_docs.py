@@ -170,6 +170,21 @@ def _config() -> dict:
     return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
 
 
+def test_home_page_leads_to_every_guide_and_the_solvers(site):
+    """The home page's text (not only the navigation) links every how-to guide and
+    API page, and `sesolve` and `mesolve` by name."""
+    page = (site.root / "index.html").read_text(encoding="utf-8")
+    article = page[page.index("<article") : page.index("</article>")]
+    parser = _Parser()
+    parser.feed(article)
+    linked = {urllib.parse.urlsplit(value).path for _, value in parser.links}
+    guides = {p for p in site.pages if p.startswith(("how-to/", "api/"))}
+    assert guides - linked == set()
+    assert {"api/solvers.html#hierax.sesolve", "api/solvers.html#hierax.mesolve"} <= {
+        value for _, value in parser.links
+    }
+
+
 def test_site_works_opened_from_disk(site):
     """Pages are files (`page.html`), so every link of the navigation opens a page
     from `site/index.html` without a server; search comes as a script too."""
