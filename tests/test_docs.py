@@ -1,4 +1,7 @@
-"""Build the documentation site strictly and check its API coverage and links."""
+"""Build the documentation site strictly (once per test session) and check its API
+coverage, links, math (typeset with its own KaTeX), search (with its own search
+worker) and the code on its pages. The Node.js checks run the scripts beside this
+file, `typeset_math.js` and `search_site.js`."""
 
 import ast
 import dataclasses
