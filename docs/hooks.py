@@ -8,11 +8,18 @@
   `benchmarks/figures/*.png` when they exist, else the output of a local
   `make bench` (`benchmarks/out/results.md` and `benchmarks/out/*.png`). When there
   are none, the page says how to produce them.
+- Show formulas in the search index's text without their math delimiters, so that
+  search results read `U(t)`, not the TeX source with its delimiters.
+- Write the 404 page's links relative, as the root's pages are, so that it works
+  opened from disk; served over HTTP, a script puts them under the site's path.
 """
 
+import json
 import pathlib
 import re
+import urllib.parse
 
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 
@@ -101,3 +108,76 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, _benchmark_section())
     return markdown
+
+
+# The 404 page is served at any missing URL, so MkDocs writes its links absolute
+# (from the path of `site_url`); opened from disk (`site/404.html`), those lead to
+# the root of the file system. It sits at the site's root, as `index.html` does:
+# its links are written relative like that page's, which works from disk, and when
+# it is served over HTTP a `<base>` element (and the base of the theme's
+# configuration) puts them back under the site's path, at whatever depth the
+# missing URL was.
+_SERVED_404 = """<script>
+if (location.protocol !== "file:") {
+  const base = document.createElement("base");
+  base.href = {base};
+  document.head.prepend(base);
+}
+</script>"""
+_SERVED_404_CONFIG = """<script>
+if (location.protocol !== "file:") {
+  const element = document.getElementById("__config");
+  const config = JSON.parse(element.textContent);
+  config.base = document.baseURI;
+  element.textContent = JSON.stringify(config);
+}
+</script>"""
+
+
+def on_template_context(context, template_name: str, config):
+    if template_name == "404.html":
+        context["base_url"] = "."
+    return context
+
+
+def on_post_template(output: str, template_name: str, config) -> str:
+    if template_name != "404.html":
+        return output
+    base = urllib.parse.urlsplit(config.site_url or "/").path or "/"
+    head = _SERVED_404.replace("{base}", json.dumps(base))
+    output = output.replace("<head>", "<head>\n" + head, 1)
+    # After the theme's configuration, before the script that reads it.
+    config_end = re.search(r'<script id="__config"[^>]*>.*?</script>', output, re.S)
+    assert config_end is not None, "the theme's 404 page has no configuration"
+    end = config_end.end()
+    return output[:end] + "\n" + _SERVED_404_CONFIG + output[end:]
+
+
+# The search plugin indexes each page's HTML text, where pymdownx.arithmatex leaves
+# the TeX of a formula between `\(`, `\)` (inline) and `\[`, `\]` (display), and
+# search results show that text as it is: no KaTeX runs on them. Without the
+# delimiters and TeX's spacing commands, they read `U(t)` and `X_k(t)`.
+_MATH = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_TEX_SPACE = re.compile(r"\\[,;:! ]|\\q?quad\b")
+
+
+def _plain_math(text: str) -> str:
+    def plain(match: re.Match) -> str:
+        tex = match.group(1) if match.group(1) is not None else match.group(2)
+        return " ".join(_TEX_SPACE.sub(" ", tex).split())
+
+    return _MATH.sub(plain, text)
+
+
+# After the search plugin writes the index (priority 0), before the offline plugin
+# copies it into `search_index.js` (priority -100).
+@event_priority(-50)
+def on_post_build(config) -> None:
+    path = pathlib.Path(config.site_dir) / "search" / "search_index.json"
+    if not path.exists():
+        return
+    index = json.loads(path.read_text(encoding="utf-8"))
+    for entry in index["docs"]:
+        entry["title"] = _plain_math(entry["title"])
+        entry["text"] = _plain_math(entry["text"])
+    path.write_text(json.dumps(index, separators=(",", ":")), encoding="utf-8")

@@ -12,13 +12,12 @@ import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from .helpers import SEED_EXACT
+from .helpers import SEED_EXACT, run_script
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -68,18 +67,12 @@ def runs(tmp_path_factory) -> dict:
     if _HAS_OPTAX:
         specs.append(("mlp_pulse_control.py", []))
     scripts = [(name, str(EXAMPLES / name), ["--fast", *args]) for name, args in specs]
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-        "JAX_PLATFORMS": "cpu",
-    }
     results = tmp / "results.json"
-    process = subprocess.run(
+    process = run_script(
         [sys.executable, "-c", _EXAMPLE_RUNNER, json.dumps(scripts), str(results)],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        devices=4,
         cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert process.returncode == 0, process.stdout + process.stderr

@@ -1,15 +1,18 @@
 """Compiled once: new times and new parameter values reuse the compiled call.
 
-The user's callable inside the Hamiltonian counts how often it runs. JAX runs Python
-code only while tracing, so once the first call has compiled, calls at other times
-and with other parameter values (array leaves) must not run it again; without
-compilation every call would. (A test that counts the traces of a user's own
-`jax.jit` around the call could not tell: that jit alone traces once.)
+The user's callable inside the Hamiltonian is wrapped in
+`eqx.debug.assert_max_traces`, which counts how often it runs and raises once it runs
+more often than allowed. JAX runs Python code only while tracing, so once the first
+call has compiled, calls at other times and with other parameter values (array
+leaves) must not run it again; without compilation every call would. (A test that
+counts the traces of a user's own `jax.jit` around the call could not tell: that jit
+alone traces once.)
 """
 
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,30 +22,44 @@ import hierax
 from .helpers import SIGMA_X, SIGMA_Y
 
 
-def _counting(runs: list) -> Callable[[Any], Any]:
-    def envelope(t):
-        runs.append(None)
-        return jnp.exp(-(t**2))
-
-    return envelope
+def _envelope(t):
+    return jnp.exp(-(t**2))
 
 
-@pytest.mark.parametrize("hierarchy", ["heisenberg", "propagator"])
-def test_assert_max_traces_guard(hierarchy):
-    runs: list = []
-    envelope = hierax.CallableTimeFunction(_counting(runs))
-
+def _hierarchy_call(envelope, hierarchy: str) -> Callable[[Any, Any], Any]:
     def call(frequency, t):
         hamiltonian = envelope * SIGMA_Y + hierax.Cos(frequency) * SIGMA_X
         if hierarchy == "heisenberg":
             return hierax.HeisenbergHierarchy(hamiltonian, SIGMA_X, 6)(t)
         return hierax.PropagatorDerivatives(hamiltonian, 6)(t, jnp.eye(2))
 
+    return call
+
+
+@pytest.mark.parametrize("hierarchy", ["heisenberg", "propagator"])
+def test_assert_max_traces_guard(hierarchy):
+    """The user's callable, wrapped in `eqx.debug.assert_max_traces`, raises as soon
+    as it runs more often than one compilation runs it: never at new times and
+    parameter values, and at once for a new dtype (a new program, to JAX)."""
+    # How often one compilation runs it (hierax traces a callable more than once:
+    # on construction, and for the series and the time scale): counted on a first
+    # hierarchy, whose guard allows any number.
+    counted = eqx.debug.assert_max_traces(_envelope, max_traces=None)
+    _hierarchy_call(hierax.CallableTimeFunction(counted), hierarchy)(
+        jnp.asarray(1.0), 0.5
+    )
+    per_compilation = eqx.debug.get_num_traces(counted)
+    assert per_compilation >= 1
+
+    guarded = eqx.debug.assert_max_traces(_envelope, max_traces=per_compilation)
+    call = _hierarchy_call(hierax.CallableTimeFunction(guarded), hierarchy)
     first = call(jnp.asarray(1.0), 0.5)
-    traced = len(runs)
-    assert traced >= 1
+    assert eqx.debug.get_num_traces(guarded) == per_compilation
     for frequency, t in [(1.5, 0.7), (2.0, 0.1), (0.5, -1.0)]:
-        call(jnp.asarray(frequency), t)
-    assert len(runs) == traced, "a new time or parameter value retraced the call"
+        call(jnp.asarray(frequency), t)  # raises if it retraced
+    assert eqx.debug.get_num_traces(guarded) == per_compilation
     # The reused program computes with the new values, not the first ones.
     assert not np.allclose(call(jnp.asarray(2.0), 0.5), first)
+    # The guard does fire: a float32 frequency is a new program.
+    with pytest.raises(RuntimeError, match="can only be traced"):
+        call(jnp.asarray(1.0, jnp.float32), 0.5)
