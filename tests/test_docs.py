@@ -420,12 +420,8 @@ def test_typesetting_finds_errors(site):
 
 # Where the site has a known error in a docstring (in `src/`): expected to fail until
 # it is fixed there; strict, so that the fix shows up as a failure to remove the mark.
-_KNOWN_MATH_ERRORS = {
-    "hierax.LindbladHierarchy": "the docstring of `hierax.LindbladHierarchy` in "
-    "src/hierax/_lindblad.py puts two `$$ ... $$` display blocks on consecutive "
-    "lines, which the Markdown reads as one block with `$$` inside it (KaTeX: "
-    "\"Can't use function '$' in math mode\"); a blank line between them fixes it",
-}
+# (None now: `LindbladHierarchy`'s two display blocks were joined, and are apart.)
+_KNOWN_MATH_ERRORS: dict[str, str] = {}
 
 
 def _in_section(formula: Formula, name: str) -> bool:
