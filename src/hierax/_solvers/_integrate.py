@@ -230,8 +230,9 @@ def _solve_impl(
     with warnings.catch_warnings():
         # diffrax warns on every complex state: its concern is solvers and norms
         # written for real arithmetic. It does not apply here: the Taylor solver's
-        # step is exact complex arithmetic, and the controller reads `_max_norm`, the
-        # largest modulus (a real number), so no real-only formula sees a complex y.
+        # step is exact complex arithmetic, its `y_error` is a modulus (real), and
+        # the controller divides it by the state's modulus and takes `_max_norm`:
+        # no real-only formula sees a complex number.
         warnings.filterwarnings("ignore", message="Complex dtype support")
         solution = diffrax.diffeqsolve(
             solved,
