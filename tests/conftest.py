@@ -1,10 +1,42 @@
 import os
+import subprocess
+import sys
 
 
 # Tests compile many small programs and run each briefly: XLA's optimisation passes
 # cost more than they save here (measured: about a quarter of the suite's CPU time).
 # Set before JAX starts, so that the scripts the tests run in subprocesses inherit it.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
+
+def _fast_compile_flag() -> None:
+    """Compile with XLA:CPU's elemental emitters, which compile the suite's many
+    small programs in about two thirds of the time of its default fusion emitters
+    (the whole suite 412 -> 286 s on 2 cores; the same arithmetic). Test-only: the
+    library sets no XLA flag, and the benchmarks run with XLA's defaults. A jaxlib
+    that does not know the flag aborts at start-up, so it is tried in a
+    subprocess first (once per test process; the flag then reaches the scripts
+    the tests run too)."""
+    flag = "--xla_cpu_use_fusion_emitters=false"
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_use_fusion_emitters" in flags:
+        return
+    wanted = f"{flags} {flag}".strip()
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()",
+        ],
+        env={**os.environ, "XLA_FLAGS": wanted},
+        capture_output=True,
+        timeout=120,
+    )
+    if probe.returncode == 0:
+        os.environ["XLA_FLAGS"] = wanted
+
+
+_fast_compile_flag()
 
 import jax  # noqa: E402
 
