@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Array, PyTree
 
 from .._arrays import to_jax
+from .._cache import IdentityCache
 from .._jit import module_jit
 from .._sparse import available_memory
 from .._validation import is_traced
@@ -87,6 +88,34 @@ def check_no_foreign_keywords(unknown: dict[str, Any], api: str) -> None:
         "`rtol`, `atol`, `order`, `dt`, `exp_ops`, `progress`, `dense`, "
         "`max_steps` and `adjoint`."
     )
+
+
+class TermCache:
+    """What a solver builds from a user's operators (its term, and what that
+    needs assembled), kept by their identity: operator modules and JAX arrays are
+    immutable, so the same ones passed again need nothing rebuilt (their rewrites
+    in NumPy, flattened form and norms, all cached by identity below, stay valid
+    too). Anything mutable (NumPy arrays, lists of numbers) or traced is rebuilt
+    every call. Keyed by the first operator (the Hamiltonian), holding the others
+    to compare them by identity."""
+
+    def __init__(self, size: int):
+        self.entries = IdentityCache(size)
+
+    def get(self, operators: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+        kept = all(
+            isinstance(x, eqx.Module | jax.Array)
+            and not any(is_traced(leaf) for leaf in jax.tree.leaves(x))
+            for x in operators
+        )
+        hit = self.entries.get(operators[0]) if kept else None
+        if hit is not None and len(hit[0]) == len(operators):
+            if all(a is b for a, b in zip(hit[0], operators, strict=True)):
+                return hit[1]
+        value = build()
+        if kept:
+            self.entries.put(operators[0], (operators, value))
+        return value
 
 
 def _max_norm(x: PyTree) -> Array:

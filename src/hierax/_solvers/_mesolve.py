@@ -5,17 +5,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import diffrax
-import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._cache import IdentityCache
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
-from .._validation import is_traced
 from ._density import known_density_parts
-from ._integrate import check_no_foreign_keywords, solve
+from ._integrate import TermCache, check_no_foreign_keywords, solve
 from ._sesolve import check_exp_ops
 from ._solution import Solution
 from ._term import LindbladTerm
@@ -136,37 +132,27 @@ def mesolve(
     )
 
 
-# The term and its step's constant parts (per precision), by the identity of the
-# user's Hamiltonian and jump operators when all are immutable (operator modules,
-# JAX arrays): the same ones passed again are neither rewritten nor reassembled in
-# NumPy. Anything mutable (NumPy arrays, lists of numbers) is rebuilt every call.
-_TERMS = IdentityCache(16)
+# The term and its step's constant parts, per precision (see `TermCache`).
+_TERMS = TermCache(16)
 
 
 def _term(hamiltonian: Any, jump_operators: Any) -> tuple[LindbladTerm, Any]:
     jumps = tuple(jump_operators) if isinstance(jump_operators, list | tuple) else ()
-    cacheable = all(
-        isinstance(x, eqx.Module | jax.Array)
-        and not any(is_traced(leaf) for leaf in jax.tree.leaves(x))
-        for x in (hamiltonian, *jumps)
-    )
-    hit = _TERMS.get(hamiltonian) if cacheable else None
-    if hit is not None and len(hit[0]) == len(jumps):
-        if all(a is b for a, b in zip(hit[0], jumps, strict=True)):
-            return hit[1], hit[2]
-    term = LindbladTerm(hamiltonian, jump_operators)
-    assembled: dict[Any, Any] = {}
 
-    def parts(dtype: Any) -> Any:
-        key = jnp.dtype(dtype)
-        if key not in assembled:
-            operators = (term.hamiltonian, term.jump_operators)
-            assembled[key] = known_density_parts(*operators, dtype)
-        return assembled[key]
+    def build() -> tuple[LindbladTerm, Any]:
+        term = LindbladTerm(hamiltonian, jump_operators)
+        assembled: dict[Any, Any] = {}
 
-    if cacheable:
-        _TERMS.put(hamiltonian, (jumps, term, parts))
-    return term, parts
+        def parts(dtype: Any) -> Any:
+            key = jnp.dtype(dtype)
+            if key not in assembled:
+                operators = (term.hamiltonian, term.jump_operators)
+                assembled[key] = known_density_parts(*operators, dtype)
+            return assembled[key]
+
+        return term, parts
+
+    return _TERMS.get((hamiltonian, *jumps), build)
 
 
 def _density_expectations(exp_ops: Array, states: Array) -> Array:

@@ -6,15 +6,12 @@ from typing import Any
 
 import diffrax
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._cache import IdentityCache
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
-from .._validation import is_traced
-from ._integrate import check_no_foreign_keywords, solve
+from ._integrate import TermCache, check_no_foreign_keywords, solve
 from ._rewrites import uniform_products
 from ._solution import Solution
 from ._term import SchrodingerTerm
@@ -122,29 +119,18 @@ def sesolve(
     )
 
 
-# The term built from a user's Hamiltonian, by its identity: an operator module or a
-# JAX array is immutable, so the same one passed again needs no new term (its
-# rewrites in NumPy, its flattened form and its norms, all cached by identity
-# below it, then stay valid too). Mutable inputs (NumPy arrays, lists) are
-# rebuilt every call.
-_TERMS = IdentityCache(16)
+_TERMS = TermCache(16)
 
 
 def _term(hamiltonian: Any) -> SchrodingerTerm:
-    cacheable = isinstance(hamiltonian, eqx.Module | jax.Array) and not any(
-        is_traced(leaf) for leaf in jax.tree.leaves(hamiltonian)
-    )
-    hit = _TERMS.get(hamiltonian) if cacheable else None
-    if hit is not None:
-        return hit
-    term = SchrodingerTerm(hamiltonian)
-    # Sparse matrices with all entries equal, read as one value by the products.
-    term = eqx.tree_at(
-        lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
-    )
-    if cacheable:
-        _TERMS.put(hamiltonian, term)
-    return term
+    def build() -> SchrodingerTerm:
+        term = SchrodingerTerm(hamiltonian)
+        # Sparse matrices with all entries equal, read as one value by the products.
+        return eqx.tree_at(
+            lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
+        )
+
+    return _TERMS.get((hamiltonian,), build)
 
 
 def _ket_expectations(exp_ops: Array, states: Array) -> Array:
