@@ -3,7 +3,7 @@
 
 The generator's Hamiltonian part and the anticommutator with
 $N = \\sum_j L_j^\\dagger L_j$ together are one product $G Y - Y R$ with a term
-structure (`commutator_series` with other right-hand matrices); the sandwiches
+structure (`commutator_step` with other right-hand matrices); the sandwiches
 $L^\\dagger Y L$ are two products in a row, each a Cauchy product of the jump
 operator's series with a series of matrices, so a jump operator
 $\\sum_b f_b(t) A_b$ costs $2B$ matrix products per coefficient, not $2B^2$.
@@ -20,7 +20,8 @@ from jaxtyping import Array
 from .._series import TermSeries, frobenius, real_dtype, scalar_cauchy_product
 from .heisenberg import (
     Levels,
-    commutator_series,
+    PhaseStep,
+    commutator_step,
     heisenberg_levels,
     lower_shifts,
     operator_norm_bound,
@@ -241,28 +242,27 @@ def lindblad_levels(
         # The closed system: the same computation as the Heisenberg hierarchy's.
         return heisenberg_levels(left, observable, order, hermitian_levels, estimate)
     scaled = [scaled_series(jump, scale) for jump in jumps]
+    dtype = jnp.result_type(observable, left.matrices, 1j)
+    commutator = commutator_step(left, dtype, hermitian_levels, right=right)
 
-    def step(
-        level: Array, exponents: Array, out_exponents: Array, magnitude: bool
-    ) -> Array | tuple[Array, Array]:
-        result = commutator_series(
-            left,
-            level,
-            exponents,
-            out_exponents,
-            hermitian_levels,
-            magnitude,
-            right=right,
-        )
-        grown, size = result if isinstance(result, tuple) else (result, None)
-        for jump, jump_scaled in zip(jumps, scaled, strict=True):
-            part, part_size = _sandwich(
-                jump, jump_scaled, level, exponents, out_exponents, magnitude
+    def step(width: int) -> PhaseStep:
+        products = commutator(width)
+
+        def apply(re, im, exponents, out_exponents, magnitude):
+            grown_re, grown_im, size = products(
+                re, im, exponents, out_exponents, magnitude
             )
-            grown = grown + part
-            if size is not None and part_size is not None:
-                size = size + part_size
-        return (grown, size) if size is not None else grown
+            level = lax.complex(re, im)
+            for jump, jump_scaled in zip(jumps, scaled, strict=True):
+                part, part_size = _sandwich(
+                    jump, jump_scaled, level, exponents, out_exponents, magnitude
+                )
+                grown_re, grown_im = grown_re + part.real, grown_im + part.imag
+                if size is not None and part_size is not None:
+                    size = size + part_size
+            return grown_re, grown_im, size
+
+        return apply
 
     return taylor_levels(step, observable, order, estimate)
 
