@@ -627,7 +627,7 @@ def sparse_products(
     """$\\sum_s S_s \\sum_{i \\le j} c_{s,i} v_{j-i}$ for the coefficients `v`
     of a series (`(K+1, n, ...)`): one sparse product per term and order. A term
     whose function is constant needs only $c_{s,0} v_j$, the others the Cauchy
-    window. With `current` ($v_j$ carried beside `v`, see `_series_loop`), the
+    window. With `current` ($v_j$ carried beside `v`, see `series_loop`), the
     constant terms read $v_j$ from it."""
     lags = jnp.arange(v.shape[0])
     valid = lags <= j

@@ -26,7 +26,7 @@ from jaxtyping import Array
 from .._series import TermSeries, frobenius, real_dtype, scalar_cauchy_product
 from .heisenberg import scaled_generator
 from .lindblad import cast_series, dagger, number_series, scaled_series, two_sided
-from .propagator import lagged_weights, real_embedding
+from .propagator import real_embedding, series_loop
 
 
 def _window_sums(
@@ -591,20 +591,14 @@ def vectorised_density_terms(
     if complex_rows:
         rotated = [parts.rotated[p] for p in complex_rows]
         stacked = jnp.concatenate([stacked, *rotated], axis=1)
-    coefficients = jnp.stack(rows)
-    count = coefficients.shape[0]
-    weights = lagged_weights(coefficients)
+    # The Schrödinger recursion of a real state (`series_loop`): the same
+    # products, one per order.
     flat = rho.reshape(-1)
-    v = (
-        jnp.zeros((width, 2 * n * n), rdtype)
-        .at[0]
-        .set(jnp.concatenate([flat.real, flat.imag]))
+    v = series_loop(
+        [(jnp.stack(rows), stacked)],
+        None,
+        None,
+        jnp.concatenate([flat.real, flat.imag]),
+        order,
     )
-
-    def body(j, v):
-        window = lax.dynamic_index_in_dim(weights, j, axis=1, keepdims=False)
-        inner = jnp.tensordot(window, v, axes=(1, 0)).reshape(count * 2 * n * n)
-        return lax.dynamic_update_index_in_dim(v, stacked @ inner, j + 1, 0)
-
-    v = lax.fori_loop(0, order, body, v)
     return lax.complex(v[:, : n * n], v[:, n * n :]).reshape(width, n, n)

@@ -110,10 +110,10 @@ def state_series(
             coefficients=series.sparse.coefficients.astype(dtype)
             * complex_factor[None, :]
         )
-    return _series_loop(parts, dense, sparse, y0.astype(dtype), order)
+    return series_loop(parts, dense, sparse, y0.astype(dtype), order)
 
 
-# From this many entries of a state on, `_series_loop` carries each order beside the
+# From this many entries of a state on, `series_loop` carries each order beside the
 # series (see there). Measured (`sesolve`, Ising chains with sparse terms, 2 cores):
 # unequal fields (products that read every entry) n = 65536 282 -> 212 ms, n = 16384
 # 55 -> 50 ms; a uniform sum_i X_i (`UniformSparseMatrix`) 160 -> 156 ms and
@@ -122,7 +122,7 @@ def state_series(
 _PARALLEL_STATE_SIZE = 16384
 
 
-def _series_loop(
+def series_loop(
     parts: list[tuple[Array, Array]],
     dense: Array | None,
     sparse: Any,
@@ -218,7 +218,7 @@ def _embedded_series(series: TermSeries, factor: Array, y0: Array, order: int) -
     # with which small states compile, transpose slowly).
     stacked = jnp.concatenate([b for block in blocks for b in block], axis=1)
     y = y0.astype(dtype)
-    v = _series_loop(
+    v = series_loop(
         [(jnp.concatenate(coefficients), stacked)],
         None,
         None,
