@@ -353,6 +353,11 @@ def taylor_levels(
     carried instead of recomputed, and the scan collects the outputs: a small
     hierarchy's call costs what this loop costs.
 
+    One function on purpose (longer than the house's 80 lines): the scan body of
+    each phase closes over that phase's constants (widths, factors, the step);
+    split up, the same arrays would pass through every piece, and the body is what
+    XLA fuses.
+
     With `estimate`, `Levels.errors` holds a running estimate of each level's
     relative rounding error: level k adds $u\\,(M_k / \\|u^{(k)}\\| + 2)$, $u$ the unit
     roundoff, where $M_k$ is the size of what its products and derivative add up
@@ -482,7 +487,6 @@ def commutator_step(
     flags = generator.constant_flags()
     fixed = [a for a, c in enumerate(flags) if c]
     varying = [a for a, c in enumerate(flags) if not c]
-    # (left parts, right parts, coefficients (B, K + 1) or None, left, right)
     terms = []
     if fixed:
         idx = np.asarray(fixed)
@@ -493,33 +497,40 @@ def commutator_step(
             if right is None
             else jnp.einsum("a,anm->nm", c, right_matrices[idx].astype(dtype))[None]
         )
-        terms.append((left, merged_right, None))
+        terms.append(_Term(left, merged_right, None))
     if varying:
         idx = np.asarray(varying)
+        left = generator.matrices[idx].astype(dtype)
         terms.append(
-            (
-                generator.matrices[idx].astype(dtype),
-                right_matrices[idx].astype(dtype),
-                generator.coefficients[idx],
-            )
+            _Term(left, right_matrices[idx].astype(dtype), generator.coefficients[idx])
         )
-    parts = [(_parts(m), _parts(r), m, r, c) for m, r, c in terms]
     dense = None if generator.dense is None else generator.dense.astype(dtype)
     dense_right = dense
     if right is not None and dense is not None:
         assert right.dense is not None, "`right` needs a dense part where G has one"
         dense_right = right.dense.astype(dtype)
 
+    def bound(term: _Term) -> Array:
+        # The size of what a term's products add up, per unit of ||z||_F.
+        if hermitian_levels:
+            return operator_norm_bound(term.right)
+        if right is None:
+            return 2 * operator_norm_bound(term.left)
+        return operator_norm_bound(term.left) + operator_norm_bound(term.right)
+
     def phase(width: int) -> PhaseStep:
         phase_terms = [
-            (m, r, None if c is None else c[:, :width], left, right_of)
-            for m, r, left, right_of, c in parts
+            term._replace(coefficients=term.coefficients[:, :width])
+            if term.coefficients is not None
+            else term
+            for term in terms
         ]
 
         def apply(re, im, exponents, out, magnitude):
             grown_re, grown_im = jnp.zeros_like(re), jnp.zeros_like(im)
             size = jnp.zeros((width,), rdtype) if magnitude else None
-            for (m_re, m_im), (r_re, r_im), c, left, right_of in phase_terms:
+            for term in phase_terms:
+                c = term.coefficients
                 if c is None:
                     shift = exponents - out
                     z = [times_powers_of_two(x, shift)[None] for x in (re, im)]
@@ -530,38 +541,11 @@ def commutator_step(
                     z = _unpack(_cauchy_sum(c, exponents, out, _pack(re, im), small))
                 else:
                     z = _complex_cauchy_sums(c, exponents, out, re, im, small)
-                if small:
-                    p_re, p_im = _fused_product(z, (r_re, r_im), False)
-                    if hermitian_levels:
-                        # [G, z] = -(z G + (z G)^dagger) for anti-Hermitian G and
-                        # Hermitian z: one product.
-                        c_re = -(p_re + jnp.swapaxes(p_re, -1, -2))
-                        c_im = -(p_im - jnp.swapaxes(p_im, -1, -2))
-                    else:
-                        l_re, l_im = _fused_product((m_re, m_im), z, True)
-                        c_re, c_im = l_re - p_re, l_im - p_im
-                else:
-                    # One complex product per side: as fast as four real ones of
-                    # the same size or faster (n = 4..32, measured).
-                    zc = lax.complex(*z)
-                    p = jnp.einsum("ajmp,apq->jmq", zc, right_of)
-                    if hermitian_levels:
-                        grown = -(p + jnp.conj(jnp.swapaxes(p, -1, -2)))
-                    else:
-                        grown = jnp.einsum("anm,ajmp->jnp", left, zc) - p
-                    c_re, c_im = jnp.real(grown), jnp.imag(grown)
+                c_re, c_im = _term_commutator(term, z, hermitian_levels, small)
                 grown_re, grown_im = grown_re + c_re, grown_im + c_im
                 if size is not None:
-                    if hermitian_levels:
-                        bound = operator_norm_bound(right_of)
-                    elif right is None:
-                        bound = 2 * operator_norm_bound(left)
-                    else:
-                        bound = operator_norm_bound(left) + operator_norm_bound(
-                            right_of
-                        )
                     grown = _frobenius(z[0], z[1], (2, 3))
-                    size = size + jnp.sum(bound[:, None] * grown, 0)
+                    size = size + jnp.sum(bound(term)[:, None] * grown, 0)
             if dense is not None and dense_right is not None:
                 level = lax.complex(re, im)
                 extra, size = _dense_commutator(
@@ -573,6 +557,40 @@ def commutator_step(
         return apply
 
     return phase
+
+
+class _Term(NamedTuple):
+    """Matrices `(B, n, n)` of a generator's terms on the left and the right, and
+    their coefficient series `(B, K + 1)` (`None` for the constant ones, merged)."""
+
+    left: Array
+    right: Array
+    coefficients: Array | None
+
+
+def _term_commutator(
+    term: _Term, z: Any, hermitian_levels: bool, small: bool
+) -> tuple[Array, Array]:
+    """$\\sum_a (G_a z_a - z_a R_a)$ for the sums z (parts, `(B, W, n, n)` each)."""
+    if small:
+        p_re, p_im = _fused_product(z, _parts(term.right), False)
+        if hermitian_levels:
+            # [G, z] = -(z G + (z G)^dagger) for anti-Hermitian G and Hermitian z:
+            # one product.
+            return -(p_re + jnp.swapaxes(p_re, -1, -2)), -(
+                p_im - jnp.swapaxes(p_im, -1, -2)
+            )
+        l_re, l_im = _fused_product(_parts(term.left), z, True)
+        return l_re - p_re, l_im - p_im
+    # One complex product per side: as fast as four real ones of the same size or
+    # faster (n = 4..32, measured).
+    zc = lax.complex(*z)
+    p = jnp.einsum("ajmp,apq->jmq", zc, term.right)
+    if hermitian_levels:
+        grown = -(p + jnp.conj(jnp.swapaxes(p, -1, -2)))
+    else:
+        grown = jnp.einsum("anm,ajmp->jnp", term.left, zc) - p
+    return jnp.real(grown), jnp.imag(grown)
 
 
 def _dense_commutator(

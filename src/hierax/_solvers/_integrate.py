@@ -218,18 +218,7 @@ def _solve_impl(
     check_times: bool = True,
     check_tolerances: bool = False,
 ) -> Solution:
-    if check_tolerances:  # known tolerances were checked before compiling
-        for name in ("rtol", "atol"):
-            value = rtol if name == "rtol" else atol
-            bad = ~(jnp.isfinite(value) & (value > 0))
-            message = f"`{api}`: `{name}` must be positive and finite."
-            times = eqx.error_if(times, bad, message)
-    if check_times:  # known times were checked before compiling
-        times = eqx.error_if(
-            times,
-            jnp.any(jnp.diff(times) <= 0),
-            f"`{api}`: `times` must be strictly increasing.",
-        )
+    times = _checked(times, rtol, atol, api, check_times, check_tolerances)
     t0, t1 = times[0], times[-1]
     span = t1 - t0
     knots = jump_times(*term.operators)
@@ -292,6 +281,30 @@ def _solve_impl(
     }
     stats["max_steps"] = jnp.asarray(max_steps)
     return Solution(times, states, expects, stats, order, interpolation)
+
+
+def _checked(
+    times: Array,
+    rtol: Array,
+    atol: Array,
+    api: str,
+    check_times: bool,
+    check_tolerances: bool,
+) -> Array:
+    """`times`, with run-time checks of what was not known (concrete) before
+    compiling: known times and tolerances were checked then."""
+    if check_tolerances:
+        for name, value in (("rtol", rtol), ("atol", atol)):
+            bad = ~(jnp.isfinite(value) & (value > 0))
+            message = f"`{api}`: `{name}` must be positive and finite."
+            times = eqx.error_if(times, bad, message)
+    if check_times:
+        times = eqx.error_if(
+            times,
+            jnp.any(jnp.diff(times) <= 0),
+            f"`{api}`: `times` must be strictly increasing.",
+        )
+    return times
 
 
 def _step_control(
