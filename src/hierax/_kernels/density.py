@@ -9,7 +9,10 @@ merged, products of jump operators, the superoperators of small systems) are
 assembled once (`density_parts`, written for NumPy and JAX alike) and whose
 diagonal matrices act elementwise, real and imaginary ones in real arithmetic
 (`structured_density_terms`; for n <= `VECTORISED_SIZE` on vec(rho) with
-$n^2 \\times n^2$ superoperators, `vectorised_density_terms`).
+$n^2 \\times n^2$ superoperators, `vectorised_density_terms`, through the
+Schrödinger kernel's `series_loop`). The general layout is what a callable allows
+(a dense series per step, nothing to assemble once); the structured one is what
+known terms allow.
 """
 
 from collections.abc import Sequence
@@ -76,7 +79,7 @@ def density_series(
     """Normalised series of $\\rho(t + s\\sigma)$ for $\\rho' = \\mathcal{L}_t[\\rho]$,
     $\\rho(t)$ = `rho`: $r_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j}
     \\mathcal{L}_m[r_{j-m}]$, one coefficient per step (the pattern of
-    `propagator_series`), with $\\mathcal{L}_m[r] = (G r - r R)_m +
+    `state_series`), with $\\mathcal{L}_m[r] = (G r - r R)_m +
     \\sum_j (L_j r L_j^\\dagger)_m$ and $G = -isH - sN/2$, $R = -isH + sN/2$.
 
     The sandwich runs through $Q_j = (r L^\\dagger)_j$, carried as a series and

@@ -1,9 +1,9 @@
 """The level recursion of the Heisenberg hierarchy, on normalised series:
 $X_k = \\mathcal{G}_t[X_{k-1}] + dX_{k-1}/dt$, each level carried as its truncated
 Taylor series in scaled time with a power-of-two exponent per coefficient
-(`taylor_levels`), and its commutator step $\\mathcal{G} * Y = [G, Y]$ for a
-generator with term structure (`commutator_series`, and the lean layout of a
-generator without a dense part, `heisenberg_levels`).
+(`taylor_levels`, the one level recursion), and its commutator step
+$\\mathcal{G} * Y = [G, Y]$ for a generator with term structure
+(`commutator_step`; `heisenberg_levels` puts the two together).
 
 Every loop over orders is a `lax.fori_loop` or `lax.scan` over fixed-shape arrays,
 so the traced program has the same size for every order K, and memory stays

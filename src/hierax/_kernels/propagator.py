@@ -230,7 +230,7 @@ def _embedded_series(series: TermSeries, factor: Array, y0: Array, order: int) -
 
 def propagator_errors(terms: TermSeries, series: Array) -> Array:
     """A running estimate of the relative rounding error of each coefficient of
-    `propagator_series`: coefficient j+1 is a sum of products $h_m u_{j-m}$, each
+    `state_series`: coefficient j+1 is a sum of products $h_m u_{j-m}$, each
     carrying the error of its $u$ plus the product's own rounding
     ($\\sqrt{n}\\,\\epsilon$), weighed by its size against the result's. Scalars
     only: O(K^2) on the norms."""
