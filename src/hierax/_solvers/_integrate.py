@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PyTree
 
-from .._arrays import to_jax
+from .._arrays import as_array, float_dtype, to_jax
 from .._cache import IdentityCache
 from .._jit import module_jit
 from .._sparse import available_memory
@@ -162,9 +162,7 @@ def solve(
         raise ValueError(f"`{api}`: `max_steps` must be an int >= 1, got {max_steps}.")
     if dense:
         _check_dense_output(state, order, max_steps, api)
-    if adjoint is None:
-        adjoint = diffrax.RecursiveCheckpointAdjoint()
-    if not isinstance(adjoint, _ADJOINTS):
+    if adjoint is not None and not isinstance(adjoint, _ADJOINTS):
         raise ValueError(
             f"`{api}`: `adjoint` must be one of "
             f"{', '.join('diffrax.' + a.__name__ + '()' for a in _ADJOINTS)}, got "
@@ -189,7 +187,7 @@ def solve(
             max_steps=max_steps,
             progress=progress,
             dense=dense,
-            adjoint=adjoint,
+            adjoint=_static_adjoint(adjoint),
             api=api,
             expectation=expectation,
             check_times=not checked,
@@ -212,7 +210,7 @@ def _solve_impl(
     max_steps: int,
     progress: bool,
     dense: bool,
-    adjoint: diffrax.AbstractAdjoint,
+    adjoint: "_Static",
     api: str,
     expectation: Callable[[Array, Array], Array],
     check_times: bool = True,
@@ -262,7 +260,7 @@ def _solve_impl(
             saveat=saveat,
             stepsize_controller=controller,
             args=args,
-            adjoint=adjoint,
+            adjoint=adjoint.value,
             max_steps=max_steps,
             progress_meter=(
                 diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
@@ -399,8 +397,58 @@ def _initial_step(term, t0, t1, rtol, order, norms) -> Array:
 
 def _generator_norms(term: AbstractTaylorTerm) -> tuple[TermNorms | None, ...]:
     """The `term_norms` of the term's operators, computed before compiling (`None`
-    where not known)."""
-    return tuple(term_norms(op) for op in term.operators)
+    where not known), as JAX arrays: kept by the term's identity, so that a repeated
+    call neither recomputes nor transfers them."""
+    hit = _NORMS.get(term)
+    if hit is not None and hit[0] == float_dtype():
+        return hit[1]
+    norms = tuple(
+        None if norm is None else jax.tree.map(to_jax, norm)
+        for norm in (term_norms(op) for op in term.operators)
+    )
+    if not any(is_traced(leaf) for leaf in jax.tree.leaves(norms)):
+        _NORMS.put(term, (float_dtype(), norms))
+    return norms
+
+
+_NORMS = IdentityCache(16)
+
+
+class _Static:
+    """A static argument of the compiled solve (a diffrax adjoint) with its hash
+    computed once: JAX hashes every static argument on every call, and an Equinox
+    module's hash walks its tree (about 10 us; its equality, 14 us, is skipped for
+    the same object)."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Static):
+            return NotImplemented
+        return self.value is other.value or bool(self.value == other.value)
+
+
+_DEFAULT_ADJOINT = _Static(diffrax.RecursiveCheckpointAdjoint())
+_ADJOINT_KEYS = IdentityCache(8)
+
+
+def _static_adjoint(adjoint: diffrax.AbstractAdjoint | None) -> _Static:
+    """The adjoint as a static argument, one per adjoint object (the default when
+    `None`)."""
+    if adjoint is None:
+        return _DEFAULT_ADJOINT
+    hit = _ADJOINT_KEYS.get(adjoint)
+    if hit is None:
+        hit = _Static(adjoint)
+        _ADJOINT_KEYS.put(adjoint, hit)
+    return hit
 
 
 def _check_dense_output(state: Array, order: int, max_steps: int, api: str) -> None:
@@ -424,7 +472,22 @@ def _check_dense_output(state: Array, order: int, max_steps: int, api: str) -> N
 def _check_times(times: Any, api: str) -> tuple[Array, bool]:
     """`times` as a real array, and whether it was checked here (known values);
     traced times are checked inside the compiled solve. Lists, tuples and NumPy
-    arrays are accepted as the state is."""
+    arrays are accepted as the state is. A JAX array (immutable) is checked once
+    (reading it back costs tens of microseconds)."""
+    key = (times, float_dtype())
+    hit = _CHECKED_TIMES.get(times) if isinstance(times, jax.Array) else None
+    if hit is not None and hit[0] == key[1]:
+        return hit[1], True
+    checked, known = _checked_times(times, api)
+    if known and isinstance(times, jax.Array):
+        _CHECKED_TIMES.put(times, (key[1], checked))
+    return checked, known
+
+
+_CHECKED_TIMES = IdentityCache(16)
+
+
+def _checked_times(times: Any, api: str) -> tuple[Array, bool]:
     if not isinstance(times, jax.Array):
         try:
             times = np.asarray(times)
@@ -439,14 +502,14 @@ def _check_times(times: Any, api: str) -> tuple[Array, bool]:
                 f"two times, got {type(times).__name__} of {times.dtype}."
             )
         times = to_jax(times)
-    times = jnp.asarray(times)
+    times = as_array(times)
     if jnp.iscomplexobj(times) or times.ndim != 1 or times.shape[0] < 2:
         raise ValueError(
             f"`{api}`: `times` must be a real 1-d array of at least two times, got "
             f"{times.dtype} of shape {tuple(times.shape)}."
         )
     if not jnp.issubdtype(times.dtype, jnp.floating):
-        times = times.astype(jnp.result_type(float))
+        times = times.astype(float_dtype())
     try:
         concrete = np.asarray(times, dtype=float)
     except jax.errors.TracerArrayConversionError:
@@ -464,9 +527,9 @@ def _tolerance(x: Any, name: str, api: str) -> Array:
     if is_traced(x):
         if jnp.ndim(x) != 0 or jnp.iscomplexobj(x):
             raise ValueError(f"`{api}`: `{name}` must be a real scalar.")
-        return jnp.asarray(x, jnp.result_type(float))
+        return jnp.asarray(x, float_dtype())
     value = _check_positive(x, name, api)
-    key = (value, jnp.result_type(float))  # x64 may be switched between calls
+    key = (value, float_dtype())  # x64 may be switched between calls
     placed = _PLACED.get(key)
     if placed is None:  # placing a number costs tens of microseconds: keep a few
         placed = _PLACED[key] = to_jax(value)

@@ -8,6 +8,7 @@ import diffrax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, ScalarLike
 
+from .._arrays import as_array, cast, complex_dtype
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from ._density import known_density_parts
@@ -111,7 +112,7 @@ def mesolve(
     n = term.size
     rho = _check_rho(as_state(rho, "rho", _API, density=True), n)
     exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), None, n, _API)
-    rho = rho.astype(jnp.result_type(rho, 1j))
+    rho = cast(rho, complex_dtype(rho.dtype))
     return solve(
         term,
         rho,
@@ -161,7 +162,7 @@ def _density_expectations(exp_ops: Array, states: Array) -> Array:
 
 
 def _check_rho(rho: Any, n: int) -> Array:
-    rho = jnp.asarray(rho)
+    rho = as_array(rho)
     if not (jnp.issubdtype(rho.dtype, jnp.number) and rho.dtype != jnp.bool_):
         raise ValueError(
             f"`{_API}`: `rho` must be a numeric ({n}, {n}) matrix, got {rho.dtype}."

@@ -9,6 +9,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, ScalarLike
 
+from .._arrays import as_array, cast, complex_dtype
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from ._integrate import TermCache, check_no_foreign_keywords, solve
@@ -99,11 +100,11 @@ def sesolve(
     term = _term(hamiltonian)
     n = term.size
     state = _check_state(as_state(state, "state", _API), n)
-    dtype = jnp.result_type(state, 1j)
+    dtype = complex_dtype(state.dtype)
     exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), state, n, _API)
     return solve(
         term,
-        state.astype(dtype),
+        cast(state, dtype),
         times,
         rtol=rtol,
         atol=atol,
@@ -141,7 +142,7 @@ def _ket_expectations(exp_ops: Array, states: Array) -> Array:
 
 
 def _check_state(state: Any, n: int) -> Array:
-    state = jnp.asarray(state)
+    state = as_array(state)
     if not (
         jnp.issubdtype(state.dtype, jnp.number) and state.dtype != jnp.bool_
     ) or state.ndim not in (1, 2):
