@@ -269,3 +269,31 @@ def test_library_uses_public_jax_only():
         if pattern.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_small_constants_placed_once_by_value():
+    """`to_jax` keeps small concrete constants by content (a user's code rebuilds
+    its operators on every call): equal values give the same placed array, while
+    different bytes (-0.0 against 0.0), dtypes, shapes and x64 settings never
+    share one, and a NumPy array changed in place is placed anew."""
+    from hierax._arrays import to_jax
+
+    a = np.array([[0.0, 1.0], [1.0, 0.0]])
+    first = to_jax(a)
+    assert to_jax(a.copy()) is first
+    a[0, 0] = 2.0  # mutated: its new content is a new value
+    changed = to_jax(a)
+    assert changed is not first and float(changed[0, 0]) == 2.0
+    assert float(first[0, 0]) == 0.0
+    assert np.signbit(np.asarray(to_jax(-0.0))) and not np.signbit(
+        np.asarray(to_jax(0.0))
+    )
+    assert to_jax(a.astype(np.float32)).dtype == jnp.float32
+    assert to_jax(a.reshape(4)).shape == (4,)
+    assert to_jax(1.5).weak_type
+    try:
+        jax.config.update("jax_enable_x64", False)
+        assert to_jax(1.5).dtype == jnp.float32
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert to_jax(1.5).dtype == jnp.float64

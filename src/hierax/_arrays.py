@@ -39,8 +39,43 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
             return x
         return jax.device_put(np.asarray(x).astype(dtype))
     if dtype is None and isinstance(x, (bool, int, float, complex)):
-        return jax.device_put(x)  # weakly typed, as `jnp.asarray` makes it
-    return jax.device_put(np.asarray(x, dtype))
+        # By representation: -0.0 == 0.0, but their placed values differ.
+        key = (type(x), repr(x), _placement())
+        hit = _SMALL.get(key)
+        if hit is None:  # weakly typed, as `jnp.asarray` makes it
+            hit = _keep(key, jax.device_put(x))
+        return hit
+    value = np.asarray(x, dtype)
+    if value.size > _SMALL_SIZE or value.dtype == object:
+        return jax.device_put(value)
+    # Small constants (matrices of a few levels, a pulse's parameters), which a
+    # user's code rebuilds on every call, are placed once per value: a transfer
+    # costs tens of microseconds, a look-up by content one.
+    key = (value.dtype, value.shape, value.tobytes(), _placement())
+    hit = _SMALL.get(key)
+    if hit is None:
+        hit = _keep(key, jax.device_put(value))
+    return hit
+
+
+# The largest array `to_jax` keeps by content, and how many it keeps.
+_SMALL_SIZE = 256
+_SMALL_COUNT = 512
+_SMALL: dict[Any, Array] = {}
+
+
+def _placement() -> tuple[bool, Any]:
+    """What decides how a value is placed: x64 (the dtype a Python scalar gets) and
+    the default device."""
+    device = getattr(jax.config, "jax_default_device")  # noqa: B009
+    return bool(jax.config.read("jax_enable_x64")), device
+
+
+def _keep(key: Any, value: Array) -> Array:
+    _SMALL[key] = value
+    if len(_SMALL) > _SMALL_COUNT:
+        _SMALL.pop(next(iter(_SMALL)))
+    return value
 
 
 # Dtype promotions of a public call, per dtype and x64 setting: `jnp.result_type`
