@@ -41,27 +41,45 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
     if dtype is None and isinstance(x, (bool, int, float, complex)):
         # By representation: -0.0 == 0.0, but their placed values differ.
         key = (type(x), repr(x), _placement())
-        hit = _SMALL.get(key)
+        hit = _KEPT.get(key)
         if hit is None:  # weakly typed, as `jnp.asarray` makes it
-            hit = _keep(key, jax.device_put(x))
+            hit = _KEPT.put(key, jax.device_put(x))
         return hit
     value = np.asarray(x, dtype)
-    if value.size > _SMALL_SIZE or value.dtype == object:
+    if value.nbytes > _KEPT_BYTES or value.dtype == object:
         return jax.device_put(value)
-    # Small constants (matrices of a few levels, a pulse's parameters), which a
-    # user's code rebuilds on every call, are placed once per value: a transfer
-    # costs tens of microseconds, a look-up by content one.
+    # Small constants (the matrices of a few levels or qubits, a pulse's
+    # parameters), which a user's code rebuilds on every call, are placed once per
+    # value: a transfer costs 10-100 us, a look-up by content a few (32 KiB:
+    # 114 us against 9; from a few hundred KiB on the two cost the same).
     key = (value.dtype, value.shape, value.tobytes(), _placement())
-    hit = _SMALL.get(key)
+    hit = _KEPT.get(key)
     if hit is None:
-        hit = _keep(key, jax.device_put(value))
+        hit = _KEPT.put(key, jax.device_put(value))
     return hit
 
 
-# The largest array `to_jax` keeps by content, and how many it keeps.
-_SMALL_SIZE = 256
-_SMALL_COUNT = 512
-_SMALL: dict[Any, Array] = {}
+class _ValueCache:
+    """Placed constants by value, the oldest dropped past `total` bytes."""
+
+    def __init__(self, total: int):
+        self.total, self.bytes = total, 0
+        self.entries: dict[Any, Array] = {}
+
+    def get(self, key: Any) -> Array | None:
+        return self.entries.get(key)
+
+    def put(self, key: Any, value: Array) -> Array:
+        self.entries[key] = value
+        self.bytes += value.nbytes
+        while self.bytes > self.total:
+            self.bytes -= self.entries.pop(next(iter(self.entries))).nbytes
+        return value
+
+
+# The largest constant `to_jax` keeps by value, and how many bytes it keeps in all.
+_KEPT_BYTES = 64 * 1024
+_KEPT = _ValueCache(16 * 2**20)
 
 
 def _placement() -> tuple[bool, Any]:
@@ -69,13 +87,6 @@ def _placement() -> tuple[bool, Any]:
     the default device."""
     device = getattr(jax.config, "jax_default_device")  # noqa: B009
     return bool(jax.config.read("jax_enable_x64")), device
-
-
-def _keep(key: Any, value: Array) -> Array:
-    _SMALL[key] = value
-    if len(_SMALL) > _SMALL_COUNT:
-        _SMALL.pop(next(iter(_SMALL)))
-    return value
 
 
 # Dtype promotions of a public call, per dtype and x64 setting: `jnp.result_type`
