@@ -79,7 +79,11 @@ def oscillator(n=5):
     return hamiltonian, rho, np.array([0.0, 20.0]), jumps
 
 
-SYSTEMS = {"qubit (n=2)": qubit, "Ising chain (n=64)": ising, "oscillator (mesolve, n=5)": oscillator}
+SYSTEMS = {
+    "qubit (n=2)": qubit,
+    "Ising chain (n=64)": ising,
+    "oscillator (mesolve, n=5)": oscillator,
+}
 
 
 def contexts(system):
@@ -125,7 +129,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     repeats = parser.parse_args().repeats
     print(f"load before: {os.getloadavg()}")
-    print("| system | context | from Python (ms) | inside jax.jit (ms) | jit / Python |")
+    print(
+        "| system | context | from Python (ms) | inside jax.jit (ms) | jit / Python |"
+    )
     print("|---|---|---|---|---|")
     for name, system in SYSTEMS.items():
         for context, (eager, jitted, args) in contexts(system).items():
