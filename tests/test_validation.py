@@ -297,3 +297,13 @@ def test_small_constants_placed_once_by_value():
     finally:
         jax.config.update("jax_enable_x64", True)
     assert to_jax(1.5).dtype == jnp.float64
+
+    # A constant first met inside a trace is placed for that trace only: it is not
+    # kept, and the same value later (eagerly or in another trace) is no leaked
+    # tracer.
+    fresh = np.array([[3.25, 0.5], [0.5, -1.75]])
+    inside = jax.jit(lambda s: s * to_jax(fresh.copy()))(2.0)
+    np.testing.assert_allclose(np.asarray(to_jax(fresh)), fresh)
+    np.testing.assert_allclose(np.asarray(inside), 2.0 * fresh)
+    again = jax.jit(lambda s: s + to_jax(fresh.copy()))(1.0)
+    np.testing.assert_allclose(np.asarray(again), 1.0 + fresh)

@@ -70,6 +70,8 @@ class _ValueCache:
         return self.entries.get(key)
 
     def put(self, key: Any, value: Array) -> Array:
+        if is_traced(value):  # placed inside a trace: a value of that trace only
+            return value
         self.entries[key] = value
         self.bytes += value.nbytes
         while self.bytes > self.total:
