@@ -20,6 +20,13 @@ from ._operators import (
     TimeOperator as TimeOperator,
     as_operator as as_operator,
 )
+from ._pauli import (
+    LanczosCoefficients as LanczosCoefficients,
+    PauliSum as PauliSum,
+    autocorrelation_series as autocorrelation_series,
+    lanczos as lanczos,
+    moments as moments,
+)
 from ._recursion import Recursion as Recursion
 from ._sharding import shard_rows as shard_rows
 from ._solvers import (

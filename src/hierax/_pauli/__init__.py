@@ -1,0 +1,9 @@
+"""Pauli-string sums: operators of long chains, and their growth."""
+
+from ._growth import (
+    LanczosCoefficients as LanczosCoefficients,
+    autocorrelation_series as autocorrelation_series,
+    lanczos as lanczos,
+    moments as moments,
+)
+from ._sum import PauliSum as PauliSum

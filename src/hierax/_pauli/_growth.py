@@ -1,0 +1,252 @@
+"""Operator growth on Pauli sums: Lanczos coefficients, moments and the short-time
+series of the infinite-temperature autocorrelation.
+
+With the Liouvillian $\\mathcal{L} = [H, \\cdot]$ and the inner product
+$(A|B) = \\mathrm{Tr}(A^\\dagger B)/2^N$, $\\mathcal{L}$ is Hermitian for Hermitian
+$H$, and the Lanczos recursion of the recursion method (Parker et al., PRX 9,
+041017 (2019)) is
+
+    O_0 = O / |O|,  A_n = L O_{n-1} - b_{n-1} O_{n-2},  b_n = |A_n|,  O_n = A_n / b_n
+
+($a_n = (O_n|\\mathcal{L}|O_n) = 0$ for Hermitian $H$ and $O$: $O_n$ is $i^n$ times
+a Hermitian operator). Each $\\mathcal{L} O$ is a commutator of Pauli sums kept to a
+fixed capacity, so every step has the same shapes: one compile, a `lax.scan` over
+the steps.
+"""
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._validation import is_traced
+from ._compress import compress, lookup
+from ._strings import i_power, product_phase
+from ._sum import PauliSum, _capacity, _valid
+
+
+class LanczosCoefficients(eqx.Module):
+    """The Lanczos coefficients $b_1, \\dots, b_n$ of an operator under a Hamiltonian
+    ([`hierax.lanczos`][]), with what the fixed capacity cost.
+
+    - `b`: the coefficients, shape `(steps,)`.
+    - `dropped`: the weight each step's truncation removed, as a fraction of
+        $|A_n|^2$ (zero where the capacity held every string: then $b_n$ is exact
+        to rounding).
+    - `orthogonality`: $\\max_{k < n} |(O_k|O_n)|$ for each step, the Krylov
+        basis' loss of orthogonality (after reorthogonalisation, where asked for).
+    """
+
+    b: Float[Array, " steps"]
+    dropped: Float[Array, " steps"]
+    orthogonality: Float[Array, " steps"]
+
+
+def _check_hermitian(s: PauliSum, name: str) -> None:
+    if is_traced(s.coefficients):
+        return
+    c = np.asarray(s.coefficients)
+    if np.any(np.abs(c.imag) > 1e-12 * max(1.0, float(np.abs(c).max(initial=0)))):
+        raise ValueError(
+            f"`{name}`: expected a Hermitian operator (a Pauli sum with real "
+            "coefficients): the recursion assumes a Hermitian Liouvillian and "
+            "observable."
+        )
+
+
+def _check_pair(hamiltonian: PauliSum, observable: PauliSum, name: str) -> None:
+    for arg, value in (("hamiltonian", hamiltonian), ("observable", observable)):
+        if not isinstance(value, PauliSum):
+            raise TypeError(
+                f"`hierax.{name}`: `{arg}` must be a `hierax.PauliSum`, got "
+                f"{type(value).__name__}."
+            )
+    if hamiltonian.n_qubits != observable.n_qubits:
+        raise ValueError(
+            f"`hierax.{name}`: `hamiltonian` acts on {hamiltonian.n_qubits} qubits "
+            f"and `observable` on {observable.n_qubits}; both must be on one chain."
+        )
+    _check_hermitian(hamiltonian, "hamiltonian")
+    _check_hermitian(observable, "observable")
+
+
+def _liouvillian(h: PauliSum, o_parts: tuple, extra: tuple, capacity: int):
+    """$[H, O]$ plus `extra` candidates `(x, z, c)`, merged into `capacity` slots;
+    returns `compress`'s `(x, z, c, count, dropped)`."""
+    ox, oz, oc = o_parts
+    x, z, e, anti = product_phase(h.x[:, None], h.z[:, None], ox[None, :], oz[None, :])
+    dtype = oc.dtype
+    c = _valid(h)[:, None].astype(dtype) * oc[None, :] * i_power(e, dtype)
+    c = jnp.where(anti == 1, 2 * c, 0)
+    m = x.shape[0] * x.shape[1]
+    x, z, c = x.reshape(m, -1), z.reshape(m, -1), c.reshape(m)
+    if extra:
+        ex, ez, ec = extra
+        x, z, c = (
+            jnp.concatenate([x, ex]),
+            jnp.concatenate([z, ez]),
+            jnp.concatenate([c, ec]),
+        )
+    return compress(x, z, c, h.n_qubits, capacity)
+
+
+def _start(observable: PauliSum, capacity: int, dtype) -> tuple:
+    """The observable in `capacity` slots, with its squared norm."""
+    ox, oz, oc, count, _ = compress(
+        observable.x,
+        observable.z,
+        _valid(observable).astype(dtype),
+        observable.n_qubits,
+        capacity,
+    )
+    if observable.capacity > capacity:
+        count = eqx.error_if(
+            count,
+            jnp.sum(_valid(observable) != 0) > capacity,
+            "`capacity` holds fewer strings than `observable` has.",
+        )
+    return ox, oz, oc, count
+
+
+def lanczos(
+    hamiltonian: PauliSum,
+    observable: PauliSum,
+    steps: int,
+    capacity: int | None = None,
+    *,
+    reorthogonalize: bool = False,
+) -> LanczosCoefficients:
+    """The Lanczos coefficients $b_1, \\dots, b_{\\text{steps}}$ of `observable`
+    under `hamiltonian` (both Hermitian Pauli sums on one chain), each Krylov
+    operator kept to at most `capacity` strings (default: the observable's
+    capacity), its largest coefficients; the weight removed is reported per step.
+
+    `reorthogonalize=True` removes the components along every earlier Krylov
+    operator from each new one (full Gram-Schmidt, twice), which costs a merge of
+    all of them per step; without it the recursion's loss of orthogonality is
+    only reported.
+    """
+    _check_pair(hamiltonian, observable, "lanczos")
+    steps = _capacity(steps)
+    capacity = observable.capacity if capacity is None else _capacity(capacity)
+    return _lanczos(
+        hamiltonian,
+        observable,
+        steps=steps,
+        capacity=capacity,
+        reorthogonalize=reorthogonalize,
+    )
+
+
+@eqx.filter_jit
+def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
+    dtype = jnp.result_type(h.dtype, o.dtype)
+    real = jnp.finfo(dtype).dtype
+    ox, oz, oc, count = _start(o, capacity, dtype)
+    oc = oc / jnp.sqrt(jnp.sum(jnp.abs(oc) ** 2))
+    w = ox.shape[1]
+    # The Krylov basis, one operator per row (row n filled at step n).
+    basis_x = jnp.zeros((steps + 1, capacity, w), ox.dtype).at[0].set(ox)
+    basis_z = jnp.zeros((steps + 1, capacity, w), oz.dtype).at[0].set(oz)
+    basis_c = jnp.zeros((steps + 1, capacity), dtype).at[0].set(oc)
+    basis_n = jnp.zeros(steps + 1, jnp.int32).at[0].set(count)
+    zero = (jnp.zeros_like(ox), jnp.zeros_like(oz), jnp.zeros_like(oc))
+
+    def overlaps(bx, bz, bc, bn, ax, az, ac):
+        """(O_k|A) for every row k of the basis (zero rows give zero)."""
+        per_row = jax.vmap(lambda x, z, c, n: lookup(x, z, c, n, ax, az))
+        return jnp.sum(jnp.conj(per_row(bx, bz, bc, bn)) * ac[None, :], axis=1)
+
+    def step(carry, n):
+        (px, pz, pc), (cx, cz, cc), b_prev, bx, bz, bc, bn = carry
+        ax, az, ac, an, removed = _liouvillian(
+            h, (cx, cz, cc), (px, pz, -b_prev * pc), capacity
+        )
+        before = jnp.sum(jnp.abs(ac) ** 2) + removed
+        if reorthogonalize:
+            for _ in range(2):
+                o_k = overlaps(bx, bz, bc, bn, ax, az, ac)
+                ax, az, ac, an, more = compress(
+                    jnp.concatenate([ax, bx.reshape(-1, w)]),
+                    jnp.concatenate([az, bz.reshape(-1, w)]),
+                    jnp.concatenate([ac, (-o_k[:, None] * bc).reshape(-1)]),
+                    h.n_qubits,
+                    capacity,
+                )
+                removed = removed + more
+        b = jnp.sqrt(jnp.sum(jnp.abs(ac) ** 2))
+        ac = ac / jnp.where(b > 0, b, 1)
+        lost = jnp.max(jnp.abs(overlaps(bx, bz, bc, bn, ax, az, ac)))
+        bx, bz = bx.at[n].set(ax), bz.at[n].set(az)
+        bc, bn = bc.at[n].set(ac), bn.at[n].set(an)
+        carry = ((cx, cz, cc), (ax, az, ac), b.astype(dtype), bx, bz, bc, bn)
+        fraction = removed / jnp.where(before > 0, before, 1)
+        return carry, (b, fraction.astype(real), lost.astype(real))
+
+    carry = (
+        zero,
+        (ox, oz, oc),
+        jnp.zeros((), dtype),
+        basis_x,
+        basis_z,
+        basis_c,
+        basis_n,
+    )
+    _, (b, dropped, lost) = lax.scan(step, carry, jnp.arange(1, steps + 1))
+    return LanczosCoefficients(b=b.astype(real), dropped=dropped, orthogonality=lost)
+
+
+def moments(
+    hamiltonian: PauliSum,
+    observable: PauliSum,
+    order: int,
+    capacity: int | None = None,
+) -> tuple[Float[Array, " levels"], Float[Array, " levels"]]:
+    """`(mu, dropped)`: the moments $\\mu_{2k} = (O|\\mathcal{L}^{2k}|O)/(O|O)
+    = |\\mathcal{L}^k O|^2/|O|^2$ for $k = 0, \\dots,$ `order`, of a Hermitian
+    `observable` under a Hermitian `hamiltonian`, each $\\mathcal{L}^k O$ kept to
+    `capacity` strings (default: the observable's), and the weight the capacity
+    removed on the way to each, as a fraction (zero: the moment is exact)."""
+    _check_pair(hamiltonian, observable, "moments")
+    order = _capacity(order + 1) - 1
+    capacity = observable.capacity if capacity is None else _capacity(capacity)
+    return _moments(hamiltonian, observable, order=order, capacity=capacity)
+
+
+@eqx.filter_jit
+def _moments(h, o, *, order, capacity):
+    dtype = jnp.result_type(h.dtype, o.dtype)
+    ox, oz, oc, _ = _start(o, capacity, dtype)
+    norm2 = jnp.sum(jnp.abs(oc) ** 2)
+
+    def step(carry, _):
+        (x, z, c), lost = carry
+        x, z, c, _, removed = _liouvillian(h, (x, z, c), (), capacity)
+        kept = jnp.sum(jnp.abs(c) ** 2)
+        lost = lost + removed / jnp.where(kept + removed > 0, kept + removed, 1)
+        return ((x, z, c), lost), (kept / norm2, lost)
+
+    lost0 = jnp.zeros((), norm2.dtype)
+    _, (mu, lost) = lax.scan(step, ((ox, oz, oc), lost0), None, length=order)
+    mu = jnp.concatenate([jnp.ones(1, mu.dtype), mu])
+    return mu, jnp.concatenate([jnp.zeros(1, lost.dtype), lost])
+
+
+def autocorrelation_series(
+    hamiltonian: PauliSum,
+    observable: PauliSum,
+    order: int,
+    capacity: int | None = None,
+) -> Float[Array, " terms"]:
+    """The Taylor coefficients $c_0, \\dots, c_{2\\,\\text{order}}$ of the
+    infinite-temperature autocorrelation $C(t) = (O(t)|O)/(O|O) = \\sum_j c_j t^j$,
+    $O(t) = e^{iHt} O e^{-iHt}$: $c_{2k} = (-1)^k \\mu_{2k}/(2k)!$ and the odd
+    ones vanish (for Hermitian $H$ and $O$, $C$ is real and even). See
+    [`hierax.moments`][] for `capacity`."""
+    mu, _ = moments(hamiltonian, observable, order, capacity)
+    k = np.arange(order + 1)
+    scale = np.array([(-1.0) ** j / float(np.prod(np.arange(1, 2 * j + 1))) for j in k])
+    series = jnp.zeros(2 * order + 1, mu.dtype)
+    return series.at[2 * k].set(mu * jnp.asarray(scale, mu.dtype))

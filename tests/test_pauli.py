@@ -1,0 +1,360 @@
+"""Pauli sums against dense matrices (NumPy Kronecker products), and Lanczos
+coefficients against dense Lanczos and the free-fermion (Majorana) form of the
+transverse-field Ising and XX chains."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+import hierax
+
+
+PAULI = {
+    "I": np.eye(2),
+    "X": np.array([[0, 1], [1, 0]], complex),
+    "Y": np.array([[0, -1j], [1j, 0]]),
+    "Z": np.diag([1.0, -1.0]).astype(complex),
+}
+
+
+def dense_string(s: str) -> np.ndarray:
+    out = np.ones((1, 1), complex)
+    for char in s:
+        out = np.kron(out, PAULI[char])
+    return out
+
+
+def random_sum(rng, n_qubits, terms, capacity=None, real=False):
+    chars = np.array(list("IXYZ"))
+    strings = ["".join(r) for r in chars[rng.integers(0, 4, (terms, n_qubits))]]
+    c = rng.normal(size=terms) + (0 if real else 1j * rng.normal(size=terms))
+    dense = sum(ci * dense_string(s) for s, ci in zip(strings, c))
+    return hierax.PauliSum.from_strings(strings, c, capacity=capacity), dense
+
+
+def test_strings_are_kronecker_products():
+    for s in ["X", "Y", "Z", "I", "XYZI", "YYZX", "IIIY"]:
+        np.testing.assert_array_equal(
+            np.asarray(hierax.PauliSum.from_strings(s).todense()), dense_string(s)
+        )
+    # Beyond one 32-bit word the strings round-trip, and equal strings merge.
+    long = "XYZI" * 10 + "Z"
+    s = hierax.PauliSum.from_strings([long, long, "I" * 41], [1.0, 2.0, -1.0])
+    assert s.terms() == {"I" * 41: -1.0 + 0j, long: 3.0 + 0j}
+    assert s.x.shape == (3, 2) and int(s.count) == 2
+    terms = hierax.PauliSum.from_terms([(0.5, [("Z", 0), ("X", 40)])], 41).terms()
+    assert terms == {"Z" + "I" * 39 + "X": 0.5 + 0j}
+
+
+def test_algebra_against_dense():
+    """Products, commutators, sums, inner products, traces and adjoints of random
+    sums at N = 4 against their matrices; the sparse form too."""
+    rng = np.random.default_rng(0)
+    a, da = random_sum(rng, 4, 9)
+    b, db = random_sum(rng, 4, 7)
+
+    def close(sum_, dense):
+        np.testing.assert_allclose(np.asarray(sum_.todense()), dense, atol=1e-13)
+
+    close(a @ b, da @ db)
+    close(a.commutator(b), da @ db - db @ da)
+    close(a + b, da + db)
+    close(a - b, da - db)
+    close(2.5j * a / 2, 1.25j * da)
+    close(-a, -da)
+    close(a.adjoint(), da.conj().T)
+    np.testing.assert_allclose(
+        complex(a.inner(b)), np.trace(da.conj().T @ db) / 16, atol=1e-14
+    )
+    np.testing.assert_allclose(
+        complex(a.inner(a + 0.5j * b)),
+        np.trace(da.conj().T @ (da + 0.5j * db)) / 16,
+        rtol=1e-13,
+    )
+    np.testing.assert_allclose(complex(a.trace()), np.trace(da) / 16, atol=1e-14)
+    np.testing.assert_allclose(
+        float(a.norm()) ** 2, np.trace(da.conj().T @ da).real / 16, rtol=1e-13
+    )
+    np.testing.assert_allclose(np.asarray(a.to_sparse().todense()), da, atol=1e-13)
+    # A - A cancels exactly (two equal terms per string); [A, A] to rounding (four
+    # products per string, summed in a sorted order).
+    assert int((a - a).count) == 0
+    assert float(a.commutator(a).norm()) < 1e-14 * float(a.norm()) ** 2
+
+
+def test_nested_commutators_to_order_12():
+    """(ad_H)^k O for k <= 12 with room for every string (4^N): exact against the
+    dense recursion, relative error per level below 1e-12."""
+    rng = np.random.default_rng(1)
+    h, dh = random_sum(rng, 5, 12, real=True)
+    o, do = random_sum(rng, 5, 3, capacity=4**5, real=True)
+    for k in range(1, 13):
+        o = h.commutator(o, capacity=4**5)
+        do = dh @ do - do @ dh
+        error = np.abs(np.asarray(o.todense()) - do).max() / np.abs(do).max()
+        assert error < 1e-12, (k, error)
+        assert float(o.dropped) == 0.0
+
+
+def test_truncation_reports_what_it_removes():
+    rng = np.random.default_rng(2)
+    a, _ = random_sum(rng, 6, 40)
+    weights = np.sort(np.abs(np.array(list(a.terms().values()))) ** 2)
+    t = a.truncate(10)
+    assert t.capacity == 10 and int(t.count) == 10
+    np.testing.assert_allclose(float(t.dropped), weights[:-10].sum(), rtol=1e-12)
+    kept = np.sort(np.abs(np.array(list(t.terms().values()))) ** 2)
+    np.testing.assert_allclose(kept, weights[-10:], rtol=1e-12)
+    # A threshold removes what it is asked to, and does not count it as dropped.
+    cut = float(np.sqrt(weights[20]))
+    u = a.truncate(threshold=cut)
+    assert int(u.count) == 40 - 21 and float(u.dropped) == 0.0
+    # An operation over capacity reports its truncation in the result.
+    b, db = random_sum(rng, 6, 30)
+    c = a.commutator(b, capacity=16)
+    assert int(c.count) == 16 and float(c.dropped) > 0
+    exact = a.commutator(b)
+    np.testing.assert_allclose(
+        float(c.norm()) ** 2 + float(c.dropped), float(exact.norm()) ** 2, rtol=1e-12
+    )
+
+
+def test_float32_and_no_retrace():
+    """Without x64 (32-bit words and a comparator sort), and changing coefficient
+    values never retraces."""
+    h, dh = random_sum(np.random.default_rng(3), 4, 6)
+    try:
+        jax.config.update("jax_enable_x64", False)
+        a = hierax.PauliSum.from_strings(["XYZI", "ZZII"], [1.0, 2.0])
+        b = hierax.PauliSum.from_strings(["YIIX"], [0.5])
+        assert a.dtype == jnp.complex64
+        expected = dense_string("XYZI") @ dense_string("YIIX")
+        expected = expected - dense_string("YIIX") @ dense_string("XYZI")
+        expected = expected + 2 * (
+            dense_string("ZZII") @ dense_string("YIIX")
+            - dense_string("YIIX") @ dense_string("ZZII")
+        )
+        np.testing.assert_allclose(
+            np.asarray(a.commutator(b).todense()), 0.5 * expected, atol=1e-6
+        )
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def f(h, scale):
+        return (h * scale).commutator(h.adjoint() * 2.0, capacity=64).norm()
+
+    for scale in (1.0, 2.0, 3.0):
+        f(h, jnp.asarray(scale))
+    f(eqx.tree_at(lambda s: s.coefficients, h, h.coefficients * 1.5), jnp.asarray(1.0))
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="every string must have 3 sites"):
+        hierax.PauliSum.from_strings(["XYZ", "XY"])
+    with pytest.raises(ValueError, match=r"characters \['A'\]"):
+        hierax.PauliSum.from_strings(["XAZ"])
+    with pytest.raises(ValueError, match="same chain"):
+        hierax.PauliSum.from_strings("XY") @ hierax.PauliSum.from_strings("XYZ")
+    with pytest.raises(ValueError, match="cannot hold the 3 distinct strings"):
+        hierax.PauliSum.from_strings(["XI", "IX", "ZZ"], capacity=2)
+    with pytest.raises(ValueError, match="outside the chain of 4 qubits"):
+        hierax.PauliSum.from_terms([(1.0, [("X", 4)])], 4)
+    with pytest.raises(ValueError, match="expected 2 coefficients"):
+        hierax.PauliSum.from_strings(["XI", "IX"], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="`capacity`: expected a positive integer"):
+        hierax.PauliSum.from_strings(["XI"]).truncate(0)
+    with pytest.raises(ValueError, match="matrices are built for at most 14"):
+        hierax.PauliSum.from_strings("X" * 15).todense()
+    with pytest.raises(ValueError, match="Hermitian"):
+        hierax.lanczos(
+            hierax.PauliSum.ising_chain(3, 1.0, 1.0),
+            hierax.PauliSum.from_strings("XII", [1j]),
+            3,
+        )
+
+
+def dense_lanczos(dh, do, steps):
+    d = dh.shape[0]
+    inner = lambda a, b: np.trace(a.conj().T @ b) / d
+    previous, current, b_prev, bs, basis = 0 * do, do, 0.0, [], []
+    current = current / np.sqrt(inner(do, do).real)
+    basis.append(current)
+    for _ in range(steps):
+        a = dh @ current - current @ dh - b_prev * previous
+        for _ in range(2):
+            for v in basis:
+                a = a - inner(v, a) * v
+        b = np.sqrt(inner(a, a).real)
+        bs.append(b)
+        previous, current, b_prev = current, a / b, b
+        basis.append(current)
+    return np.array(bs)
+
+
+def test_lanczos_moments_and_autocorrelation_against_dense():
+    """The chaotic Ising chain (N = 6, J = 1, h_x = 1.05, h_z = 0.5) and the
+    observable Z_0 + 0.3 X_2: b_1..b_12 against dense Lanczos with full
+    reorthogonalisation, the moments against |L^k O|^2, and C(t) against
+    exp(iHt) O exp(-iHt)."""
+    h = hierax.PauliSum.ising_chain(6, 1.0, 1.05, 0.5)
+    o = hierax.PauliSum.from_strings(["ZIIIII", "IIXIII"], [1.0, 0.3])
+    dh, do = np.asarray(h.todense()), np.asarray(o.todense())
+    expected = dense_lanczos(dh, do, 12)
+    result = hierax.lanczos(h, o, 12, capacity=4**6)
+    np.testing.assert_allclose(np.asarray(result.b), expected, rtol=1e-12)
+    assert np.all(np.asarray(result.dropped) == 0)
+    assert np.max(np.asarray(result.orthogonality)) < 1e-10
+    again = hierax.lanczos(h, o, 12, capacity=4**6, reorthogonalize=True)
+    np.testing.assert_allclose(np.asarray(again.b), expected, rtol=1e-12)
+
+    mu, lost = hierax.moments(h, o, 5, capacity=4**6)
+    a, norm2 = do, np.trace(do @ do).real
+    for k in range(1, 6):
+        a = dh @ a - a @ dh
+        np.testing.assert_allclose(
+            float(mu[k]), np.trace(a.conj().T @ a).real / norm2, rtol=1e-12
+        )
+    assert float(mu[0]) == 1.0 and np.all(np.asarray(lost) == 0)
+
+    series = np.asarray(hierax.autocorrelation_series(h, o, 5, capacity=4**6))
+    t = 0.04
+    u = scipy.linalg.expm(1j * dh * t)
+    exact = np.trace((u @ do @ u.conj().T).conj().T @ do).real / norm2
+    # The series to t^10: the first term left out is ~ mu_12 t^12 / 12!.
+    np.testing.assert_allclose(np.polyval(series[::-1], t), exact, rtol=1e-14)
+
+
+def _majoranas(n, string):
+    """Jordan-Wigner Majoranas on n sites with `string` the parity operator:
+    gamma_{2j} = (prod_{k<j} S_k) A_j, gamma_{2j+1} = (prod_{k<j} S_k) B_j, with
+    (A, B) = (Z, Y) for S = X and (X, Y) for S = Z."""
+    a, b = {"X": ("Z", "Y"), "Z": ("X", "Y")}[string]
+    out = []
+    for j in range(n):
+        prefix = string * j
+        rest = "I" * (n - j - 1)
+        out += [prefix + a + rest, prefix + b + rest]
+    return out
+
+
+def _single_particle(bond_terms, field_terms, n, string):
+    """The Liouvillian of a quadratic chain Hamiltonian on the 2n Majoranas, in
+    NumPy: each term's coefficients h_ab on i gamma_a gamma_b are found by
+    projecting its matrix at 4 sites (and checked to be all of it), then placed
+    along the chain; [i g_a g_b, g_b] = 2i g_a and [i g_a g_b, g_a] = -2i g_b."""
+    small = 4
+    gammas = [dense_string(s) for s in _majoranas(small, string)]
+
+    def quadratic(term_string):
+        m = dense_string(term_string)
+        h = np.zeros((2 * small, 2 * small))
+        for p in range(2 * small):
+            for q in range(p + 1, 2 * small):
+                g = 1j * gammas[p] @ gammas[q]
+                h[p, q] = (np.trace(g.conj().T @ m) / 2**small).real
+        rebuilt = sum(
+            h[p, q] * 1j * gammas[p] @ gammas[q]
+            for p in range(2 * small)
+            for q in range(p + 1, 2 * small)
+        )
+        np.testing.assert_allclose(rebuilt, m, atol=1e-12)  # quadratic indeed
+        return h
+
+    h = np.zeros((2 * n, 2 * n))
+    for ops, coefficient in bond_terms:  # on sites (1, 2) at 4 sites, shifted
+        local = quadratic("I" + ops + "I")
+        for j in range(n - 1):
+            shift = 2 * (j - 1)
+            for p, q in zip(*np.nonzero(local)):
+                h[p + shift, q + shift] += coefficient * local[p, q]
+    for op, coefficient in field_terms:
+        local = quadratic("I" + op + "II")
+        for j in range(n):
+            shift = 2 * (j - 1)
+            for p, q in zip(*np.nonzero(local)):
+                h[p + shift, q + shift] += coefficient * local[p, q]
+    return 2j * (h - h.T)
+
+
+def _vector_lanczos(matrix, start, steps):
+    previous, current, b_prev, bs = 0 * start, start / np.linalg.norm(start), 0.0, []
+    basis = [current]
+    for _ in range(steps):
+        a = matrix @ current - b_prev * previous
+        for _ in range(2):
+            for v in basis:
+                a = a - np.vdot(v, a) * v
+        b = np.linalg.norm(a)
+        bs.append(b)
+        previous, current, b_prev = current, a / b, b
+        basis.append(current)
+    return np.array(bs)
+
+
+@pytest.mark.parametrize("chain", ["transverse-field Ising", "XX"], ids=["ising", "xx"])
+def test_lanczos_of_free_fermion_chains_at_30_sites(chain):
+    """b_n of an edge Majorana in chains of 30 sites, where no matrix fits, against
+    Lanczos on the 60 Majorana modes (NumPy): the Krylov operators stay within 60
+    strings, so capacity 64 is exact."""
+    n = 30
+    if chain == "XX":
+        h = hierax.PauliSum.xxz_chain(n, jxy=0.7, jz=0.0, hz=0.4)
+        matrix = _single_particle([("XX", 0.7), ("YY", 0.7)], [("Z", 0.4)], n, "Z")
+        o = hierax.PauliSum.from_strings("X" + "I" * (n - 1))
+    else:
+        h = hierax.PauliSum.ising_chain(n, 1.0, hx=0.0, hz=0.0)
+        h = h + hierax.PauliSum.from_terms([(0.8, [("X", j)]) for j in range(n)], n)
+        matrix = _single_particle([("ZZ", 1.0)], [("X", 0.8)], n, "X")
+        o = hierax.PauliSum.from_strings("Z" + "I" * (n - 1))
+    start = np.zeros(2 * n, complex)
+    start[0] = 1.0
+    expected = _vector_lanczos(matrix, start, 20)
+    result = hierax.lanczos(h, o, 20, capacity=64)
+    np.testing.assert_allclose(np.asarray(result.b), expected, rtol=1e-11)
+    assert np.all(np.asarray(result.dropped) == 0)
+
+
+def test_chaotic_chain_converges_with_capacity():
+    """The chaotic Ising chain at N = 30: b_n agree across capacities while nothing
+    is dropped, and the larger capacity drops less."""
+    h = hierax.PauliSum.ising_chain(30, 1.0, 1.05, 0.5)
+    o = hierax.PauliSum.from_strings("Z" + "I" * 29)
+    small = hierax.lanczos(h, o, 14, capacity=256)
+    large = hierax.lanczos(h, o, 14, capacity=2048)
+    exact = np.asarray(small.dropped) == 0
+    assert exact[:6].all() and not exact.all()
+    np.testing.assert_allclose(
+        np.asarray(small.b)[exact], np.asarray(large.b)[exact], rtol=1e-12
+    )
+    assert np.sum(np.asarray(large.dropped)) < np.sum(np.asarray(small.dropped))
+    # The first coefficients in closed form: b_1^2 = |[H, Z_0]|^2 = 4 h_x^2.
+    np.testing.assert_allclose(float(large.b[0]), 2 * 1.05, rtol=1e-14)
+
+
+def test_new_values_reuse_compiled_calls():
+    """New coefficient values (a chain with other couplings, another observable on
+    the same strings) compile nothing new: counted by JAX's compile events."""
+    compiles: list[str] = []
+
+    def listen(name, *_, **__):
+        if "backend_compile" in name:
+            compiles.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+
+    def run(coupling, field):
+        h = hierax.PauliSum.ising_chain(8, coupling, field, 0.3)
+        o = hierax.PauliSum.from_strings(["ZIIIIIII", "IXIIIIII"], [1.0, field])
+        return hierax.lanczos(h, o, 6, capacity=128).b, h.commutator(o, capacity=64)
+
+    run(1.0, 0.9)
+    before = len(compiles)
+    assert before > 0  # the events are seen
+    run(0.7, 1.3)
+    run(1.2, 0.2)
+    assert len(compiles) == before
