@@ -31,7 +31,9 @@ def random_sum(rng, n_qubits, terms, capacity=None, real=False):
     chars = np.array(list("IXYZ"))
     strings = ["".join(r) for r in chars[rng.integers(0, 4, (terms, n_qubits))]]
     c = rng.normal(size=terms) + (0 if real else 1j * rng.normal(size=terms))
-    dense = sum(ci * dense_string(s) for s, ci in zip(strings, c))
+    dense = np.zeros((2**n_qubits, 2**n_qubits), complex)
+    for s, ci in zip(strings, c):
+        dense += ci * dense_string(s)
     return hierax.PauliSum.from_strings(strings, c, capacity=capacity), dense
 
 
@@ -159,7 +161,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"characters \['A'\]"):
         hierax.PauliSum.from_strings(["XAZ"])
     with pytest.raises(ValueError, match="same chain"):
-        hierax.PauliSum.from_strings("XY") @ hierax.PauliSum.from_strings("XYZ")
+        _ = hierax.PauliSum.from_strings("XY") @ hierax.PauliSum.from_strings("XYZ")
     with pytest.raises(ValueError, match="cannot hold the 3 distinct strings"):
         hierax.PauliSum.from_strings(["XI", "IX", "ZZ"], capacity=2)
     with pytest.raises(ValueError, match="outside the chain of 4 qubits"):
@@ -341,9 +343,9 @@ def test_new_values_reuse_compiled_calls():
     the same strings) compile nothing new: counted by JAX's compile events."""
     compiles: list[str] = []
 
-    def listen(name, *_, **__):
-        if "backend_compile" in name:
-            compiles.append(name)
+    def listen(event: str, duration_secs: float, **kwargs: str | int) -> None:
+        if "backend_compile" in event:
+            compiles.append(event)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
 

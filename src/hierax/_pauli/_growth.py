@@ -48,7 +48,7 @@ def _check_hermitian(s: PauliSum, name: str) -> None:
     if is_traced(s.coefficients):
         return
     c = np.asarray(s.coefficients)
-    if np.any(np.abs(c.imag) > 1e-12 * max(1.0, float(np.abs(c).max(initial=0)))):
+    if np.any(np.abs(np.imag(c)) > 1e-12 * max(1.0, float(np.abs(c).max(initial=0)))):
         raise ValueError(
             f"`{name}`: expected a Hermitian operator (a Pauli sum with real "
             "coefficients): the recursion assumes a Hermitian Liouvillian and "
