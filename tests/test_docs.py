@@ -559,6 +559,7 @@ RUNNABLE_PAGES = [
     "how-to/sampled-pulses.md",
     "how-to/many-body.md",
     "coming-from-qutip.md",
+    "how-to/operator-growth.md",
 ]
 
 

@@ -22,7 +22,9 @@ from ._operators import (
 )
 from ._pauli import (
     LanczosCoefficients as LanczosCoefficients,
+    PauliHierarchy as PauliHierarchy,
     PauliSum as PauliSum,
+    PauliTimeSum as PauliTimeSum,
     autocorrelation_series as autocorrelation_series,
     lanczos as lanczos,
     moments as moments,

@@ -623,7 +623,10 @@ def as_operator(x: Any) -> AbstractTimeOperator:
 
 def _time_function_times(function: AbstractTimeFunction, other: Any) -> Any:
     """`f * M`: a one-term `TimeOperator` for a matrix M, a `ScaledOperator` for an
-    operator."""
+    operator; objects of their own kind (Pauli sums) say what they become."""
+    own = getattr(other, "times_function", None)
+    if own is not None:
+        return own(function)
     if isinstance(other, AbstractTimeOperator):
         return ScaledOperator(function, other)
     api = f"hierax.{type(function).__name__} * ..."

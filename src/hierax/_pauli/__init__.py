@@ -6,4 +6,8 @@ from ._growth import (
     lanczos as lanczos,
     moments as moments,
 )
+from ._hierarchy import (
+    PauliHierarchy as PauliHierarchy,
+    PauliTimeSum as PauliTimeSum,
+)
 from ._sum import PauliSum as PauliSum

@@ -102,7 +102,7 @@ def _kth_largest(weights: Array, k: int) -> Array:
 def compress(
     x: UInt32[Array, "m words"],
     z: UInt32[Array, "m words"],
-    c: Inexact[Array, " m"],
+    c: Inexact[Array, " m *series"],
     n_qubits: int,
     capacity: int,
     threshold: float | Array = 0.0,
@@ -122,8 +122,10 @@ def compress(
         .at[jnp.where(new, segment, m)]
         .set(lax.iota(jnp.int32, m), mode="drop")
     )
+    # A coefficient may be a vector (a series per string): its weight is the sum.
     weights = jnp.real(sums * jnp.conj(sums))
-    keep = jnp.abs(sums) > threshold
+    weights = weights.reshape(m, -1).sum(axis=1)
+    keep = jnp.sqrt(weights) > threshold
     n_keep = jnp.sum(keep)
     if m > capacity:
         # Over capacity: keep the `capacity` largest weights; of weights equal to the
@@ -148,7 +150,7 @@ def compress(
     out_z = (
         jnp.zeros((capacity, z.shape[1]), z.dtype).at[slot].set(zs[source], mode="drop")
     )
-    out_c = jnp.zeros(capacity, c.dtype).at[slot].set(sums, mode="drop")
+    out_c = jnp.zeros((capacity, *c.shape[1:]), c.dtype).at[slot].set(sums, mode="drop")
     count = jnp.minimum(jnp.sum(keep), capacity).astype(jnp.int32)
     return out_x, out_z, out_c, count, dropped
 

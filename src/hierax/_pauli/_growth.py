@@ -72,24 +72,53 @@ def _check_pair(hamiltonian: PauliSum, observable: PauliSum, name: str) -> None:
     _check_hermitian(observable, "observable")
 
 
-def _liouvillian(h: PauliSum, o_parts: tuple, extra: tuple, capacity: int):
-    """$[H, O]$ plus `extra` candidates `(x, z, c)`, merged into `capacity` slots;
-    returns `compress`'s `(x, z, c, count, dropped)`."""
-    ox, oz, oc = o_parts
-    x, z, e, anti = product_phase(h.x[:, None], h.z[:, None], ox[None, :], oz[None, :])
-    dtype = oc.dtype
-    c = _valid(h)[:, None].astype(dtype) * oc[None, :] * i_power(e, dtype)
-    c = jnp.where(anti == 1, 2 * c, 0)
-    m = x.shape[0] * x.shape[1]
-    x, z, c = x.reshape(m, -1), z.reshape(m, -1), c.reshape(m)
-    if extra:
-        ex, ez, ec = extra
-        x, z, c = (
-            jnp.concatenate([x, ex]),
-            jnp.concatenate([z, ez]),
-            jnp.concatenate([c, ec]),
+# Working sizes: the step runs on the first `size` slots of its operators, the
+# smallest of capacity / 4^k (down to this) that holds their strings, so that the
+# early steps of a recursion (a few strings in a large capacity) cost what their
+# strings cost: 30 Lanczos steps of the chaotic Ising chain at capacity 2^16,
+# whose Krylov operators fill it only after ~25 steps, took 35 s at full size.
+_SMALLEST = 256
+
+
+def _sizes(capacity: int) -> list[int]:
+    sizes = [capacity]
+    while sizes[-1] // 4 >= _SMALLEST:
+        sizes.append(sizes[-1] // 4)
+    return sizes[::-1]
+
+
+def _liouvillian(h: PauliSum, current: tuple, previous: tuple, capacity: int):
+    """$[H, O] + P$ for `current` O and `previous` P, each `(x, z, c, count)`,
+    merged into `capacity` slots; returns `compress`'s `(x, z, c, count,
+    dropped)`. Runs on the occupied prefix of O and P only (see `_SMALLEST`)."""
+
+    def at_size(size, operands):
+        (ox, oz, oc), (px, pz, pc) = operands
+        ox, oz, oc = ox[:size], oz[:size], oc[:size]
+        x, z, e, anti = product_phase(
+            h.x[:, None], h.z[:, None], ox[None, :], oz[None, :]
         )
-    return compress(x, z, c, h.n_qubits, capacity)
+        c = _valid(h)[:, None].astype(oc.dtype) * oc[None, :] * i_power(e, oc.dtype)
+        c = jnp.where(anti == 1, 2 * c, 0)
+        m = x.shape[0] * x.shape[1]
+        x = jnp.concatenate([x.reshape(m, -1), px[:size]])
+        z = jnp.concatenate([z.reshape(m, -1), pz[:size]])
+        c = jnp.concatenate([c.reshape(m), pc[:size]])
+        return compress(x, z, c, h.n_qubits, capacity)
+
+    needed = jnp.maximum(current[3], previous[3])
+    return _by_count(needed, capacity, at_size, (current[:3], previous[:3]))
+
+
+def _by_count(count: Array, capacity: int, at_size, operands):
+    """`at_size(size, operands)` for the smallest working size that holds `count`
+    strings, one branch per size (a conditional: only the one taken runs)."""
+    sizes = _sizes(capacity)
+    if len(sizes) == 1:
+        return at_size(capacity, operands)
+    index = jnp.sum(jnp.asarray(sizes[:-1]) < count)
+    branches = [lambda ops, size=size: at_size(size, ops) for size in sizes]
+    return lax.switch(index, branches, operands)
 
 
 def _start(observable: PauliSum, capacity: int, dtype) -> tuple:
@@ -152,22 +181,28 @@ def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
     basis_z = jnp.zeros((steps + 1, capacity, w), oz.dtype).at[0].set(oz)
     basis_c = jnp.zeros((steps + 1, capacity), dtype).at[0].set(oc)
     basis_n = jnp.zeros(steps + 1, jnp.int32).at[0].set(count)
-    zero = (jnp.zeros_like(ox), jnp.zeros_like(oz), jnp.zeros_like(oc))
+    zero = (jnp.zeros_like(ox), jnp.zeros_like(oz), jnp.zeros_like(oc), 0 * count)
 
-    def overlaps(bx, bz, bc, bn, ax, az, ac):
-        """(O_k|A) for every row k of the basis (zero rows give zero)."""
-        per_row = jax.vmap(lambda x, z, c, n: lookup(x, z, c, n, ax, az))
-        return jnp.sum(jnp.conj(per_row(bx, bz, bc, bn)) * ac[None, :], axis=1)
+    def overlaps(bx, bz, bc, bn, ax, az, ac, an):
+        """(O_k|A) for every row k of the basis (zero rows give zero), looking up
+        A's occupied prefix."""
+
+        def at_size(size, a):
+            ax, az, ac = a[0][:size], a[1][:size], a[2][:size]
+            per_row = jax.vmap(lambda x, z, c, n: lookup(x, z, c, n, ax, az))
+            return jnp.sum(jnp.conj(per_row(bx, bz, bc, bn)) * ac[None, :], axis=1)
+
+        return _by_count(an, capacity, at_size, (ax, az, ac))
 
     def step(carry, n):
-        (px, pz, pc), (cx, cz, cc), b_prev, bx, bz, bc, bn = carry
+        (px, pz, pc, pn), (cx, cz, cc, cn), b_prev, bx, bz, bc, bn = carry
         ax, az, ac, an, removed = _liouvillian(
-            h, (cx, cz, cc), (px, pz, -b_prev * pc), capacity
+            h, (cx, cz, cc, cn), (px, pz, -b_prev * pc, pn), capacity
         )
         before = jnp.sum(jnp.abs(ac) ** 2) + removed
         if reorthogonalize:
             for _ in range(2):
-                o_k = overlaps(bx, bz, bc, bn, ax, az, ac)
+                o_k = overlaps(bx, bz, bc, bn, ax, az, ac, an)
                 ax, az, ac, an, more = compress(
                     jnp.concatenate([ax, bx.reshape(-1, w)]),
                     jnp.concatenate([az, bz.reshape(-1, w)]),
@@ -178,16 +213,16 @@ def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
                 removed = removed + more
         b = jnp.sqrt(jnp.sum(jnp.abs(ac) ** 2))
         ac = ac / jnp.where(b > 0, b, 1)
-        lost = jnp.max(jnp.abs(overlaps(bx, bz, bc, bn, ax, az, ac)))
+        lost = jnp.max(jnp.abs(overlaps(bx, bz, bc, bn, ax, az, ac, an)))
         bx, bz = bx.at[n].set(ax), bz.at[n].set(az)
         bc, bn = bc.at[n].set(ac), bn.at[n].set(an)
-        carry = ((cx, cz, cc), (ax, az, ac), b.astype(dtype), bx, bz, bc, bn)
+        carry = ((cx, cz, cc, cn), (ax, az, ac, an), b.astype(dtype), bx, bz, bc, bn)
         fraction = removed / jnp.where(before > 0, before, 1)
         return carry, (b, fraction.astype(real), lost.astype(real))
 
     carry = (
         zero,
-        (ox, oz, oc),
+        (ox, oz, oc, count),
         jnp.zeros((), dtype),
         basis_x,
         basis_z,
@@ -218,18 +253,20 @@ def moments(
 @eqx.filter_jit
 def _moments(h, o, *, order, capacity):
     dtype = jnp.result_type(h.dtype, o.dtype)
-    ox, oz, oc, _ = _start(o, capacity, dtype)
+    ox, oz, oc, count = _start(o, capacity, dtype)
     norm2 = jnp.sum(jnp.abs(oc) ** 2)
 
+    none = (jnp.zeros_like(ox), jnp.zeros_like(oz), jnp.zeros_like(oc), 0 * count)
+
     def step(carry, _):
-        (x, z, c), lost = carry
-        x, z, c, _, removed = _liouvillian(h, (x, z, c), (), capacity)
+        (x, z, c, n), lost = carry
+        x, z, c, n, removed = _liouvillian(h, (x, z, c, n), none, capacity)
         kept = jnp.sum(jnp.abs(c) ** 2)
         lost = lost + removed / jnp.where(kept + removed > 0, kept + removed, 1)
-        return ((x, z, c), lost), (kept / norm2, lost)
+        return ((x, z, c, n), lost), (kept / norm2, lost)
 
     lost0 = jnp.zeros((), norm2.dtype)
-    _, (mu, lost) = lax.scan(step, ((ox, oz, oc), lost0), None, length=order)
+    _, (mu, lost) = lax.scan(step, ((ox, oz, oc, count), lost0), None, length=order)
     mu = jnp.concatenate([jnp.ones(1, mu.dtype), mu])
     return mu, jnp.concatenate([jnp.zeros(1, lost.dtype), lost])
 

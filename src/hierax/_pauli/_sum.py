@@ -263,6 +263,12 @@ class PauliSum(eqx.Module):
     def __neg__(self) -> "PauliSum":
         return self * -1
 
+    def times_function(self, function: Any) -> Any:
+        """`f * self` for a time function f: a [`hierax.PauliTimeSum`][]."""
+        from ._hierarchy import times_function
+
+        return times_function(self, function)
+
     def __mul__(self, other: Any) -> "PauliSum":
         if isinstance(other, PauliSum) or not _is_number(other):
             return NotImplemented

@@ -1,0 +1,250 @@
+"""Heisenberg levels of Pauli sums under a time-dependent Pauli Hamiltonian.
+
+With $H(t) = \\sum_j f_j(t) H_j$ (each $H_j$ a Pauli sum) and the observable $X_0$ a
+Pauli sum, every level is a Pauli sum whose coefficients are series in time: write
+$X_{k-1}(t + \\tau) = \\sum_p a_p \\tau^p$ per string and
+$f_j(t + \\tau) = \\sum_q f_{j,q} \\tau^q$; then
+
+    X_k(t + tau) = sum_p tau^p ( i sum_j sum_{q <= p} f_{j,q} [H_j, a_{p-q}]
+                                 + (p + 1) a_{p+1} ),
+
+the same recursion as the dense kernel's, with each string carrying its series
+(K + 1 coefficients) through the merge of `compress`. Each level is divided by a
+power of two (carried as an exponent), so levels far beyond the floating-point
+range read inf, never nan; the levels run in one `lax.scan`, so the compiled
+program does not grow with the order.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax.lax as lax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike
+
+from .._time_functions import AbstractTimeFunction, Constant
+from ._compress import compress
+from ._strings import i_power, product_phase
+from ._sum import PauliSum, _capacity, _valid
+
+
+class PauliTimeSum(eqx.Module):
+    """A time-dependent Pauli Hamiltonian $H(t) = \\sum_j f_j(t) H_j$: time functions
+    ([`hierax.Cos`][], [`hierax.Gaussian`][], ...) times [`hierax.PauliSum`][]s,
+    built with `*` and `+` (`hierax.Cos(w) * hx + hzz`); the Hamiltonian of a
+    [`hierax.PauliHierarchy`][]. Calling it at `t` gives the Pauli sum $H(t)$."""
+
+    functions: tuple[AbstractTimeFunction, ...]
+    sums: tuple[PauliSum, ...]
+
+    def __check_init__(self):
+        if len(self.functions) != len(self.sums) or not self.sums:
+            raise ValueError(
+                "`hierax.PauliTimeSum`: expected one time function per Pauli sum "
+                f"(and at least one), got {len(self.functions)} and {len(self.sums)}."
+            )
+        n = self.sums[0].n_qubits
+        if any(s.n_qubits != n for s in self.sums):
+            raise ValueError(
+                "`hierax.PauliTimeSum`: every term must act on the same chain, got "
+                f"{[s.n_qubits for s in self.sums]} qubits."
+            )
+
+    @property
+    def n_qubits(self) -> int:
+        return self.sums[0].n_qubits
+
+    def __add__(self, other: Any) -> "PauliTimeSum":
+        other = as_time_sum(other)
+        if other is None:
+            return NotImplemented
+        return PauliTimeSum(self.functions + other.functions, self.sums + other.sums)
+
+    def __radd__(self, other: Any) -> "PauliTimeSum":
+        other = as_time_sum(other)
+        if other is None:
+            return NotImplemented
+        return other + self
+
+    def __call__(self, t: ArrayLike) -> PauliSum:
+        """$H(t)$ as one Pauli sum (room for all the terms' strings)."""
+        total = None
+        for f, s in zip(self.functions, self.sums):
+            term = s * f(t)
+            total = term if total is None else total + term
+        assert total is not None
+        return total
+
+
+def as_time_sum(x: Any) -> PauliTimeSum | None:
+    if isinstance(x, PauliTimeSum):
+        return x
+    if isinstance(x, PauliSum):
+        return PauliTimeSum((Constant(1.0),), (x,))
+    return None
+
+
+def times_function(sum_: PauliSum, function: AbstractTimeFunction) -> PauliTimeSum:
+    return PauliTimeSum((function,), (sum_,))
+
+
+class PauliHierarchy(eqx.Module):
+    """The Heisenberg hierarchy $X_k = i[H(t), X_{k-1}] + \\dot X_{k-1}$ of a Pauli
+    sum under a Pauli Hamiltonian, for chains far beyond any matrix: each level a
+    [`hierax.PauliSum`][] with room for `capacity` strings.
+
+    `hamiltonian` is a [`hierax.PauliSum`][] (constant: the levels are
+    $i^k (\\mathrm{ad}_H)^k X_0$) or a [`hierax.PauliTimeSum`][]
+    (`hierax.Cos(w) * hx + hzz`); `observable` a constant Pauli sum. Calling the
+    hierarchy at `t` gives the list of levels $X_0(t), \\dots, X_K(t)$;
+    `normalised(t)` the levels divided by $k!$ (the Taylor coefficients of the
+    observable in the Heisenberg picture). Every level is exact while its strings
+    fit the capacity; past it the strings with the smallest series are removed
+    and each level's `dropped` reports the weight removed on its way (as
+    everywhere for Pauli sums). Compiled once per structure: new times and
+    parameter values never recompile.
+    """
+
+    hamiltonian: PauliTimeSum
+    observable: PauliSum
+    order: int = eqx.field(static=True)
+    capacity: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        hamiltonian: PauliSum | PauliTimeSum,
+        observable: PauliSum,
+        order: int,
+        capacity: int | None = None,
+    ):
+        """**Arguments:**
+
+        - `hamiltonian`: $H(t)$, a [`hierax.PauliSum`][] or [`hierax.PauliTimeSum`][].
+        - `observable`: $X_0$, a [`hierax.PauliSum`][] on the same chain.
+        - `order`: the highest level $K$, a non-negative Python int.
+        - `capacity`: room for strings in every level (default: the observable's
+            capacity times the Hamiltonian's strings to the power K, up to 4^N and
+            at most 2^16; give it explicitly for long chains).
+        """
+        api = "hierax.PauliHierarchy"
+        h = as_time_sum(hamiltonian)
+        if h is None:
+            raise TypeError(
+                f"`{api}`: `hamiltonian` must be a `hierax.PauliSum` or a sum of time "
+                f"functions times Pauli sums, got {type(hamiltonian).__name__}."
+            )
+        if not isinstance(observable, PauliSum):
+            raise TypeError(
+                f"`{api}`: `observable` must be a `hierax.PauliSum`, got "
+                f"{type(observable).__name__}."
+            )
+        if h.n_qubits != observable.n_qubits:
+            raise ValueError(
+                f"`{api}`: `hamiltonian` acts on {h.n_qubits} qubits and "
+                f"`observable` on {observable.n_qubits}; both must be on one chain."
+            )
+        if isinstance(order, bool) or not isinstance(order, (int, np.integer)):
+            raise ValueError(f"`order`: expected a non-negative int, got {order!r}.")
+        if order < 0:
+            raise ValueError(f"`order`: expected a non-negative int, got {order}.")
+        self.hamiltonian, self.observable, self.order = h, observable, int(order)
+        if capacity is None:
+            strings = sum(s.capacity for s in h.sums) + 1
+            capacity = min(
+                observable.capacity * strings ** int(order),
+                4**observable.n_qubits,
+                2**16,
+            )
+        self.capacity = max(_capacity(capacity), observable.capacity)
+
+    def __call__(self, t: ArrayLike = 0.0) -> list[PauliSum]:
+        """The levels $X_0(t), \\dots, X_K(t)$."""
+        return self._levels(t, normalised=False)
+
+    def normalised(self, t: ArrayLike = 0.0) -> list[PauliSum]:
+        """The levels divided by $k!$: $X_k(t)/k!$."""
+        return self._levels(t, normalised=True)
+
+    def _levels(self, t: ArrayLike, normalised: bool) -> list[PauliSum]:
+        t = jnp.asarray(t)
+        if t.ndim != 0 or not jnp.issubdtype(t.dtype, jnp.number):
+            raise ValueError(f"`t`: expected a real scalar time, got shape {t.shape}.")
+        x, z, c, count, dropped = _pauli_levels(self, t, normalised=normalised)
+        n = self.observable.n_qubits
+        return [
+            PauliSum(
+                x=x[k],
+                z=z[k],
+                coefficients=c[k],
+                count=count[k],
+                dropped=dropped[k],
+                n_qubits=n,
+            )
+            for k in range(self.order + 1)
+        ]
+
+
+@eqx.filter_jit
+def _pauli_levels(hierarchy: PauliHierarchy, t: Array, *, normalised: bool):
+    h, o, order = hierarchy.hamiltonian, hierarchy.observable, hierarchy.order
+    capacity, n = hierarchy.capacity, o.n_qubits
+    dtype = jnp.result_type(o.dtype, *(s.dtype for s in h.sums))
+    real = jnp.finfo(dtype).dtype
+    size = order + 1
+    t = t.astype(real)
+    # The Hamiltonian's strings, stacked, each with the series of its function.
+    hx = jnp.concatenate([s.x for s in h.sums])
+    hz = jnp.concatenate([s.z for s in h.sums])
+    hc = jnp.concatenate([_valid(s).astype(dtype) for s in h.sums])
+    fs = jnp.stack([f.series(t, order, None).astype(dtype) for f in h.functions])
+    which = np.concatenate([np.full(s.capacity, j) for j, s in enumerate(h.sums)])
+    # Lower-triangular Toeplitz matrices: (f * a)_p = sum_q f_q a_{p-q}.
+    p, q = np.indices((size, size))
+    toeplitz = jnp.where(
+        jnp.asarray(p >= q)[None], fs[:, np.clip(p - q, 0, order)], 0
+    )  # (terms, P, P)
+    shift = jnp.arange(1, size, dtype=real)[None, :]  # (p + 1) a_{p+1}
+
+    ox, oz, oc, count, _ = compress(o.x, o.z, _valid(o).astype(dtype), n, capacity)
+    series = jnp.zeros((capacity, size), dtype).at[:, 0].set(oc)
+
+    def level(carry, _):
+        x, z, a, exponent = carry
+        px, pz, e, anti = product_phase(hx[:, None], hz[:, None], x[None], z[None])
+        y = jnp.einsum("jpq,sq->jsp", toeplitz, a)[which]  # (strings, capacity, P)
+        factor = jnp.where(anti == 1, 2j * hc[:, None] * i_power(e, dtype), 0)
+        c = factor[..., None] * y
+        derivative = jnp.zeros_like(a).at[:, :-1].set(a[:, 1:] * shift)
+        m = px.shape[0] * px.shape[1]
+        nx, nz, na, ncount, removed = compress(
+            jnp.concatenate([px.reshape(m, -1), x]),
+            jnp.concatenate([pz.reshape(m, -1), z]),
+            jnp.concatenate([c.reshape(m, size), derivative]),
+            n,
+            capacity,
+        )
+        # Renormalise by a power of two (exact), carried as an exponent.
+        largest = jnp.max(jnp.abs(na))
+        power = jnp.where(largest > 0, jnp.floor(jnp.log2(largest)), 0)
+        na = na * jnp.exp2(-power).astype(real)
+        removed = removed * jnp.exp2(2 * exponent)  # in the units before this level
+        exponent = exponent + power
+        return (nx, nz, na, exponent), (nx, nz, na[:, 0], ncount, removed, exponent)
+
+    zero = jnp.zeros((), real)
+    _, (xs, zs, cs, counts, removed, exponents) = lax.scan(
+        level, (ox, oz, series, zero), None, length=order
+    )
+    xs = jnp.concatenate([ox[None], xs])
+    zs = jnp.concatenate([oz[None], zs])
+    cs = jnp.concatenate([oc[None], cs])
+    counts = jnp.concatenate([count[None], counts])
+    removed = jnp.concatenate([zero[None], removed])
+    exponents = jnp.concatenate([zero[None], exponents])
+    if normalised:  # k! divided out in log space, before the scale is applied
+        log_factorial = jnp.cumsum(jnp.log2(jnp.maximum(jnp.arange(size), 1)))
+        exponents = exponents - log_factorial.astype(real)
+        removed = removed * jnp.exp2(-2 * log_factorial).astype(real)
+    cs = cs * jnp.exp2(exponents)[:, None].astype(real)
+    return xs, zs, cs, counts, removed
