@@ -172,6 +172,12 @@ def test_bad_input_is_named():
         hierax.PauliSum.from_strings(["XI"]).truncate(0)
     with pytest.raises(ValueError, match="matrices are built for at most 14"):
         hierax.PauliSum.from_strings("X" * 15).todense()
+    # The matrix-based calls say where Pauli sums go.
+    chain = hierax.PauliSum.ising_chain(3, 1.0, 0.5)
+    with pytest.raises(TypeError, match="`hamiltonian` is a PauliSum.*PauliHierarchy"):
+        hierax.HeisenbergHierarchy(chain, hierax.PauliSum.from_strings("ZII"), 3)
+    with pytest.raises(TypeError, match="is a PauliTimeSum.*todense"):
+        hierax.sesolve(hierax.Cos(1.0) * chain, np.ones(8) / 8**0.5, [0.0, 1.0])
     with pytest.raises(ValueError, match="Hermitian"):
         hierax.lanczos(
             hierax.PauliSum.ising_chain(3, 1.0, 1.0),

@@ -40,6 +40,7 @@ from ._validation import (
     as_time,
     check_order,
     is_traced,
+    refuse_non_matrix,
     trace_callable,
 )
 
@@ -548,6 +549,7 @@ def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
     call `api`."""
     if isinstance(x, AbstractTimeOperator):
         return x
+    refuse_non_matrix(x, name, api)
     if isinstance(x, AbstractTimeFunction):
         raise TypeError(
             f"`{api}`: `{name}` must be an operator, got the scalar time function "

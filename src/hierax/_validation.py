@@ -43,6 +43,14 @@ def check_order(order: Any, api: str) -> int:
     return order
 
 
+def refuse_non_matrix(x: Any, name: str, api: str) -> None:
+    """Objects that stand for operators but are no matrix (Pauli sums) say where
+    they belong, in their `not_a_matrix` attribute."""
+    hint = getattr(type(x), "not_a_matrix", None)
+    if isinstance(hint, str):
+        raise TypeError(f"`{api}`: `{name}` is a {type(x).__name__}; {hint}")
+
+
 def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array:
     """Convert `x` to a JAX array of a supported numeric dtype.
 
@@ -52,6 +60,7 @@ def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array
     """
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"`{api}`: `{name}` must be numeric, got the boolean {x!r}.")
+    refuse_non_matrix(x, name, api)
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"`{api}`: `{name}` must be a numeric array, got {x!r}.")
     if is_traced(x):

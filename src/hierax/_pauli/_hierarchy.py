@@ -15,7 +15,7 @@ range read inf, never nan; the levels run in one `lax.scan`, so the compiled
 program does not grow with the order.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.lax as lax
@@ -26,7 +26,7 @@ from jaxtyping import Array, ArrayLike
 from .._time_functions import AbstractTimeFunction, Constant
 from ._compress import compress
 from ._strings import i_power, product_phase
-from ._sum import PauliSum, _capacity, _valid
+from ._sum import _NOT_A_MATRIX, PauliSum, _capacity, _valid
 
 
 class PauliTimeSum(eqx.Module):
@@ -37,6 +37,7 @@ class PauliTimeSum(eqx.Module):
 
     functions: tuple[AbstractTimeFunction, ...]
     sums: tuple[PauliSum, ...]
+    not_a_matrix: ClassVar[str] = _NOT_A_MATRIX
 
     def __check_init__(self):
         if len(self.functions) != len(self.sums) or not self.sums:

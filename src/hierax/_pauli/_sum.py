@@ -1,7 +1,7 @@
 """Sums of Pauli strings with a fixed capacity: operators on 30-128 qubits."""
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -18,6 +18,14 @@ from ._strings import i_power, parse, product_phase, site_masks, to_strings, wor
 # The largest chain `todense`/`to_sparse` build (a 2^14 x 2^14 complex matrix is
 # 4 GiB dense).
 _DENSE_QUBITS = 14
+
+
+# What the matrix-based calls say when given a Pauli sum.
+_NOT_A_MATRIX = (
+    "Pauli sums have hierarchies of their own, `hierax.PauliHierarchy` (levels as "
+    "Pauli sums), `hierax.lanczos` and `hierax.moments`; for a matrix (N <= 14) "
+    "pass `.todense()` or `.to_sparse()`."
+)
 
 
 class PauliSum(eqx.Module):
@@ -52,6 +60,7 @@ class PauliSum(eqx.Module):
     n_qubits: int = eqx.field(static=True)
 
     __array_ufunc__ = None
+    not_a_matrix: ClassVar[str] = _NOT_A_MATRIX
 
     def __check_init__(self):
         w = words(self.n_qubits)
