@@ -7,6 +7,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from ._pauli import PauliSum
 from ._sparse import SparseMatrix
 
 
@@ -21,7 +22,8 @@ def shard_rows(x: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
     - `x`: a state (`(n,)` or `(n, m)` array: its first axis is split), or an
         operator or any pytree holding [`hierax.SparseMatrix`][] terms (their rows
         are split; other arrays, such as time-function parameters and dense
-        matrices, are replicated).
+        matrices, are replicated), or [`hierax.PauliSum`][]s (their strings are
+        split: each device holds `capacity / devices` of them).
     - `mesh`: a `jax.sharding.Mesh`, e.g. `jax.make_mesh((4,), ("rows",))`; with
         `jax.distributed.initialize()` it may span several hosts.
     - `axis_name`: the mesh axis to split along (default: the mesh's first axis).
@@ -72,6 +74,16 @@ def shard_rows(x: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
                 split(leaf.columns, "a sparse matrix"),
                 diagonal=leaf.diagonal,
             )
+        if isinstance(leaf, PauliSum):
+            what = "a Pauli sum's capacity"
+            return PauliSum(
+                x=split(leaf.x, what),
+                z=split(leaf.z, what),
+                coefficients=split(leaf.coefficients, what),
+                count=jax.device_put(leaf.count, replicated),
+                dropped=jax.device_put(leaf.dropped, replicated),
+                n_qubits=leaf.n_qubits,
+            )
         if eqx.is_array(leaf):
             return jax.device_put(leaf, replicated)
         return leaf
@@ -84,7 +96,7 @@ def shard_rows(x: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
             )
         return split(x, "the state")
     return jax.tree_util.tree_map(
-        place, x, is_leaf=lambda leaf: isinstance(leaf, SparseMatrix)
+        place, x, is_leaf=lambda leaf: isinstance(leaf, (SparseMatrix, PauliSum))
     )
 
 

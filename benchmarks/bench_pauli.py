@@ -1,0 +1,267 @@
+"""Pauli sums: `hierax.PauliSum` against qiskit `SparsePauliOp` and `paulistrings`.
+
+    .venv/bin/python benchmarks/bench_pauli.py [--quick] [--out results.json]
+
+Needs `pip install qiskit paulistrings` (neither is a dependency of hierax).
+
+1. The commutator [H, O] of the chaotic Ising chain
+   H = sum Z_j Z_{j+1} + 1.05 sum X_j + 0.5 sum Z_j (N = 30: 89 terms; N = 64: 191)
+   with O a sum of 2^14, 2^16, 2^18 random strings (random coefficients, seed 0),
+   exact on every side: hierax with room for every product (no truncation),
+   qiskit as `(H.dot(O) - O.dot(H)).simplify()`, paulistrings' C++ `commutator`
+   (which returns every anticommuting product without merging equal strings).
+   Median of 3 calls after a first (hierax's first call compiles); the peak
+   resident-set growth of one call (Linux `VmHWM`, reset before the call).
+2. 30 Lanczos steps of the same chain at N = 30 from the edge observable Z_0 and
+   from the uniform sum sum_j X_j, at capacities 2^14, 2^16, 2^18: `hierax.lanczos`
+   (first call with its compilation, then a second call), and the same recursion
+   written with paulistrings as its users write it (commutator, add, `trim` to the
+   capacity) where it finishes in the budget; b_n of the two are compared.
+
+The machine's load is printed before and after; all in one process.
+"""
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import hierax  # noqa: E402
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise LookupError(field)
+
+
+def timed(call, repeats: int = 3) -> tuple[float, float, int]:
+    """(first call s, median of `repeats` further calls s, peak RSS growth bytes)."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(call())
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status("VmRSS")
+        t0 = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - t0)
+        growth = _status("VmHWM") - before
+    return first, statistics.median(times), growth
+
+
+def chain_terms(n: int) -> list[tuple[str, list[int], float]]:
+    return (
+        [("ZZ", [j, j + 1], 1.0) for j in range(n - 1)]
+        + [("X", [j], 1.05) for j in range(n)]
+        + [("Z", [j], 0.5) for j in range(n)]
+    )
+
+
+def random_strings(n: int, k: int, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    chars = np.array(list("IXYZ"))
+    strings = ["".join(r) for r in chars[rng.integers(0, 4, (k, n))]]
+    return strings, rng.normal(size=k)
+
+
+# --- the peers -----------------------------------------------------------------
+
+
+def qiskit_sum(strings, coefficients):
+    from qiskit.quantum_info import SparsePauliOp
+
+    # qiskit labels put qubit 0 rightmost.
+    return SparsePauliOp([s[::-1] for s in strings], np.asarray(coefficients))
+
+
+def qiskit_chain(n):
+    from qiskit.quantum_info import SparsePauliOp
+
+    return SparsePauliOp.from_sparse_list(chain_terms(n), n)
+
+
+def paulistrings_sum(strings, coefficients, n):
+    import paulistrings as ps
+    from paulistrings import inout
+
+    op = ps.Operator(n)
+    uv = [inout.string_to_vw(s) for s in strings]
+    op.strings = np.array([(u, v) for u, v, _ in uv], dtype=np.uint64)
+    op.coeffs = np.array(
+        [c * phase for (_, _, phase), c in zip(uv, coefficients)], dtype=complex
+    )
+    return op
+
+
+def paulistrings_chain(n):
+    strings, coefficients = [], []
+    for ops, sites, c in chain_terms(n):
+        s = ["I"] * n
+        for op, j in zip(ops, sites):
+            s[j] = op
+        strings.append("".join(s))
+        coefficients.append(c)
+    return paulistrings_sum(strings, coefficients, n)
+
+
+def paulistrings_lanczos(h, o, steps, capacity):
+    """The Lanczos recursion with paulistrings' operations, trimmed to `capacity`
+    strings each step (its `trim`), as in its documentation's examples."""
+    import paulistrings as ps
+
+    norm = lambda a: np.sqrt(np.sum(np.abs(a.coeffs) ** 2))
+    previous, current = None, o * (1 / norm(o))
+    b_prev, bs = 0.0, []
+    for _ in range(steps):
+        a = ps.commutator(h, current)
+        if previous is not None:
+            a = a + previous * (-b_prev)
+        a = ps.trim(a, capacity)
+        b = norm(a)
+        bs.append(b)
+        previous, current, b_prev = current, a * (1 / b), b
+    return np.array(bs)
+
+
+# --- the benchmarks ------------------------------------------------------------
+
+
+def commutators(sizes: list[int], qubits: list[int]) -> list[dict]:
+    import paulistrings as ps
+
+    rows = []
+    for n in qubits:
+        h = hierax.PauliSum.ising_chain(n, 1.0, 1.05, 0.5)
+        hq, hp = qiskit_chain(n), paulistrings_chain(n)
+        for k in sizes:
+            strings, coefficients = random_strings(n, k)
+            o = hierax.PauliSum.from_strings(strings, coefficients)
+            row = {"n_qubits": n, "strings": k, "terms": h.capacity}
+            first, run, memory = timed(lambda h=h, o=o: h.commutator(o).coefficients)
+            result = h.commutator(o)
+            row["hierax"] = {"s": run, "first_s": first, "rss": memory}
+            row["result_strings"] = int(result.count)
+            oq = qiskit_sum(strings, coefficients)
+            _, run, memory = timed(
+                lambda hq=hq, oq=oq: (hq.dot(oq) - oq.dot(hq)).simplify(), 1
+            )
+            row["qiskit"] = {"s": run, "rss": memory}
+            op = paulistrings_sum(strings, coefficients, n)
+            _, run, memory = timed(lambda hp=hp, op=op: ps.commutator(hp, op), 1)
+            row["paulistrings"] = {"s": run, "rss": memory}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            gc.collect()
+    return rows
+
+
+def lanczos_runs(capacities: list[int], peer_budget: float) -> list[dict]:
+    n, steps = 30, 30
+    h = hierax.PauliSum.ising_chain(n, 1.0, 1.05, 0.5)
+    observables = {
+        "Z_0": (["Z" + "I" * (n - 1)], [1.0]),
+        "sum X_j": (["I" * j + "X" + "I" * (n - j - 1) for j in range(n)], [1.0] * n),
+    }
+    hp = paulistrings_chain(n)
+    rows = []
+    for name, (strings, coefficients) in observables.items():
+        o = hierax.PauliSum.from_strings(strings, coefficients)
+        op = paulistrings_sum(strings, coefficients, n)
+        peer_last = 0.0
+        for capacity in capacities:
+            row = {"observable": name, "capacity": capacity, "steps": steps}
+            t0 = time.perf_counter()
+            result = hierax.lanczos(h, o, steps, capacity=capacity)
+            jax.block_until_ready(result.b)
+            row["hierax_first_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            result = hierax.lanczos(h, o, steps, capacity=capacity)
+            jax.block_until_ready(result.b)
+            row["hierax_s"] = time.perf_counter() - t0
+            row["b"] = np.asarray(result.b).tolist()
+            row["dropped_last"] = float(result.dropped[-1])
+            # The peer runs while its previous capacity's time predicts the budget.
+            if peer_last * capacity / max(1, capacity // 4) <= peer_budget:
+                t0 = time.perf_counter()
+                b_peer = paulistrings_lanczos(hp, op, steps, capacity)
+                peer_last = time.perf_counter() - t0
+                row["paulistrings_s"] = peer_last
+                row["b_difference"] = float(np.max(np.abs(b_peer - result.b)))
+            else:
+                peer_last = float("inf")
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "b"}), flush=True)
+    return rows
+
+
+def markdown(commutator_rows: list[dict], lanczos_rows: list[dict]) -> str:
+    lines = [
+        "| N | strings in O | strings in [H, O] | hierax (s) | qiskit (s) | "
+        "paulistrings (s) | best peer / hierax | RSS growth hierax / qiskit / "
+        "paulistrings (MB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in commutator_rows:
+        best = min(r["qiskit"]["s"], r["paulistrings"]["s"])
+        mb = "/".join(
+            f"{r[k]['rss'] / 2**20:.0f}" for k in ("hierax", "qiskit", "paulistrings")
+        )
+        lines.append(
+            f"| {r['n_qubits']} | 2^{int(np.log2(r['strings']))} | "
+            f"{r['result_strings']} | {r['hierax']['s']:.3f} | "
+            f"{r['qiskit']['s']:.3f} | {r['paulistrings']['s']:.3f} | "
+            f"{best / r['hierax']['s']:.1f}x | {mb} |"
+        )
+    lines += [
+        "",
+        "| observable | capacity | hierax first call (s) | hierax (s) | "
+        "paulistrings (s) | paulistrings / hierax | max b_n difference | "
+        "weight dropped at step 30 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in lanczos_rows:
+        peer = r.get("paulistrings_s")
+        lines.append(
+            f"| {r['observable']} | 2^{int(np.log2(r['capacity']))} | "
+            f"{r['hierax_first_s']:.1f} | {r['hierax_s']:.1f} | "
+            + (f"{peer:.1f} | {peer / r['hierax_s']:.1f}x | " if peer else "— | — | ")
+            + (f"{r['b_difference']:.1e} | " if peer else "— | ")
+            + f"{r['dropped_last']:.1e} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    print(f"load before: {os.getloadavg()}")
+    sizes = [2**14, 2**16] if args.quick else [2**14, 2**16, 2**18]
+    capacities = [2**14, 2**16] if args.quick else [2**14, 2**16, 2**18]
+    commutator_rows = commutators(sizes, [30, 64])
+    lanczos_rows = lanczos_runs(capacities, peer_budget=60 if args.quick else 300)
+    print(f"load after: {os.getloadavg()}")
+    print(markdown(commutator_rows, lanczos_rows))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"commutators": commutator_rows, "lanczos": lanczos_rows}, f)
+
+
+if __name__ == "__main__":
+    main()
