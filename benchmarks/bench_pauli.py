@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_pauli.py [--quick] [--out results.json]
 
-Needs `pip install qiskit paulistrings` (neither is a dependency of hierax).
+Needs `pip install "hierax[bench]"` (qiskit and paulistrings; neither is a dependency
+of hierax).
 
 1. The commutator [H, O] of the chaotic Ising chain
    H = sum Z_j Z_{j+1} + 1.05 sum X_j + 0.5 sum Z_j (N = 30: 89 terms; N = 64: 191)
@@ -138,32 +139,52 @@ def paulistrings_lanczos(h, o, steps, capacity):
     return np.array(bs)
 
 
+def qiskit_commutator(n, strings, coefficients):
+    h, o = qiskit_chain(n), qiskit_sum(strings, coefficients)
+    return lambda: (h.dot(o) - o.dot(h)).simplify()
+
+
+def paulistrings_commutator(n, strings, coefficients):
+    import paulistrings as ps
+
+    h, o = paulistrings_chain(n), paulistrings_sum(strings, coefficients, n)
+    return lambda: ps.commutator(h, o)
+
+
 # --- the benchmarks ------------------------------------------------------------
 
 
-def commutators(sizes: list[int], qubits: list[int]) -> list[dict]:
-    import paulistrings as ps
+# A peer is not run at a size where its last size's memory, times the growth in
+# strings, predicts more than this (qiskit's dense boolean strings: 9 GB at N = 64
+# and 2^16 strings).
+_MEMORY_BUDGET = 12 * 2**30
 
+
+def commutators(sizes: list[int], qubits: list[int]) -> list[dict]:
     rows = []
     for n in qubits:
         h = hierax.PauliSum.ising_chain(n, 1.0, 1.05, 0.5)
-        hq, hp = qiskit_chain(n), paulistrings_chain(n)
+        last: dict[str, tuple[int, int]] = {}
         for k in sizes:
             strings, coefficients = random_strings(n, k)
             o = hierax.PauliSum.from_strings(strings, coefficients)
-            row = {"n_qubits": n, "strings": k, "terms": h.capacity}
+            row: dict = {"n_qubits": n, "strings": k, "terms": h.capacity}
             first, run, memory = timed(lambda h=h, o=o: h.commutator(o).coefficients)
             result = h.commutator(o)
             row["hierax"] = {"s": run, "first_s": first, "rss": memory}
             row["result_strings"] = int(result.count)
-            oq = qiskit_sum(strings, coefficients)
-            _, run, memory = timed(
-                lambda hq=hq, oq=oq: (hq.dot(oq) - oq.dot(hq)).simplify(), 1
-            )
-            row["qiskit"] = {"s": run, "rss": memory}
-            op = paulistrings_sum(strings, coefficients, n)
-            _, run, memory = timed(lambda hp=hp, op=op: ps.commutator(hp, op), 1)
-            row["paulistrings"] = {"s": run, "rss": memory}
+            peers = {
+                "qiskit": qiskit_commutator,
+                "paulistrings": paulistrings_commutator,
+            }
+            for name, build in peers.items():
+                size, rss = last.get(name, (k, 0))
+                if rss * k / size > _MEMORY_BUDGET:
+                    row[name] = None
+                    continue
+                _, run, memory = timed(build(n, strings, coefficients), 1)
+                row[name] = {"s": run, "rss": memory}
+                last[name] = (k, memory)
             rows.append(row)
             print(json.dumps(row), flush=True)
             gc.collect()
@@ -217,15 +238,19 @@ def markdown(commutator_rows: list[dict], lanczos_rows: list[dict]) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in commutator_rows:
-        best = min(r["qiskit"]["s"], r["paulistrings"]["s"])
+        peers = [r[k]["s"] for k in ("qiskit", "paulistrings") if r[k]]
+        best = f"{min(peers) / r['hierax']['s']:.1f}x" if peers else "—"
+        seconds = [
+            f"{r[k]['s']:.3f}" if r[k] else "— (memory)"
+            for k in ("hierax", "qiskit", "paulistrings")
+        ]
         mb = "/".join(
-            f"{r[k]['rss'] / 2**20:.0f}" for k in ("hierax", "qiskit", "paulistrings")
+            f"{r[k]['rss'] / 2**20:.0f}" if r[k] else "—"
+            for k in ("hierax", "qiskit", "paulistrings")
         )
         lines.append(
             f"| {r['n_qubits']} | 2^{int(np.log2(r['strings']))} | "
-            f"{r['result_strings']} | {r['hierax']['s']:.3f} | "
-            f"{r['qiskit']['s']:.3f} | {r['paulistrings']['s']:.3f} | "
-            f"{best / r['hierax']['s']:.1f}x | {mb} |"
+            f"{r['result_strings']} | {' | '.join(seconds)} | {best} | {mb} |"
         )
     lines += [
         "",
@@ -247,7 +272,7 @@ def markdown(commutator_rows: list[dict], lanczos_rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
