@@ -307,3 +307,24 @@ def test_small_constants_placed_once_by_value():
     np.testing.assert_allclose(np.asarray(inside), 2.0 * fresh)
     again = jax.jit(lambda s: s + to_jax(fresh.copy()))(1.0)
     np.testing.assert_allclose(np.asarray(again), 1.0 + fresh)
+
+
+def test_values_first_met_inside_a_trace_do_not_leak():
+    """Two different jitted functions solving with a tolerance (and a drive
+    frequency) that this process meets first inside a trace: what the first trace
+    placed is not kept for the second (it would be a leaked tracer), nor for an
+    eager call after it."""
+    import hierax
+
+    sx = np.array([[0.0, 1.0], [1.0, 0.0]])
+    times = jnp.linspace(0.0, 1.0, 3)
+    y0 = jnp.array([1.0 + 0j, 0.0])
+
+    def solve(y):
+        h = hierax.Cos(1.23456789) * sx
+        return hierax.sesolve(h, y, times, rtol=3.21987e-7, atol=1.2345e-9).states[-1]
+
+    first = jax.jit(solve)(y0)
+    second = jax.jit(lambda y: solve(y) * 1.0)(y0)
+    np.testing.assert_allclose(np.asarray(second), np.asarray(first), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(solve(y0)), np.asarray(first), rtol=1e-12)

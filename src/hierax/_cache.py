@@ -32,6 +32,10 @@ class IdentityCache:
         return None
 
     def put(self, obj: Any, value: Any) -> None:
+        """Keep `value` for `obj`, unless it holds traced values (computed inside a
+        trace, they belong to that trace only)."""
+        if any(isinstance(leaf, Tracer) for leaf in jax.tree.leaves(value)):
+            return
         key = id(obj)
         entries = self.entries
 

@@ -528,17 +528,9 @@ def _tolerance(x: Any, name: str, api: str) -> Array:
         if jnp.ndim(x) != 0 or jnp.iscomplexobj(x):
             raise ValueError(f"`{api}`: `{name}` must be a real scalar.")
         return jnp.asarray(x, float_dtype())
-    value = _check_positive(x, name, api)
-    key = (value, float_dtype())  # x64 may be switched between calls
-    placed = _PLACED.get(key)
-    if placed is None:  # placing a number costs tens of microseconds: keep a few
-        placed = _PLACED[key] = to_jax(value)
-        if len(_PLACED) > 64:
-            _PLACED.pop(next(iter(_PLACED)))
-    return placed
-
-
-_PLACED: dict[tuple[float, Any], Array] = {}
+    # `to_jax` places a number once per value (and never keeps one placed inside
+    # a trace).
+    return to_jax(_check_positive(x, name, api))
 
 
 def _check_positive(x: Any, name: str, api: str) -> float:
