@@ -1,0 +1,659 @@
+"""The held-back systems: `hierax.sesolve` and `hierax.mesolve` against diffrax,
+QuTiP and dynamiqs on six systems the solvers were not tuned on.
+
+    .venv/bin/python benchmarks/bench_systems.py [--quick] [--systems drag,xxz]
+        [--methods ...] [--out results.json] [--plot work_precision.png]
+
+The systems are in `systems.py` (a DRAG pulse on a qutrit, a lab-frame transmon
+pair, STIRAP, a driven XXZ chain, the open transmon pair with four jump operators,
+a random 16-level system with 12 drives), float64/complex128, dense matrices
+except QuTiP's.
+
+- Reference: scipy DOP853 on the real and imaginary parts at rtol 3e-14, atol
+  1e-15 (at rtol = atol = 1e-13 it is 1.5e-11 off on the lab-frame pair); its
+  distances to DOP853 at 1e-13 and to hierax at rtol 1e-13 are printed.
+- Methods: hierax (`sesolve`, or `mesolve` for the open system; default order);
+  diffrax Dopri8 written by hand on the real and imaginary parts (the generator
+  and, for the open system, the vectorised Lindbladian as one real matrix per
+  term, `diffrax.PIDController(rtol, atol)` with its defaults, i.e. an integral
+  controller); QuTiP `sesolve`/`mesolve` with `method` 'vern9' and 'adams', the
+  operators in CSR and the coefficients as strings (compiled by Cython when it is
+  installed: QuTiP's fastest path; the run says whether they were); dynamiqs
+  Dopri8 and Tsit5. Every method gets rtol = tol and atol = tol / 100.
+- Ladder: tol from 1e-3 to 1e-13 in half decades (`--quick`: whole decades,
+  shorter spans), each point the median of at least 3 calls after a first call
+  (which compiles, for the JAX methods); a method's ladder stops below a tenth of
+  the smallest target, at an error plateau, or when a call takes too long.
+- Final error: the norm of the final state's (density matrix's) difference to the
+  reference over the reference's norm. The run time at final errors 1e-6 and
+  1e-10 is interpolated log-log between the two ladder points around the last
+  crossing of the target (a ladder's errors are not always monotone; from the
+  later point on, every tolerance measured met the target); `<=`: the loosest
+  tolerance already met it.
+- For hierax, at rtol 1e-8: the first solve in a fresh process (a subprocess
+  running one solve; the wall time of the call, compile included; diffrax Dopri8
+  beside it), the same solve inside a user's `jax.jit` of the drives' scale and
+  the initial state, and a call at a never-seen rtol (its time and the number of
+  XLA compiles it triggered).
+
+The load average is printed before and after each system.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from typing import Any
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import diffrax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from systems import SYSTEMS, System  # noqa: E402
+
+import hierax  # noqa: E402
+
+
+warnings.filterwarnings("ignore", message="Complex dtype support")
+
+TARGETS = (1e-6, 1e-10)
+LADDER = tuple(10.0 ** -(k / 2) for k in range(6, 27))
+QUICK_LADDER = tuple(10.0**-k for k in range(3, 14))
+PROBE_TOL = 1e-8
+NEW_RTOL = 2.7e-9  # in neither ladder
+# DOP853 at rtol = atol = 1e-13 sits 1.5e-11 from this on the lab-frame pair (10
+# ns), where hierax and DOP853 at these tolerances agree to 2e-13.
+REFERENCE_TOLS = (3e-14, 1e-15)
+
+
+# --- the methods: each gives solve(tol) -> final state ------------------------------
+
+
+def method_hierax(system: System):
+    hamiltonian = system.hamiltonian()
+    times = jnp.asarray(system.times)
+    if system.is_open:
+        jumps = [jnp.asarray(j) for j in system.jumps]
+        rho = jnp.asarray(system.rho())
+
+        def solve(tol):
+            return hierax.mesolve(
+                hamiltonian,
+                jumps,
+                rho,
+                times,
+                rtol=tol,
+                atol=tol * 1e-2,
+                max_steps=10**6,
+            ).states[-1]
+
+    else:
+        psi = jnp.asarray(system.state)
+
+        def solve(tol):
+            return hierax.sesolve(
+                hamiltonian, psi, times, rtol=tol, atol=tol * 1e-2, max_steps=10**6
+            ).states[-1]
+
+    return solve
+
+
+def hierax_in_jit(system: System):
+    """The solve inside a user's `jax.jit`, of the drives' scale and the initial
+    state (and the tolerance): nothing of the system folded into the program."""
+    times = jnp.asarray(system.times)
+    jumps = [jnp.asarray(j) for j in system.jumps]
+
+    @jax.jit
+    def final(scale, y0, rtol):
+        hamiltonian = system.hamiltonian(scale)
+        if system.is_open:
+            out = hierax.mesolve(
+                hamiltonian, jumps, y0, times, rtol=rtol, atol=rtol * 1e-2
+            )
+        else:
+            out = hierax.sesolve(hamiltonian, y0, times, rtol=rtol, atol=rtol * 1e-2)
+        return out.states[-1]
+
+    y0 = jnp.asarray(system.rho() if system.is_open else system.state)
+    one = jnp.asarray(1.0)
+    return lambda tol: final(one, y0, jnp.asarray(tol))
+
+
+def real_embedding(g: np.ndarray) -> np.ndarray:
+    """A complex matrix acting on v as one real matrix acting on (Re v, Im v)."""
+    return np.block([[np.real(g), -np.imag(g)], [np.imag(g), np.real(g)]])
+
+
+def generators(system: System) -> tuple[np.ndarray, np.ndarray]:
+    """G_0 and G_k of dv/dt = (G_0 + sum_k c_k(t) G_k) v: -iH for a ket, the
+    Lindbladian on the row-major vec(rho) for the open system."""
+    if not system.is_open:
+        return -1j * system.constant, -1j * system.matrices()
+    eye = np.eye(system.size)
+
+    def commutator(h):
+        return -1j * (np.kron(h, eye) - np.kron(eye, h.T))
+
+    dissipator = sum(
+        np.kron(j, j.conj())
+        - 0.5 * np.kron(j.conj().T @ j, eye)
+        - 0.5 * np.kron(eye, (j.conj().T @ j).T)
+        for j in system.jumps
+    )
+    return commutator(system.constant) + dissipator, np.stack(
+        [commutator(m) for m in system.matrices()]
+    )
+
+
+def method_diffrax(system: System, solver=None):
+    solver = diffrax.Dopri8() if solver is None else solver
+    g0, gk = generators(system)
+    g0 = jnp.asarray(real_embedding(g0))
+    gk = jnp.asarray(np.stack([real_embedding(g) for g in gk]))
+
+    def vector_field(t, y, args):
+        del args
+        return (g0 + jnp.tensordot(system.coefficients(t, jnp), gk, axes=1)) @ y
+
+    term = diffrax.ODETerm(vector_field)
+
+    @jax.jit
+    def run(y0, rtol, atol):
+        return diffrax.diffeqsolve(
+            term,
+            solver,
+            0.0,
+            system.span,
+            None,
+            y0,
+            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+            max_steps=10**7,
+        ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
+
+    start = np.asarray(system.rho() if system.is_open else system.state)
+    y0 = jnp.asarray(np.concatenate([np.real(start).ravel(), np.imag(start).ravel()]))
+    half = start.size
+
+    def solve(tol):
+        y = run(y0, tol, tol * 1e-2)
+        return (y[:half] + 1j * y[half:]).reshape(start.shape)
+
+    return solve
+
+
+def qutip_compiled() -> bool:
+    """Whether QuTiP compiles string coefficients (Cython present), else it falls
+    back to Python's `eval` for each evaluation."""
+    import qutip
+
+    coefficient = qutip.coefficient("cos(t)")
+    return type(coefficient).__name__ != "StrFunctionCoefficient"
+
+
+def method_qutip(system: System, name: str):
+    import qutip
+
+    hamiltonian = qutip.QobjEvo(
+        [qutip.Qobj(system.constant).to("CSR")]
+        + [[qutip.Qobj(m).to("CSR"), c.string()] for c, m in system.drives]
+    )
+    tlist = list(system.times)
+
+    def options(tol):
+        return dict(method=name, rtol=tol, atol=tol * 1e-2, nsteps=10**8)
+
+    jumps = [qutip.Qobj(j).to("CSR") for j in system.jumps]
+    if system.is_open:
+        start = qutip.Qobj(system.rho())
+    else:
+        start = qutip.Qobj(system.state.reshape(-1, 1))
+
+    def solve(tol):
+        if system.is_open:
+            out = qutip.mesolve(
+                hamiltonian, start, tlist, c_ops=jumps, options=options(tol)
+            )
+            return out.states[-1].full()
+        out = qutip.sesolve(hamiltonian, start, tlist, options=options(tol))
+        return out.states[-1].full().reshape(-1)
+
+    return solve
+
+
+def method_dynamiqs(system: System, name: str):
+    import dynamiqs as dq
+    import dynamiqs.method as dq_method
+
+    dq.set_precision("double")
+    hamiltonian = dq.constant(jnp.asarray(system.constant))
+    for c, m in system.drives:
+        hamiltonian = hamiltonian + dq.modulated(
+            lambda t, c=c: c(t, jnp), jnp.asarray(m)
+        )
+    method = {"dopri8": dq_method.Dopri8, "tsit5": dq_method.Tsit5}[name]
+    tsave = jnp.asarray(system.times)
+    if system.is_open:
+        jumps: list[Any] = [jnp.asarray(j) for j in system.jumps]
+        rho = jnp.asarray(system.rho())
+
+        def solve(tol):
+            out = dq.mesolve(
+                hamiltonian,
+                jumps,
+                rho,
+                tsave,
+                method=method(rtol=tol, atol=tol * 1e-2, max_steps=10**7),
+                progress_meter=False,
+            )
+            return jnp.asarray(out.final_state.to_jax())
+
+    else:
+        psi = jnp.asarray(system.state).reshape(-1, 1)
+
+        def solve(tol):
+            out = dq.sesolve(
+                hamiltonian,
+                psi,
+                tsave,
+                method=method(rtol=tol, atol=tol * 1e-2, max_steps=10**7),
+                progress_meter=False,
+            )
+            return jnp.asarray(out.final_state.to_jax()).reshape(-1)
+
+    return solve
+
+
+METHODS = {
+    "hierax": method_hierax,
+    "diffrax Dopri8": method_diffrax,
+    "QuTiP vern9": lambda s: method_qutip(s, "vern9"),
+    "QuTiP adams": lambda s: method_qutip(s, "adams"),
+    "dynamiqs Dopri8": lambda s: method_dynamiqs(s, "dopri8"),
+    "dynamiqs Tsit5": lambda s: method_dynamiqs(s, "tsit5"),
+}
+
+
+# --- measurement -------------------------------------------------------------------
+
+
+def timed(fn, *args):
+    start = time.perf_counter()
+    out = np.asarray(jax.block_until_ready(fn(*args)))
+    return time.perf_counter() - start, out
+
+
+def median_time(fn, *args, calls=3, short=0.3, more=4):
+    """The median of `calls` calls, and of `more` further ones when they were
+    quick (under `short` seconds in all)."""
+    times = [timed(fn, *args)[0] for _ in range(calls)]
+    if sum(times) < short:
+        times += [timed(fn, *args)[0] for _ in range(more)]
+    return statistics.median(times)
+
+
+def relative_error(state, reference) -> float:
+    state = np.asarray(state).reshape(reference.shape)
+    return float(np.linalg.norm(state - reference) / np.linalg.norm(reference))
+
+
+_COMPILES = [0]
+
+
+def _count_compiles(event: str, duration_secs: float, **kwargs: Any) -> None:
+    del duration_secs, kwargs
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compiles)
+
+
+def run_ladder(solve, reference, tols, slow_limit):
+    """(tol, error, seconds, first call) for each tolerance, until the error is a
+    tenth of the smallest target, stops improving, or a call takes over
+    `slow_limit`."""
+    points = []
+    for tol in tols:
+        first, out = timed(solve, tol)
+        seconds = median_time(solve, tol)
+        err = relative_error(out, reference)
+        points.append(dict(tol=tol, error=err, seconds=seconds, first=first))
+        # A floor (the reference's, or the method's rounding): two points in a
+        # row that do not improve on the one before them.
+        errors = [p["error"] for p in points[-3:]]
+        plateau = len(errors) == 3 and err < 1e-8 and min(errors[1:]) > 0.7 * errors[0]
+        if err < min(TARGETS) / 10 or plateau or seconds > slow_limit:
+            break
+    return points
+
+
+def time_at(points, target):
+    """The run time at final error `target`, interpolated log-log between the
+    ladder points around the last crossing (the last point above the target and
+    the next, so that every tighter tolerance measured also met it): (seconds,
+    bound), bound saying that the loosest tolerance already met the target; None
+    when the ladder ends above it."""
+    above = [i for i, p in enumerate(points) if p["error"] > target]
+    if not above:
+        return (points[0]["seconds"], True) if points else None
+    i = above[-1]
+    if i + 1 == len(points):
+        return None
+    a, b = points[i], points[i + 1]
+    la, lb = math.log(a["error"]), math.log(max(b["error"], 1e-300))
+    w = (math.log(target) - la) / (lb - la)
+    log_seconds = math.log(a["seconds"]) + w * (
+        math.log(b["seconds"]) - math.log(a["seconds"])
+    )
+    return math.exp(log_seconds), False
+
+
+def first_solve_child(key, quick, method):
+    """Run in a fresh process: build the system and the method, then time one
+    solve (its compile included) and print it as JSON."""
+    start = time.perf_counter()
+    system = SYSTEMS[key](quick=quick)
+    solve = {"hierax": method_hierax, "diffrax Dopri8": method_diffrax}[method](system)
+    setup = time.perf_counter() - start
+    seconds, _ = timed(solve, PROBE_TOL)
+    print(json.dumps(dict(seconds=seconds, setup=setup)))
+
+
+def first_solve(key, quick, method):
+    command = [sys.executable, __file__, "--first-solve", key, "--first-method", method]
+    if quick:
+        command.append("--quick")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        print(done.stderr[-2000:])
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def hierax_probes(system, quick):
+    """Fresh-process first solve, the solve in a user's jit, a new tolerance."""
+    eager = method_hierax(system)
+    inside = hierax_in_jit(system)
+    timed(eager, PROBE_TOL)
+    first_jit, _ = timed(inside, PROBE_TOL)
+    eager_time = median_time(eager, PROBE_TOL, calls=5)
+    jit_time = median_time(inside, PROBE_TOL, calls=5)
+    before = _COMPILES[0]
+    new_tol_time, _ = timed(eager, NEW_RTOL)
+    compiles = _COMPILES[0] - before
+    new_tol_steady = median_time(eager, NEW_RTOL)
+    out = dict(
+        eager=eager_time,
+        jit=jit_time,
+        jit_first=first_jit,
+        new_tol=new_tol_time,
+        new_tol_steady=new_tol_steady,
+        new_tol_compiles=compiles,
+        fresh=first_solve(system.key, quick, "hierax"),
+        fresh_dopri8=first_solve(system.key, quick, "diffrax Dopri8"),
+    )
+    return out
+
+
+def bench_system(system, methods, tols, slow_limit, quick):
+    print(f"\n## {system.name}\nload before: {os.getloadavg()}", flush=True)
+    seconds, reference = timed(system.reference, *REFERENCE_TOLS)
+    spread = dict(
+        dop853_1e13=relative_error(system.reference(1e-13, 1e-13), reference),
+        hierax_1e13=relative_error(method_hierax(system)(1e-13), reference),
+    )
+    print(
+        f"reference: scipy DOP853 at rtol {REFERENCE_TOLS[0]:g}, atol "
+        f"{REFERENCE_TOLS[1]:g} ({seconds:.1f} s); relative distance to it of "
+        f"DOP853 at rtol = atol = 1e-13: {spread['dop853_1e13']:.1e}, of hierax at "
+        f"rtol 1e-13: {spread['hierax_1e13']:.1e}",
+        flush=True,
+    )
+    ladders = {}
+    for name in methods:
+        try:
+            solve = METHODS[name](system)
+        except ImportError as e:
+            print(f"  {name}: not installed ({e})")
+            continue
+        ladders[name] = run_ladder(solve, reference, tols, slow_limit)
+        points = ", ".join(
+            "({tol:.0e}, {error:.1e}, {seconds:.4f})".format(**p) for p in ladders[name]
+        )
+        print(f"  {name}: (tol, error, s) {points}", flush=True)
+    at = {
+        name: {str(t): time_at(points, t) for t in TARGETS}
+        for name, points in ladders.items()
+    }
+    probes = hierax_probes(system, quick) if "hierax" in ladders else None
+    load_after = os.getloadavg()
+    result = dict(
+        key=system.key,
+        system=system.name,
+        reference_seconds=seconds,
+        reference_spread=spread,
+        ladders=ladders,
+        at=at,
+        probes=probes,
+        load=load_after,
+    )
+    print_tables(result)
+    print(f"load after: {load_after}", flush=True)
+    return result
+
+
+def _fmt(entry):
+    if entry is None:
+        return "not reached"
+    seconds, bound = entry
+    text = f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+    return ("<= " if bound else "") + text
+
+
+def best_peer(result, target):
+    peers = [
+        (entry[0], name)
+        for name, entries in result["at"].items()
+        if name != "hierax" and (entry := entries[str(target)]) is not None
+    ]
+    return min(peers) if peers else None
+
+
+def print_tables(result):
+    at = result["at"]
+    ours = at.get("hierax", {})
+    print(f"\n### {result['system']}")
+    print("| method | time at 1e-6 | / hierax | time at 1e-10 | / hierax |")
+    print("|---|---:|---:|---:|---:|")
+    for name, entries in at.items():
+        cells = []
+        for t in TARGETS:
+            entry, base = entries[str(t)], ours.get(str(t))
+            ratio = f"{entry[0] / base[0]:.2f}" if entry and base else "-"
+            cells += [_fmt(entry), ratio]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    cells = []
+    for t in TARGETS:
+        peer, base = best_peer(result, t), ours.get(str(t))
+        cells += [
+            f"{peer[1]}" if peer else "-",
+            f"{peer[0] / base[0]:.2f}" if peer and base else "-",
+        ]
+    print(
+        f"| **best peer / hierax** | {cells[0]} | **{cells[1]}** | {cells[2]} | "
+        f"**{cells[3]}** |"
+    )
+    probes = result["probes"]
+    if probes:
+        fresh, dopri = probes["fresh"], probes["fresh_dopri8"]
+        line = (
+            f"\nhierax at rtol {PROBE_TOL:.0e}: from Python "
+            f"{probes['eager'] * 1e3:.1f} ms, inside jax.jit {probes['jit'] * 1e3:.1f} "
+            "ms; first solve in a fresh process "
+        )
+        line += f"{fresh['seconds']:.2f} s" if fresh else "failed"
+        if dopri:
+            line += f" (diffrax Dopri8 {dopri['seconds']:.2f} s)"
+        line += (
+            f"; a never-seen rtol {NEW_RTOL:g}: {probes['new_tol'] * 1e3:.1f} ms, "
+            f"{probes['new_tol_compiles']} XLA compiles (then "
+            f"{probes['new_tol_steady'] * 1e3:.1f} ms)"
+        )
+        print(
+            line,
+            flush=True,
+        )
+
+
+def print_summary(results):
+    print("\n## Summary: best peer against hierax")
+    print(
+        "| system | 1e-6: best peer | its time | hierax | ratio | 1e-10: best peer "
+        "| its time | hierax | ratio | fresh first solve | in jit / eager | new rtol |"
+    )
+    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        cells = []
+        for t in TARGETS:
+            peer, ours = best_peer(r, t), r["at"].get("hierax", {}).get(str(t))
+            cells += [
+                peer[1] if peer else "-",
+                _fmt((peer[0], False)) if peer else "-",
+                _fmt(ours),
+                f"{peer[0] / ours[0]:.2f}" if peer and ours else "-",
+            ]
+        p = r["probes"] or {}
+        fresh = p.get("fresh")
+        cells += [
+            f"{fresh['seconds']:.2f} s" if fresh else "-",
+            f"{p['jit'] * 1e3:.1f} / {p['eager'] * 1e3:.1f} ms" if p else "-",
+            f"{p['new_tol'] * 1e3:.1f} ms, {p['new_tol_compiles']} compiles"
+            if p
+            else "-",
+        ]
+        print(f"| {r['system']} | " + " | ".join(cells) + " |")
+
+
+STYLES = {
+    "hierax": dict(color="black", marker="o", linewidth=2),
+    "diffrax Dopri8": dict(color="tab:blue", marker="s"),
+    "QuTiP vern9": dict(color="tab:red", marker="^"),
+    "QuTiP adams": dict(color="tab:orange", marker="v"),
+    "dynamiqs Dopri8": dict(color="tab:green", marker="D"),
+    "dynamiqs Tsit5": dict(color="tab:olive", marker="D"),
+}
+
+
+def plot(results, path, title):
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(3, len(results))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.6 * columns, 3.9 * rows), squeeze=False
+    )
+    for ax, result in zip(axes.flat, results):
+        for name, points in result["ladders"].items():
+            ax.loglog(
+                [p["seconds"] for p in points],
+                [p["error"] for p in points],
+                label=name,
+                markersize=4,
+                **STYLES.get(name, {}),
+            )
+        for target in TARGETS:
+            ax.axhline(target, color="gray", linewidth=0.5, linestyle=":")
+        ax.set_title(result["system"], fontsize=9)
+        ax.set_xlabel("run time (s)")
+        ax.set_ylabel("relative final error")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in list(axes.flat)[len(results) :]:
+        ax.set_visible(False)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"work-precision plot: {path}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short spans, decades")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--out", default=None, help="write the results as JSON")
+    parser.add_argument("--plot", default=None, help="write the work-precision PNG")
+    parser.add_argument("--first-solve", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--first-method", default="hierax", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.first_solve:
+        first_solve_child(args.first_solve, args.quick, args.first_method)
+        return
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    print(
+        f"# bench_systems{' (quick)' if args.quick else ''}, jax {jax.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}\nload before: {load_before}"
+    )
+    methods = [m for m in args.methods.split(",") if m]
+    if any(m.startswith("QuTiP") for m in methods):
+        try:
+            print(f"QuTiP string coefficients compiled (Cython): {qutip_compiled()}")
+        except ImportError:
+            pass
+    tols = QUICK_LADDER if args.quick else LADDER
+    slow_limit = 3.0 if args.quick else 20.0
+    results = [
+        bench_system(
+            SYSTEMS[key](quick=args.quick), methods, tols, slow_limit, args.quick
+        )
+        for key in args.systems.split(",")
+        if key
+    ]
+    print_summary(results)
+    load_after = os.getloadavg()
+    elapsed = time.perf_counter() - started
+    print(f"\nload after: {load_after}; {elapsed:.0f} s in all")
+    if args.plot and results:
+        plot(
+            results,
+            args.plot,
+            f"held-back systems, work-precision (x64, CPU"
+            f"{', quick' if args.quick else ''}); load {load_before[0]:.1f}-"
+            f"{load_after[0]:.1f}",
+        )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(
+                dict(
+                    results=results,
+                    load=[load_before, load_after],
+                    seconds=elapsed,
+                    quick=args.quick,
+                    date=time.strftime("%Y-%m-%d %H:%M"),
+                    python=sys.version,
+                    jax=jax.__version__,
+                ),
+                f,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    main()
