@@ -33,8 +33,8 @@ except QuTiP's.
 - For hierax, at rtol 1e-8: the first solve in a fresh process (a subprocess
   running one solve; the wall time of the call, compile included; diffrax Dopri8
   beside it), the same solve inside a user's `jax.jit` of the drives' scale and
-  the initial state, and a call at a never-seen rtol (its time and the number of
-  XLA compiles it triggered).
+  the initial state (the tolerance a constant, and also an argument), and a call
+  at a never-seen rtol (its time and the number of XLA compiles it triggered).
 
 The load average is printed before and after each system.
 """
@@ -107,13 +107,13 @@ def method_hierax(system: System):
     return solve
 
 
-def hierax_in_jit(system: System):
-    """The solve inside a user's `jax.jit`, of the drives' scale and the initial
-    state (and the tolerance): nothing of the system folded into the program."""
+def hierax_in_jit(system: System, traced_tol: bool = False):
+    """The solve inside a user's `jax.jit` of the drives' scale and the initial
+    state (nothing of them folded into the program), the tolerance a constant as a
+    user writes it, or with `traced_tol` an argument too."""
     times = jnp.asarray(system.times)
     jumps = [jnp.asarray(j) for j in system.jumps]
 
-    @jax.jit
     def final(scale, y0, rtol):
         hamiltonian = system.hamiltonian(scale)
         if system.is_open:
@@ -126,7 +126,11 @@ def hierax_in_jit(system: System):
 
     y0 = jnp.asarray(system.rho() if system.is_open else system.state)
     one = jnp.asarray(1.0)
-    return lambda tol: final(one, y0, jnp.asarray(tol))
+    if traced_tol:
+        jitted = jax.jit(final)
+        return lambda tol: jitted(one, y0, jnp.asarray(tol))
+    constant = jax.jit(final, static_argnums=2)
+    return lambda tol: constant(one, y0, tol)
 
 
 def real_embedding(g: np.ndarray) -> np.ndarray:
@@ -292,12 +296,16 @@ def timed(fn, *args):
     return time.perf_counter() - start, out
 
 
-def median_time(fn, *args, calls=3, short=0.3, more=4):
-    """The median of `calls` calls, and of `more` further ones when they were
-    quick (under `short` seconds in all)."""
-    times = [timed(fn, *args)[0] for _ in range(calls)]
-    if sum(times) < short:
-        times += [timed(fn, *args)[0] for _ in range(more)]
+def median_time(fn, *args, calls=3):
+    """The median of at least `calls` calls: 5 when they take under 2 s in all,
+    and up to 25 until 0.25 s have passed (short calls vary most with load)."""
+    times = []
+    while (
+        len(times) < calls
+        or (len(times) < 5 and sum(times) < 2.0)
+        or (len(times) < 25 and sum(times) < 0.25)
+    ):
+        times.append(timed(fn, *args)[0])
     return statistics.median(times)
 
 
@@ -384,10 +392,13 @@ def hierax_probes(system, quick):
     """Fresh-process first solve, the solve in a user's jit, a new tolerance."""
     eager = method_hierax(system)
     inside = hierax_in_jit(system)
+    inside_traced = hierax_in_jit(system, traced_tol=True)
     timed(eager, PROBE_TOL)
     first_jit, _ = timed(inside, PROBE_TOL)
+    timed(inside_traced, PROBE_TOL)
     eager_time = median_time(eager, PROBE_TOL, calls=5)
     jit_time = median_time(inside, PROBE_TOL, calls=5)
+    jit_traced_time = median_time(inside_traced, PROBE_TOL, calls=5)
     before = _COMPILES[0]
     new_tol_time, _ = timed(eager, NEW_RTOL)
     compiles = _COMPILES[0] - before
@@ -395,6 +406,7 @@ def hierax_probes(system, quick):
     out = dict(
         eager=eager_time,
         jit=jit_time,
+        jit_traced_tol=jit_traced_time,
         jit_first=first_jit,
         new_tol=new_tol_time,
         new_tol_steady=new_tol_steady,
@@ -456,7 +468,10 @@ def _fmt(entry):
     if entry is None:
         return "not reached"
     seconds, bound = entry
-    text = f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+    if seconds < 0.01:
+        text = f"{seconds * 1e3:.2f} ms"
+    else:
+        text = f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
     return ("<= " if bound else "") + text
 
 
@@ -498,16 +513,17 @@ def print_tables(result):
         fresh, dopri = probes["fresh"], probes["fresh_dopri8"]
         line = (
             f"\nhierax at rtol {PROBE_TOL:.0e}: from Python "
-            f"{probes['eager'] * 1e3:.1f} ms, inside jax.jit {probes['jit'] * 1e3:.1f} "
-            "ms; first solve in a fresh process "
+            f"{probes['eager'] * 1e3:.2f} ms, inside jax.jit {probes['jit'] * 1e3:.2f} "
+            f"ms (rtol an argument of the jitted function: "
+            f"{probes['jit_traced_tol'] * 1e3:.2f} ms); first solve in a fresh process "
         )
         line += f"{fresh['seconds']:.2f} s" if fresh else "failed"
         if dopri:
             line += f" (diffrax Dopri8 {dopri['seconds']:.2f} s)"
         line += (
-            f"; a never-seen rtol {NEW_RTOL:g}: {probes['new_tol'] * 1e3:.1f} ms, "
+            f"; a never-seen rtol {NEW_RTOL:g}: {probes['new_tol'] * 1e3:.2f} ms, "
             f"{probes['new_tol_compiles']} XLA compiles (then "
-            f"{probes['new_tol_steady'] * 1e3:.1f} ms)"
+            f"{probes['new_tol_steady'] * 1e3:.2f} ms)"
         )
         print(
             line,
@@ -519,7 +535,8 @@ def print_summary(results):
     print("\n## Summary: best peer against hierax")
     print(
         "| system | 1e-6: best peer | its time | hierax | ratio | 1e-10: best peer "
-        "| its time | hierax | ratio | fresh first solve | in jit / eager | new rtol |"
+        "| its time | hierax | ratio | first solve, fresh process (Dopri8) "
+        "| in jit / eager | new rtol |"
     )
     print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
@@ -533,11 +550,12 @@ def print_summary(results):
                 f"{peer[0] / ours[0]:.2f}" if peer and ours else "-",
             ]
         p = r["probes"] or {}
-        fresh = p.get("fresh")
+        fresh, dopri = p.get("fresh"), p.get("fresh_dopri8")
         cells += [
-            f"{fresh['seconds']:.2f} s" if fresh else "-",
-            f"{p['jit'] * 1e3:.1f} / {p['eager'] * 1e3:.1f} ms" if p else "-",
-            f"{p['new_tol'] * 1e3:.1f} ms, {p['new_tol_compiles']} compiles"
+            (f"{fresh['seconds']:.2f} s" if fresh else "-")
+            + (f" ({dopri['seconds']:.2f} s)" if dopri else ""),
+            f"{p['jit'] * 1e3:.2f} / {p['eager'] * 1e3:.2f} ms" if p else "-",
+            f"{p['new_tol'] * 1e3:.2f} ms, {p['new_tol_compiles']} compiles"
             if p
             else "-",
         ]
