@@ -35,16 +35,9 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
+from memory import _status  # noqa: E402  (benchmarks/memory.py: /proc/self/status)
 
 import hierax  # noqa: E402
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise LookupError(field)
 
 
 def timed(call, repeats: int = 3) -> tuple[float, float, int]:
