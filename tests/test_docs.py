@@ -560,6 +560,7 @@ RUNNABLE_PAGES = [
     "how-to/many-body.md",
     "coming-from-qutip.md",
     "how-to/operator-growth.md",
+    "how-to/floquet.md",
 ]
 
 

@@ -1,0 +1,162 @@
+"""Floquet quasienergies and modes of a periodic Hamiltonian.
+
+For $H(t + T) = H(t)$ the one-period propagator $U = U(t_0 + T, t_0)$ (solved with
+the Taylor solver, the identity as its initial state) has eigenvalues
+$e^{-i\\epsilon_j T}$; the quasienergies $\\epsilon_j$ are defined modulo
+$\\omega = 2\\pi/T$ and folded into $(-\\omega/2, \\omega/2]$, and the eigenvectors
+are the Floquet modes at $t_0$.
+
+$U$ is unitary, hence normal: every Hermitian combination
+$M = \\tfrac12 (U + U^\\dagger) + \\tfrac{c}{2i} (U - U^\\dagger)$ shares its
+eigenvectors. They come from `eigh` of M (which runs on every backend and has a
+derivative, unlike a general `eig`), and each eigenvalue from $v^\\dagger U v$.
+M's eigenvalues are $\\sqrt{1 + c^2} \\cos(\\epsilon T - \\arctan c)$: distinct
+quasienergies fold onto one of M's eigenvalues only when
+$(\\epsilon + \\epsilon') T \\equiv -2 \\arctan c$, which the irrational $c$ makes an
+accident of measure zero; a degenerate pair of quasienergies (a symmetry) has any
+basis of its eigenspace as modes, as for any eigen-solver.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Complex, Float, Real
+
+from ._arrays import complex_dtype
+from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
+from ._solvers import sesolve
+from ._validation import is_traced
+
+
+# The mixing coefficient of the Hermitian combination (the golden ratio's
+# fractional part: far from the rationals that symmetric spectra produce).
+_MIX = 0.6180339887498949
+
+
+class FloquetBasis(eqx.Module):
+    """The Floquet quasienergies and modes of a periodic Hamiltonian
+    ([`hierax.floquet`][]): `quasienergies` (ascending, folded into
+    $(-\\omega/2, \\omega/2]$ with $\\omega = 2\\pi/T$), `modes` (the Floquet modes
+    at `t0` as columns), `propagator` (the one-period propagator
+    $U(t_0 + T, t_0)$) and `period`. `modes_at(t)` gives the modes at any time.
+    An Equinox module: differentiate it, batch it with `jax.vmap` (over drive
+    amplitudes, frequencies and periods: the period is an array, so a batch of
+    periods compiles once)."""
+
+    hamiltonian: AbstractTimeOperator
+    period: Real[Array, ""]
+    t0: Real[Array, ""]
+    propagator: Complex[Array, "n n"]
+    quasienergies: Float[Array, " n"]
+    modes: Complex[Array, "n n"]
+    rtol: float = eqx.field(static=True)
+    atol: float = eqx.field(static=True)
+
+    def modes_at(self, t: ArrayLike) -> Complex[Array, "n n"]:
+        """The Floquet modes at time `t` as columns,
+        $\\phi_j(t) = e^{i \\epsilon_j (t - t_0)} U(t, t_0) \\phi_j(t_0)$, periodic
+        in t (t is first reduced into $(t_0, t_0 + T]$: a solve of at most one
+        period)."""
+        t = jnp.asarray(t, self.period.dtype)
+        local = self.t0 + jnp.mod(t - self.t0, self.period)
+        local = jnp.where(local <= self.t0, local + self.period, local)
+        evolved = sesolve(
+            self.hamiltonian,
+            self.modes,
+            jnp.stack([self.t0, local]),
+            rtol=self.rtol,
+            atol=self.atol,
+        ).states[-1]
+        phases = jnp.exp(1j * self.quasienergies * (local - self.t0))
+        return evolved * phases[None, :].astype(evolved.dtype)
+
+
+def floquet(
+    hamiltonian: Any,
+    period: ArrayLike,
+    *,
+    t0: ArrayLike = 0.0,
+    rtol: float = 1e-12,
+    atol: float = 1e-14,
+) -> FloquetBasis:
+    """The Floquet quasienergies and modes of `hamiltonian`, periodic with
+    `period` (a [`hierax.FloquetBasis`][]).
+
+    **Arguments:**
+
+    - `hamiltonian`: $H(t)$ with $H(t + T) = H(t)$, in any form
+        [`hierax.sesolve`][] takes (e.g. `hz + hierax.Cos(w) * hx` with
+        `period = 2 * pi / w`).
+    - `period`: $T > 0$, a number or a traced scalar (batch it with `jax.vmap`).
+    - `t0`: the time the modes refer to.
+    - `rtol`, `atol`: the tolerances of the one-period solve (the quasienergies'
+        error follows them: about `rtol` / T in absolute terms).
+    """
+    api = "hierax.floquet"
+    operator = to_operator(hamiltonian, "hamiltonian", api)
+    _refuse_non_hermitian(operator, api)
+    period = jnp.asarray(period)
+    real = jnp.issubdtype(period.dtype, jnp.floating) or jnp.issubdtype(
+        period.dtype, jnp.integer
+    )
+    if period.ndim != 0 or not real:
+        raise ValueError(
+            f"`{api}`: `period` must be a real scalar, got shape {period.shape} "
+            f"and dtype {period.dtype}."
+        )
+    period = period.astype(jnp.result_type(float))
+    if not is_traced(period) and not float(period) > 0:
+        raise ValueError(f"`{api}`: `period` must be positive, got {float(period)}.")
+    t0 = jnp.asarray(t0, period.dtype)
+    n = operator.size
+    dtype = complex_dtype(period.dtype)
+    identity = jnp.eye(n, dtype=dtype)
+    u = sesolve(
+        operator, identity, jnp.stack([t0, t0 + period]), rtol=rtol, atol=atol
+    ).states[-1]
+    energies, modes = _eigen(u, period)
+    return FloquetBasis(
+        hamiltonian=operator,
+        period=period,
+        t0=t0,
+        propagator=u,
+        quasienergies=energies,
+        modes=modes,
+        rtol=float(rtol),
+        atol=float(atol),
+    )
+
+
+def _refuse_non_hermitian(operator: AbstractTimeOperator, api: str) -> None:
+    """Concrete dense matrices that are not Hermitian (to rounding): the one-period
+    propagator would not be unitary, and quasienergies not real."""
+    parts = operator.operators if isinstance(operator, OperatorSum) else (operator,)
+    for part in parts:
+        if not isinstance(part, TimeOperator) or isinstance(part.matrices, tuple):
+            continue
+        if is_traced(part.matrices):
+            continue
+        m = np.asarray(part.matrices)
+        gap = np.abs(m - np.conj(np.swapaxes(m, -1, -2))).max(initial=0)
+        if gap > 1e-10 * max(1.0, float(np.abs(m).max(initial=0))):
+            raise ValueError(
+                f"`{api}`: `hamiltonian` is not Hermitian (a term's matrix differs "
+                f"from its conjugate transpose by {gap:.2e}); Floquet quasienergies "
+                "are those of a Hermitian, periodic H."
+            )
+
+
+def _eigen(u: Array, period: Array) -> tuple[Array, Array]:
+    """Quasienergies (ascending, folded) and modes of the one-period propagator."""
+    adjoint = jnp.conj(u.T)
+    mixed = (u + adjoint) / 2 + _MIX * (u - adjoint) / 2j
+    _, vectors = jnp.linalg.eigh((mixed + jnp.conj(mixed.T)) / 2)
+    values = jnp.einsum("ij,ik,kj->j", jnp.conj(vectors), u, vectors)
+    # e^{-i eps T} = values: eps = -angle / T, in (-pi/T, pi/T].
+    energies = -jnp.angle(values) / period
+    half = np.pi / period
+    energies = jnp.where(energies <= -half, energies + 2 * half, energies)
+    order = jnp.argsort(energies)
+    return energies[order], vectors[:, order]

@@ -1,0 +1,154 @@
+"""Floquet quasienergies and modes against QuTiP's FloquetBasis, exact products of
+matrix exponentials for piecewise-constant drives, finite differences, and a loop."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import qutip
+import scipy.linalg
+
+import hierax
+
+
+SX = np.array([[0.0, 1.0], [1.0, 0.0]])
+SZ = np.diag([1.0, -1.0])
+
+
+def _folded(energies, omega):
+    """Quasienergies folded into (-omega/2, omega/2], sorted."""
+    e = np.mod(np.asarray(energies) + omega / 2, omega) - omega / 2
+    e = np.where(e <= -omega / 2 + 1e-13, e + omega, e)
+    return np.sort(e)
+
+
+def _transmon(levels=3, anharmonicity=-0.3):
+    a = np.diag(np.sqrt(np.arange(1, levels)), 1)
+    n = a.T @ a
+    return 1.0 * n + 0.5 * anharmonicity * n @ (n - np.eye(levels)), a + a.T
+
+
+@pytest.mark.parametrize("system", ["qubit", "transmon"])
+def test_against_qutip_floquet_basis(system):
+    """A driven qubit and a driven 3-level transmon (lab frame, counter-rotating
+    terms kept): quasienergies against QuTiP's FloquetBasis to 1e-9, modes equal up
+    to a phase."""
+    if system == "qubit":
+        h0, v, amplitude, omega = 0.5 * 1.0 * SZ, SX, 0.4, 2.3
+    else:
+        h0, v = _transmon()
+        amplitude, omega = 0.08, 0.95
+    period = 2 * np.pi / omega
+    basis = hierax.floquet(h0 + hierax.Cos(omega, amplitude=amplitude) * v, period)
+    reference = qutip.FloquetBasis(
+        [qutip.Qobj(h0), [qutip.Qobj(v), lambda t: amplitude * np.cos(omega * t)]],
+        period,
+        options={"atol": 1e-14, "rtol": 1e-13, "nsteps": 10**6},
+    )
+    expected = _folded(reference.e_quasi, omega)
+    np.testing.assert_allclose(np.asarray(basis.quasienergies), expected, atol=1e-9)
+    modes = np.asarray(basis.modes)
+    for j, energy in enumerate(np.asarray(basis.quasienergies)):
+        k = int(np.argmin(np.abs(_folded(reference.e_quasi, omega) - energy)))
+        order = np.argsort(_folded(reference.e_quasi, omega))
+        theirs = reference.mode(0.0)[order[k]].full().ravel()
+        overlap = abs(np.vdot(theirs, modes[:, j]))
+        np.testing.assert_allclose(overlap, 1.0, atol=1e-9)
+
+
+def test_piecewise_constant_drive_against_matrix_exponentials():
+    """H0 + f(t) V with f = a on [0, T/2), b on [T/2, T): the one-period propagator
+    is a product of two matrix exponentials (scipy), its eigenphases the
+    quasienergies."""
+    h0, v = _transmon(4)
+    period, a, b = 3.7, 0.35, -0.2
+    pulse = hierax.PiecewiseConstant([0.0, period / 2, period], [a, b])
+    basis = hierax.floquet(h0 + pulse * v, period, rtol=1e-13, atol=1e-15)
+    u = scipy.linalg.expm(-1j * (h0 + b * v) * period / 2) @ scipy.linalg.expm(
+        -1j * (h0 + a * v) * period / 2
+    )
+    np.testing.assert_allclose(np.asarray(basis.propagator), u, atol=1e-10)
+    expected = _folded(-np.angle(np.linalg.eigvals(u)) / period, 2 * np.pi / period)
+    np.testing.assert_allclose(np.asarray(basis.quasienergies), expected, atol=1e-10)
+
+
+def test_modes_at_later_times_are_floquet_modes():
+    """phi_j(t) = e^{i eps_j t} U(t, 0) phi_j(0) is periodic, and the propagator
+    maps the modes at 0 onto the modes at t with the phases e^{-i eps_j t}."""
+    omega = 1.7
+    h = (
+        0.6 * SZ
+        + hierax.Cos(omega, amplitude=0.5) * SX
+        + hierax.Sin(omega) * (0.2 * SZ)
+    )
+    basis = hierax.floquet(h, 2 * np.pi / omega)
+    period = float(basis.period)
+    np.testing.assert_allclose(
+        np.asarray(basis.modes_at(period)), np.asarray(basis.modes), atol=1e-10
+    )
+    np.testing.assert_allclose(
+        np.asarray(basis.modes_at(0.3 + 2 * period)),
+        np.asarray(basis.modes_at(0.3)),
+        atol=1e-10,
+    )
+    t = 0.9
+    u = hierax.sesolve(h, jnp.eye(2, dtype=complex), jnp.array([0.0, t]), rtol=1e-12)
+    evolved = np.asarray(u.states[-1]) @ np.asarray(basis.modes)
+    phases = np.exp(-1j * np.asarray(basis.quasienergies) * t)
+    np.testing.assert_allclose(
+        evolved, np.asarray(basis.modes_at(t)) * phases[None, :], atol=1e-10
+    )
+
+
+def test_vmap_over_periods_and_amplitudes_equals_a_loop_and_compiles_once():
+    """A batch of drive frequencies (and so periods) and amplitudes in one
+    `jax.vmap` equals a loop; new values compile nothing."""
+    compiles: list[str] = []
+
+    def listen(event: str, duration_secs: float, **kwargs: str | int) -> None:
+        if "backend_compile" in event:
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+
+    def energies(omega, amplitude):
+        h = 0.5 * SZ + hierax.Cos(omega, amplitude=amplitude) * SX
+        return hierax.floquet(h, 2 * jnp.pi / omega).quasienergies
+
+    omegas, amplitudes = jnp.array([1.9, 2.3, 3.1]), jnp.array([0.2, 0.4, 0.3])
+    batched = jax.jit(jax.vmap(energies))
+    together = batched(omegas, amplitudes)
+    others = (jnp.array([2.0, 2.6, 2.8]), jnp.array([0.3, 0.1, 0.5]))
+    before = len(compiles)
+    assert before > 0  # the events are seen
+    batched(*others)
+    assert len(compiles) == before
+    for k in range(3):
+        np.testing.assert_allclose(
+            np.asarray(together[k]),
+            np.asarray(energies(omegas[k], amplitudes[k])),
+            atol=1e-11,
+        )
+
+
+def test_quasienergy_gradient_against_finite_differences():
+    """d eps / d amplitude of a driven qubit (away from degeneracies) against a
+    central difference."""
+
+    def lower(amplitude):
+        h = 0.5 * 1.3 * SZ + hierax.Cos(2.1, amplitude=amplitude) * SX
+        return hierax.floquet(h, 2 * jnp.pi / 2.1).quasienergies[0]
+
+    step = 1e-5
+    numeric = (lower(0.45 + step) - lower(0.45 - step)) / (2 * step)
+    np.testing.assert_allclose(float(jax.grad(lower)(0.45)), float(numeric), rtol=1e-6)
+
+
+def test_bad_input_is_named():
+    h = 0.5 * SZ + hierax.Cos(2.0) * SX
+    with pytest.raises(ValueError, match="`period` must be positive"):
+        hierax.floquet(h, -1.0)
+    with pytest.raises(ValueError, match="`period` must be a real scalar"):
+        hierax.floquet(h, jnp.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="not Hermitian"):
+        hierax.floquet(np.array([[0.0, 1.0], [0.0, 0.0]]) + hierax.Cos(2.0) * SX, 3.0)
