@@ -162,7 +162,7 @@ def test_bad_input_is_named():
         hierax.PauliSum.from_strings(["XYZ", "XY"])
     with pytest.raises(ValueError, match=r"characters \['A'\]"):
         hierax.PauliSum.from_strings(["XAZ"])
-    with pytest.raises(ValueError, match="same chain"):
+    with pytest.raises(ValueError, match="on 2 qubits and `other` on 3.*one chain"):
         _ = hierax.PauliSum.from_strings("XY") @ hierax.PauliSum.from_strings("XYZ")
     with pytest.raises(ValueError, match="cannot hold the 3 distinct strings"):
         hierax.PauliSum.from_strings(["XI", "IX", "ZZ"], capacity=2)

@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 from .._validation import is_traced
 from ._compress import compress, lookup
 from ._strings import i_power, product_phase
-from ._sum import PauliSum, _capacity, _valid
+from ._sum import PauliSum, _capacity, _valid, check_chain
 
 
 class LanczosCoefficients(eqx.Module):
@@ -57,17 +57,14 @@ def _check_hermitian(s: PauliSum, name: str) -> None:
 
 
 def _check_pair(hamiltonian: PauliSum, observable: PauliSum, name: str) -> None:
-    for arg, value in (("hamiltonian", hamiltonian), ("observable", observable)):
+    names = ("hamiltonian", "observable")
+    for arg, value in zip(names, (hamiltonian, observable)):
         if not isinstance(value, PauliSum):
             raise TypeError(
                 f"`hierax.{name}`: `{arg}` must be a `hierax.PauliSum`, got "
                 f"{type(value).__name__}."
             )
-    if hamiltonian.n_qubits != observable.n_qubits:
-        raise ValueError(
-            f"`hierax.{name}`: `hamiltonian` acts on {hamiltonian.n_qubits} qubits "
-            f"and `observable` on {observable.n_qubits}; both must be on one chain."
-        )
+    check_chain(hamiltonian, observable, f"hierax.{name}", names)
     _check_hermitian(hamiltonian, "hamiltonian")
     _check_hermitian(observable, "observable")
 

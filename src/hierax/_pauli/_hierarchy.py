@@ -26,7 +26,7 @@ from jaxtyping import Array, ArrayLike
 from .._time_functions import AbstractTimeFunction, Constant
 from ._compress import compress
 from ._strings import i_power, product_phase
-from ._sum import _NOT_A_MATRIX, PauliSum, _capacity, _valid
+from ._sum import _NOT_A_MATRIX, PauliSum, _capacity, _valid, check_chain
 
 
 class PauliTimeSum(eqx.Module):
@@ -140,11 +140,7 @@ class PauliHierarchy(eqx.Module):
                 f"`{api}`: `observable` must be a `hierax.PauliSum`, got "
                 f"{type(observable).__name__}."
             )
-        if h.n_qubits != observable.n_qubits:
-            raise ValueError(
-                f"`{api}`: `hamiltonian` acts on {h.n_qubits} qubits and "
-                f"`observable` on {observable.n_qubits}; both must be on one chain."
-            )
+        check_chain(h, observable, api, ("hamiltonian", "observable"))
         if isinstance(order, bool) or not isinstance(order, (int, np.integer)):
             raise ValueError(f"`order`: expected a non-negative int, got {order!r}.")
         if order < 0:

@@ -384,11 +384,22 @@ class PauliSum(eqx.Module):
                 f"`hierax.PauliSum.{op}`: expected a `hierax.PauliSum`, got "
                 f"{type(other).__name__}."
             )
-        if other.n_qubits != self.n_qubits:
-            raise ValueError(
-                f"`hierax.PauliSum.{op}`: the sums act on {self.n_qubits} and "
-                f"{other.n_qubits} qubits; both must be on the same chain."
+        check_chain(self, other, f"hierax.PauliSum.{op}", ("self", "other"))
+
+
+def check_chain(first: Any, second: Any, api: str, names: tuple[str, str]) -> None:
+    """Both Pauli sums (a Pauli Hamiltonian may stand first), on one chain."""
+    for name, value in zip(names, (first, second)):
+        if not hasattr(value, "n_qubits"):
+            raise TypeError(
+                f"`{api}`: `{name}` must be a `hierax.PauliSum`, got "
+                f"{type(value).__name__}."
             )
+    if first.n_qubits != second.n_qubits:
+        raise ValueError(
+            f"`{api}`: `{names[0]}` acts on {first.n_qubits} qubits and "
+            f"`{names[1]}` on {second.n_qubits}; both must be on one chain."
+        )
 
 
 def _capacity(capacity: Any) -> int:

@@ -1,0 +1,170 @@
+"""Floquet quasienergies over a sweep of drive amplitudes: `hierax.floquet` (one
+`jax.vmap`) against QuTiP's `FloquetBasis` in a loop and dynamiqs' `floquet`
+batched (`jax.vmap`).
+
+    .venv/bin/python benchmarks/bench_floquet.py [--quick] [--levels 4,6,10]
+
+A transmon of n levels (frequency 1, anharmonicity -0.3, x64) driven through
+a + a^dagger at frequency 0.9 (lab frame, counter-rotating terms kept), amplitudes
+0 ... 0.05 (1000 of them; `--quick`: 100). The reference is hierax at rtol 1e-13;
+its distance to QuTiP at rtol 1e-13 is printed for the largest amplitude. Each
+method runs a ladder of tolerances; the loosest whose largest quasienergy error
+over the sweep is below 1e-9 is timed (median of 3 after a first call for the
+JAX methods; one call for the QuTiP loop). Ratios are the best peer's time over
+hierax's; the load is printed before and after.
+"""
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import hierax  # noqa: E402
+
+
+warnings.filterwarnings("ignore")
+OMEGA = 0.9
+TARGET = 1e-9
+
+
+def transmon(levels: int) -> tuple[np.ndarray, np.ndarray]:
+    a = np.diag(np.sqrt(np.arange(1, levels)), 1)
+    n = a.T @ a
+    return n - 0.15 * n @ (n - np.eye(levels)), a + a.T
+
+
+def folded(e: np.ndarray) -> np.ndarray:
+    e = np.mod(np.asarray(e) + OMEGA / 2, OMEGA) - OMEGA / 2
+    return np.sort(np.where(e <= -OMEGA / 2 + 1e-12, e + OMEGA, e), axis=-1)
+
+
+def hierax_sweep(levels: int, tol: float):
+    h0, v = transmon(levels)
+
+    def energies(amplitude):
+        h = h0 + hierax.Cos(OMEGA, amplitude=amplitude) * v
+        return hierax.floquet(
+            h, 2 * jnp.pi / OMEGA, rtol=tol, atol=tol * 1e-2
+        ).quasienergies
+
+    batched = jax.jit(jax.vmap(energies))
+    return lambda amplitudes: np.asarray(batched(jnp.asarray(amplitudes)))
+
+
+def dynamiqs_sweep(levels: int, tol: float):
+    import dynamiqs as dq
+
+    h0, v = transmon(levels)
+    method = dq.method.Dopri8(rtol=tol, atol=tol * 1e-2, max_steps=10**6)
+
+    def energies(amplitude):
+        h = dq.constant(h0) + dq.modulated(lambda t: amplitude * jnp.cos(OMEGA * t), v)
+        period = 2 * np.pi / OMEGA
+        return dq.floquet(h, period, jnp.array([0.0]), method=method).quasienergies
+
+    batched = jax.jit(jax.vmap(energies))
+    return lambda amplitudes: folded(np.asarray(batched(jnp.asarray(amplitudes))))
+
+
+def qutip_sweep(levels: int, tol: float):
+    import qutip
+
+    h0, v = transmon(levels)
+    period = 2 * np.pi / OMEGA
+
+    def run(amplitudes):
+        out = []
+        for amplitude in np.asarray(amplitudes):
+            basis = qutip.FloquetBasis(
+                [
+                    qutip.Qobj(h0),
+                    [
+                        qutip.Qobj(v),
+                        lambda t, a=float(amplitude): a * np.cos(OMEGA * t),
+                    ],
+                ],
+                period,
+                options={"rtol": tol, "atol": tol * 1e-2, "nsteps": 10**7},
+            )
+            out.append(basis.e_quasi)
+        return folded(np.array(out))
+
+    return run
+
+
+METHODS = {
+    "hierax": hierax_sweep,
+    "dynamiqs Dopri8 (vmap)": dynamiqs_sweep,
+    "QuTiP FloquetBasis (loop)": qutip_sweep,
+}
+LADDERS = {
+    "hierax": [1e-8, 1e-9, 1e-10, 1e-11],
+    "dynamiqs Dopri8 (vmap)": [1e-9, 1e-10, 1e-11, 1e-12],
+    "QuTiP FloquetBasis (loop)": [1e-9, 1e-10, 1e-11, 1e-12],
+}
+
+
+def timed(run, amplitudes, repeats: int) -> tuple[float, np.ndarray]:
+    result = run(amplitudes)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = run(amplitudes)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--levels", default="4,6,10")
+    args = parser.parse_args()
+    count = 100 if args.quick else 1000
+    amplitudes = np.linspace(0.0, 0.05, count)
+    print(f"load before: {os.getloadavg()}")
+    rows = []
+    for levels in [int(x) for x in args.levels.split(",")]:
+        reference = hierax_sweep(levels, 1e-13)(amplitudes)
+        check = qutip_sweep(levels, 1e-13)(amplitudes[-1:])
+        print(
+            f"n = {levels}: reference against QuTiP at 1e-13 (largest amplitude): "
+            f"{np.abs(check[0] - reference[-1]).max():.1e}",
+            flush=True,
+        )
+        for name, build in METHODS.items():
+            # The QuTiP loop is timed once, on a tenth of the sweep, and scaled.
+            loop = name.startswith("QuTiP")
+            subset = amplitudes[:: 10 if loop else 1]
+            for tol in LADDERS[name]:
+                run = build(levels, tol)
+                seconds, result = timed(run, subset, 1 if loop else 3)
+                error = np.abs(result - reference[:: 10 if loop else 1]).max()
+                print(f"  {name} tol {tol:.0e}: {seconds:.3f} s, error {error:.1e}")
+                if error < TARGET:
+                    rows.append((levels, name, tol, seconds * (10 if loop else 1)))
+                    break
+            else:
+                rows.append((levels, name, None, float("nan")))
+    print(f"load after: {os.getloadavg()}")
+    print(f"\n{count} amplitudes, largest quasienergy error below {TARGET:g}:\n")
+    print("| n | method | tolerance | time (s) | time / hierax |")
+    print("|---:|---|---:|---:|---:|")
+    for levels, name, tol, seconds in rows:
+        base = next(s for n, m, _, s in rows if n == levels and m == "hierax")
+        shown = f"{tol:.0e}" if tol else "not reached"
+        print(
+            f"| {levels} | {name} | {shown} | {seconds:.2f} | {seconds / base:.1f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
