@@ -155,3 +155,27 @@ def test_bad_input_is_named():
         hierax.floquet(h, jnp.array([1.0, 2.0]))
     with pytest.raises(ValueError, match="not Hermitian"):
         hierax.floquet(np.array([[0.0, 1.0], [0.0, 0.0]]) + hierax.Cos(2.0) * SX, 3.0)
+
+
+def test_bloch_siegert_shift_of_a_driven_qubit():
+    """H = (Delta/2) sz + A cos(w t) sx off resonance: second-order perturbation
+    theory in the extended space gives eps = Delta/2 + (A^2/4) (1/(Delta - w) +
+    1/(Delta + w)) (the counter-rotating 1/(Delta + w) is the Bloch-Siegert
+    part); the remainder falls as A^4."""
+    delta, omega = 1.0, 2.3
+
+    def remainder(amplitude):
+        h = 0.5 * delta * SZ + hierax.Cos(omega, amplitude=amplitude) * SX
+        energy = float(
+            hierax.floquet(h, 2 * np.pi / omega, rtol=1e-13, atol=1e-15).quasienergies[
+                1
+            ]
+        )
+        series = delta / 2 + amplitude**2 / 4 * (
+            1 / (delta - omega) + 1 / (delta + omega)
+        )
+        return abs(energy - series)
+
+    large, small = remainder(0.08), remainder(0.04)
+    assert small < 1e-6
+    assert 12 < large / small < 20, (large, small)  # 2^4 = 16
