@@ -20,6 +20,7 @@ basis of its eigenspace as modes, as for any eigen-solver.
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
@@ -148,6 +149,7 @@ def _refuse_non_hermitian(operator: AbstractTimeOperator, api: str) -> None:
             )
 
 
+@jax.jit  # one compiled call (eagerly, a dozen small ones otherwise)
 def _eigen(u: Array, period: Array) -> tuple[Array, Array]:
     """Quasienergies (ascending, folded) and modes of the one-period propagator."""
     adjoint = jnp.conj(u.T)
