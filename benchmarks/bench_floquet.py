@@ -69,7 +69,10 @@ def dynamiqs_sweep(levels: int, tol: float):
     def energies(amplitude):
         h = dq.constant(h0) + dq.modulated(lambda t: amplitude * jnp.cos(OMEGA * t), v)
         period = 2 * np.pi / OMEGA
-        return dq.floquet(h, period, jnp.array([0.0]), method=method).quasienergies
+        result = dq.floquet(
+            h, period, jnp.array([0.0]), method=method, progress_meter=False
+        )
+        return result.quasienergies
 
     batched = jax.jit(jax.vmap(energies))
     return lambda amplitudes: folded(np.asarray(batched(jnp.asarray(amplitudes))))
@@ -107,9 +110,9 @@ METHODS = {
     "QuTiP FloquetBasis (loop)": qutip_sweep,
 }
 LADDERS = {
-    "hierax": [1e-8, 1e-9, 1e-10, 1e-11],
-    "dynamiqs Dopri8 (vmap)": [1e-9, 1e-10, 1e-11, 1e-12],
-    "QuTiP FloquetBasis (loop)": [1e-9, 1e-10, 1e-11, 1e-12],
+    "hierax": [1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11],
+    "dynamiqs Dopri8 (vmap)": [1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12],
+    "QuTiP FloquetBasis (loop)": [1e-8, 1e-9, 1e-10, 1e-11, 1e-12],
 }
 
 
