@@ -15,6 +15,7 @@ hierax's; the load is printed before and after.
 """
 
 import argparse
+import importlib
 import os
 import statistics
 import time
@@ -64,7 +65,8 @@ def dynamiqs_sweep(levels: int, tol: float):
     import dynamiqs as dq
 
     h0, v = transmon(levels)
-    method = dq.method.Dopri8(rtol=tol, atol=tol * 1e-2, max_steps=10**6)
+    methods = importlib.import_module("dynamiqs.method")
+    method = methods.Dopri8(rtol=tol, atol=tol * 1e-2, max_steps=10**6)
 
     def energies(amplitude):
         h = dq.constant(h0) + dq.modulated(lambda t: amplitude * jnp.cos(OMEGA * t), v)
