@@ -180,6 +180,10 @@ def test_bad_input_is_named():
         hierax.HeisenbergHierarchy(chain, hierax.PauliSum.from_strings("ZII"), 3)
     with pytest.raises(TypeError, match="is a PauliTimeSum.*todense"):
         hierax.sesolve(hierax.Cos(1.0) * chain, np.ones(8) / 8**0.5, [0.0, 1.0])
+    with pytest.raises(ValueError, match="must be a non-negative int"):
+        hierax.PauliHierarchy(chain, hierax.PauliSum.from_strings("ZII"), -1)
+    with pytest.raises(ValueError, match="`t` must be finite"):
+        hierax.PauliHierarchy(chain, hierax.PauliSum.from_strings("ZII"), 2)(np.nan)
     with pytest.raises(ValueError, match="Hermitian"):
         hierax.lanczos(
             hierax.PauliSum.ising_chain(3, 1.0, 1.0),

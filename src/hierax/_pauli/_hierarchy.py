@@ -24,6 +24,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from .._time_functions import AbstractTimeFunction, Constant
+from .._validation import as_time, check_order
 from ._compress import compress
 from ._strings import i_power, product_phase
 from ._sum import _NOT_A_MATRIX, PauliSum, _capacity, _valid, check_chain
@@ -141,15 +142,12 @@ class PauliHierarchy(eqx.Module):
                 f"{type(observable).__name__}."
             )
         check_chain(h, observable, api, ("hamiltonian", "observable"))
-        if isinstance(order, bool) or not isinstance(order, (int, np.integer)):
-            raise ValueError(f"`order`: expected a non-negative int, got {order!r}.")
-        if order < 0:
-            raise ValueError(f"`order`: expected a non-negative int, got {order}.")
-        self.hamiltonian, self.observable, self.order = h, observable, int(order)
+        self.hamiltonian, self.observable = h, observable
+        self.order = check_order(order, api)
         if capacity is None:
             strings = sum(s.capacity for s in h.sums) + 1
             capacity = min(
-                observable.capacity * strings ** int(order),
+                observable.capacity * strings**self.order,
                 4**observable.n_qubits,
                 2**16,
             )
@@ -164,9 +162,7 @@ class PauliHierarchy(eqx.Module):
         return self._levels(t, normalised=True)
 
     def _levels(self, t: ArrayLike, normalised: bool) -> list[PauliSum]:
-        t = jnp.asarray(t)
-        if t.ndim != 0 or not jnp.issubdtype(t.dtype, jnp.number):
-            raise ValueError(f"`t`: expected a real scalar time, got shape {t.shape}.")
+        t = jnp.asarray(as_time(t, "hierax.PauliHierarchy(...)(t)"))
         x, z, c, count, dropped = _pauli_levels(self, t, normalised=normalised)
         n = self.observable.n_qubits
         return [
