@@ -9,6 +9,10 @@ from ._hierarchies import (
     NestedCommutators as NestedCommutators,
     PropagatorDerivatives as PropagatorDerivatives,
 )
+from ._high_frequency import (
+    HighFrequencyExpansion as HighFrequencyExpansion,
+    high_frequency_expansion as high_frequency_expansion,
+)
 from ._lindblad import (
     DensityMatrixDerivatives as DensityMatrixDerivatives,
     LindbladHierarchy as LindbladHierarchy,

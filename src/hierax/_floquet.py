@@ -149,6 +149,14 @@ def _refuse_non_hermitian(operator: AbstractTimeOperator, api: str) -> None:
             )
 
 
+def fold(energies: Array, period: Array) -> Array:
+    """Quasienergies folded into the zone $(-\\omega/2, \\omega/2]$,
+    $\\omega = 2\\pi/T$."""
+    omega = 2 * np.pi / period
+    folded = energies - omega * jnp.round(energies / omega)
+    return jnp.where(folded <= -omega / 2, folded + omega, folded)
+
+
 @jax.jit  # one compiled call (eagerly, a dozen small ones otherwise)
 def _eigen(u: Array, period: Array) -> tuple[Array, Array]:
     """Quasienergies (ascending, folded) and modes of the one-period propagator."""
@@ -157,8 +165,6 @@ def _eigen(u: Array, period: Array) -> tuple[Array, Array]:
     _, vectors = jnp.linalg.eigh((mixed + jnp.conj(mixed.T)) / 2)
     values = jnp.einsum("ij,ik,kj->j", jnp.conj(vectors), u, vectors)
     # e^{-i eps T} = values: eps = -angle / T, in (-pi/T, pi/T].
-    energies = -jnp.angle(values) / period
-    half = np.pi / period
-    energies = jnp.where(energies <= -half, energies + 2 * half, energies)
+    energies = fold(-jnp.angle(values) / period, period)
     order = jnp.argsort(energies)
     return energies[order], vectors[:, order]
