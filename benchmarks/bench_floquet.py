@@ -1,6 +1,6 @@
 """Floquet quasienergies over a sweep of drive amplitudes: `hierax.floquet` (one
 `jax.vmap`) against QuTiP's `FloquetBasis` in a loop and dynamiqs' `floquet`
-batched (`jax.vmap`).
+batched (`jax.vmap`); and the high-frequency expansion at order 10 for n = 100.
 
     .venv/bin/python benchmarks/bench_floquet.py [--quick] [--levels 4,6,10]
 
@@ -128,11 +128,60 @@ def timed(run, amplitudes, repeats: int) -> tuple[float, np.ndarray]:
     return statistics.median(times), result
 
 
+def expansion_row(levels: int = 100, order: int = 10) -> None:
+    """`hierax.high_frequency_expansion` at `order` for a large spin S = (n - 1)/2
+    (n levels) driven fast: H = Sz / S + 0.8 cos(w t) Sx / S + 0.3 sin(w t) Sy / S,
+    w = 20. Timed from Python: the first call (compile included) and the median of
+    3 later calls at new frequencies (no compile); the error of the order-10
+    quasienergies against `hierax.floquet` at rtol 1e-13."""
+    s = (levels - 1) / 2
+    m = s - np.arange(levels)
+    raising = np.diag(np.sqrt(s * (s + 1) - m[1:] * (m[1:] + 1)), 1)
+    sx, sy = (raising + raising.T) / 2, (raising - raising.T) / 2j
+    sz = np.diag(m)
+
+    def hamiltonian(omega: float):
+        drive = (
+            hierax.Cos(omega, amplitude=0.8) * sx
+            + hierax.Sin(omega, amplitude=0.3) * sy
+        )
+        return (sz + drive) / s
+
+    def run(omega: float):
+        period = 2 * np.pi / omega
+        expansion = hierax.high_frequency_expansion(
+            hamiltonian(omega), period, order=order
+        )
+        return expansion, expansion.terms.block_until_ready()
+
+    start = time.perf_counter()
+    expansion, _ = run(20.0)
+    first = time.perf_counter() - start
+    times = []
+    for omega in (20.1, 20.2, 20.3):
+        start = time.perf_counter()
+        run(omega)
+        times.append(time.perf_counter() - start)
+    exact = hierax.floquet(hamiltonian(20.0), 2 * np.pi / 20.0, rtol=1e-13, atol=1e-15)
+    errors = np.asarray(expansion.convergence(exact))
+    print(
+        f"\nhigh-frequency expansion, n = {levels}, order {order}: first call "
+        f"{first:.2f} s, later calls {statistics.median(times):.2f} s (median of 3); "
+        f"quasienergy error by order: " + " ".join(f"{e:.1e}" for e in errors)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--levels", default="4,6,10")
+    parser.add_argument("--expansion-only", action="store_true")
     args = parser.parse_args()
+    if args.expansion_only:
+        print(f"load before: {os.getloadavg()}")
+        expansion_row()
+        print(f"load after: {os.getloadavg()}")
+        return
     count = 100 if args.quick else 1000
     amplitudes = np.linspace(0.0, 0.05, count)
     print(f"load before: {os.getloadavg()}")
@@ -159,6 +208,7 @@ def main() -> None:
                     break
             else:
                 rows.append((levels, name, None, float("nan")))
+    expansion_row()
     print(f"load after: {os.getloadavg()}")
     print(f"\n{count} amplitudes, largest quasienergy error below {TARGET:g}:\n")
     print("| n | method | tolerance | time (s) | time / hierax |")

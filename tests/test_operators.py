@@ -91,6 +91,9 @@ def test_arithmetic_builds_the_expected_structure():
     assert isinstance(np_op, hierax.TimeOperator)
     np.testing.assert_allclose((op - op)(0.7), np.zeros((2, 2)), atol=1e-15)
     np.testing.assert_allclose((2.0 * op)(0.7), 2 * np.asarray(op(0.7)))
+    np.testing.assert_allclose((op / 4.0)(0.7), np.asarray(op(0.7)) / 4, rtol=1e-15)
+    with pytest.raises(TypeError):
+        op / op  # pyright: ignore[reportOperatorIssue]
     scaled = hierax.Gaussian() * op
     np.testing.assert_allclose(
         scaled(0.7), np.exp(-(0.7**2) / 2) * np.asarray(op(0.7)), rtol=1e-13

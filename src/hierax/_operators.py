@@ -166,6 +166,11 @@ class AbstractTimeOperator(eqx.Module):
     def __rmul__(self, other: Any) -> "AbstractTimeOperator":
         return self.__mul__(other)
 
+    def __truediv__(self, other: Any) -> "AbstractTimeOperator":
+        if _is_number(other):
+            return ScaledOperator(1 / other, self)
+        return NotImplemented
+
 
 def _is_number(x: Any) -> bool:
     if isinstance(x, bool):
