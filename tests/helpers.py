@@ -1,7 +1,8 @@
 """Shared test helpers: the Pauli matrices and the seed's known values, one
 relative-error measure, and the oracles (SymPy + mpmath reference hierarchies, the
 naive nested-`jacfwd` recursion, an ODE propagator) with the test systems, and the
-runner of the scripts that tests start in subprocesses.
+runner of the scripts that tests start in subprocesses, and a counter of XLA
+compiles.
 
 JAX configuration (x64, rank promotion) is set once, in `conftest.py`, which pytest
 loads before any test module imports this one.
@@ -35,6 +36,25 @@ SEED_EXACT = {
     2: (-1.682941969615793, -1.1677063269057155),
     9: (-15540.999433741366, 9987.578125605485),
 }
+
+
+_COMPILES: list[str] = []
+
+
+@functools.cache
+def _listen_to_compiles() -> None:
+    def listen(event: str, duration_secs: float, **kwargs: str | int) -> None:
+        if "backend_compile" in event:
+            _COMPILES.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+
+
+def compile_count() -> int:
+    """How many XLA compiles this process has run since the first call (JAX's
+    compile events; a listener registered once)."""
+    _listen_to_compiles()
+    return len(_COMPILES)
 
 
 def relative_error(computed: Any, reference: Any, *, per_level: bool = False) -> Any:

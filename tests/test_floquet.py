@@ -10,6 +10,8 @@ import scipy.linalg
 
 import hierax
 
+from .helpers import compile_count
+
 
 SX = np.array([[0.0, 1.0], [1.0, 0.0]])
 SZ = np.diag([1.0, -1.0])
@@ -106,13 +108,7 @@ def test_modes_at_later_times_are_floquet_modes():
 def test_vmap_over_periods_and_amplitudes_equals_a_loop_and_compiles_once():
     """A batch of drive frequencies (and so periods) and amplitudes in one
     `jax.vmap` equals a loop; new values compile nothing."""
-    compiles: list[str] = []
-
-    def listen(event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if "backend_compile" in event:
-            compiles.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
+    start = compile_count()
 
     def energies(omega, amplitude):
         h = 0.5 * SZ + hierax.Cos(omega, amplitude=amplitude) * SX
@@ -122,10 +118,10 @@ def test_vmap_over_periods_and_amplitudes_equals_a_loop_and_compiles_once():
     batched = jax.jit(jax.vmap(energies))
     together = batched(omegas, amplitudes)
     others = (jnp.array([2.0, 2.6, 2.8]), jnp.array([0.3, 0.1, 0.5]))
-    before = len(compiles)
-    assert before > 0  # the events are seen
+    before = compile_count()
+    assert before > start  # the events are seen
     batched(*others)
-    assert len(compiles) == before
+    assert compile_count() == before
     for k in range(3):
         np.testing.assert_allclose(
             np.asarray(together[k]),
@@ -179,3 +175,16 @@ def test_bloch_siegert_shift_of_a_driven_qubit():
     large, small = remainder(0.08), remainder(0.04)
     assert small < 1e-6
     assert 12 < large / small < 20, (large, small)  # 2^4 = 16
+
+
+def test_float32_period_runs_in_single_precision():
+    """A float32 period gives a complex64 propagator and quasienergies within
+    float32's reach of the float64 ones."""
+    h = 0.5 * SZ + hierax.Cos(2.3, amplitude=0.4) * SX
+    double = hierax.floquet(h, 2 * np.pi / 2.3)
+    single = hierax.floquet(h, jnp.float32(2 * np.pi / 2.3), rtol=1e-6, atol=1e-7)
+    assert single.propagator.dtype == jnp.complex64
+    assert single.quasienergies.dtype == jnp.float32
+    np.testing.assert_allclose(
+        np.asarray(single.quasienergies), np.asarray(double.quasienergies), atol=1e-5
+    )

@@ -28,7 +28,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Real
 from ._arrays import complex_dtype
 from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from ._solvers import sesolve
-from ._validation import is_traced
+from ._validation import as_period, is_traced
 
 
 # The mixing coefficient of the Hermitian combination (the golden ratio's
@@ -109,18 +109,7 @@ def floquet(
     api = "hierax.floquet"
     operator = to_operator(hamiltonian, "hamiltonian", api)
     _refuse_non_hermitian(operator, api)
-    period = jnp.asarray(period)
-    real = jnp.issubdtype(period.dtype, jnp.floating) or jnp.issubdtype(
-        period.dtype, jnp.integer
-    )
-    if period.ndim != 0 or not real:
-        raise ValueError(
-            f"`{api}`: `period` must be a real scalar, got shape {period.shape} "
-            f"and dtype {period.dtype}."
-        )
-    period = period.astype(jnp.result_type(float))
-    if not is_traced(period) and not float(period) > 0:
-        raise ValueError(f"`{api}`: `period` must be positive, got {float(period)}.")
+    period = as_period(period, api)
     t0 = jnp.asarray(t0, period.dtype)
     n = operator.size
     dtype = complex_dtype(period.dtype)

@@ -36,12 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
-from ._arrays import complex_dtype, float_dtype, is_traced
+from ._arrays import complex_dtype, is_traced
 from ._custom_types import Time
 from ._floquet import FloquetBasis, fold
 from ._jit import module_jit
 from ._operators import AbstractTimeOperator, to_operator
-from ._validation import as_time, check_order
+from ._validation import as_period, as_time, check_order
 
 
 # Fractions of a period off every grid, where H is compared with the Fourier
@@ -191,7 +191,7 @@ def high_frequency_expansion(
         )
     if harmonics < 1:
         raise ValueError(f"`{api}(harmonics=...)` must be positive, got {harmonics}.")
-    period = _period(period, api)
+    period = as_period(period, api)
     expansion, leak, asymmetry = _expand(
         operator, period, order=order, harmonics=int(harmonics)
     )
@@ -214,25 +214,6 @@ def high_frequency_expansion(
         elif float(gap) > tolerance:
             raise ValueError(message.format(gap=float(gap)))
     return expansion
-
-
-def _period(period: ArrayLike, api: str) -> Array:
-    """`period` as a positive real scalar: float32 stays float32 (the expansion then
-    runs in complex64), anything else becomes the default float dtype."""
-    period = jnp.asarray(period)
-    real = jnp.issubdtype(period.dtype, jnp.floating) or jnp.issubdtype(
-        period.dtype, jnp.integer
-    )
-    if period.ndim != 0 or not real:
-        raise ValueError(
-            f"`{api}`: `period` must be a real scalar, got shape {period.shape} "
-            f"and dtype {period.dtype}."
-        )
-    if period.dtype != jnp.float32:
-        period = period.astype(float_dtype())
-    if not is_traced(period) and not float(period) > 0:
-        raise ValueError(f"`{api}`: `period` must be positive, got {float(period)}.")
-    return period
 
 
 def _quasienergies(h: Array, period: Array) -> Array:

@@ -51,6 +51,26 @@ def refuse_non_matrix(x: Any, name: str, api: str) -> None:
         raise TypeError(f"`{api}`: `{name}` is a {type(x).__name__}; {hint}")
 
 
+def as_period(period: Any, api: str) -> Array:
+    """A drive's period as a positive real scalar: float32 stays float32 (the
+    computation then runs in complex64), anything else becomes the default float
+    dtype; a traced period is checked by the compiled call's results."""
+    period = jnp.asarray(period)
+    real = jnp.issubdtype(period.dtype, jnp.floating) or jnp.issubdtype(
+        period.dtype, jnp.integer
+    )
+    if period.ndim != 0 or not real:
+        raise ValueError(
+            f"`{api}`: `period` must be a real scalar, got shape {period.shape} "
+            f"and dtype {period.dtype}."
+        )
+    if period.dtype != jnp.float32:
+        period = period.astype(jnp.result_type(float))
+    if not is_traced(period) and not float(period) > 0:
+        raise ValueError(f"`{api}`: `period` must be positive, got {float(period)}.")
+    return period
+
+
 def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array:
     """Convert `x` to a JAX array of a supported numeric dtype.
 
