@@ -154,6 +154,7 @@ def test_heisenberg_taylor_sum_matches_ode():
     series = np.asarray(h.normalised(t0))
     taylor_sum = sum(series[k] * tau**k for k in range(31))
     v = propagate(h.hamiltonian, t0, tau, np.eye(3))
+    assert isinstance(h.observable, hierax.AbstractTimeOperator)
     exact = v.conj().T @ np.asarray(h.observable(t0 + tau)) @ v
     assert np.linalg.norm(taylor_sum - exact) / np.linalg.norm(exact) < 1e-11
 

@@ -90,17 +90,26 @@ def test_algebra_against_dense():
 
 
 def test_nested_commutators_to_order_12():
-    """(ad_H)^k O for k <= 12 with room for every string (4^N): exact against the
-    dense recursion, relative error per level below 1e-12."""
+    """(ad_G)^k O for k <= 12 with room for every string (4^N), by repeated
+    commutators and by `hierax.NestedCommutators` on Pauli sums: exact against
+    the dense recursion (and the dense `NestedCommutators`), relative error per
+    level below 1e-12."""
     rng = np.random.default_rng(1)
     h, dh = random_sum(rng, 5, 12, real=True)
     o, do = random_sum(rng, 5, 3, capacity=4**5, real=True)
+    levels = hierax.NestedCommutators(h, o, 12, capacity=4**5)()
+    dense = np.asarray(hierax.NestedCommutators(dh, do, 12)())
+    assert len(levels) == 13 and levels[0].terms() == o.terms()
     for k in range(1, 13):
         o = h.commutator(o, capacity=4**5)
         do = dh @ do - do @ dh
         error = np.abs(np.asarray(o.todense()) - do).max() / np.abs(do).max()
         assert error < 1e-12, (k, error)
         assert float(o.dropped) == 0.0
+        level = np.asarray(levels[k].todense())
+        error = np.abs(level - do).max() / np.abs(do).max()
+        assert error < 1e-12, (k, error)
+        assert np.abs(dense[k] - do).max() < 1e-12 * np.abs(do).max()
 
 
 def test_truncation_reports_what_it_removes():
@@ -176,8 +185,27 @@ def test_bad_input_is_named():
         hierax.PauliSum.from_strings("X" * 15).todense()
     # The matrix-based calls say where Pauli sums go.
     chain = hierax.PauliSum.ising_chain(3, 1.0, 0.5)
-    with pytest.raises(TypeError, match="`hamiltonian` is a PauliSum.*PauliHierarchy"):
-        hierax.HeisenbergHierarchy(chain, hierax.PauliSum.from_strings("ZII"), 3)
+    z0 = hierax.PauliSum.from_strings("ZII")
+    with pytest.raises(TypeError, match="`hamiltonian` is a Pauli sum, so `observ"):
+        hierax.HeisenbergHierarchy(chain, np.eye(8), 3)
+    with pytest.raises(TypeError, match="`operator` is a Pauli sum, so `generator"):
+        hierax.NestedCommutators(np.eye(8), z0, 3)
+    with pytest.raises(TypeError, match="`generator` must be constant"):
+        hierax.NestedCommutators(hierax.Cos(1.0) * chain, z0, 3)
+    with pytest.raises(TypeError, match="`observable` must be a constant"):
+        hierax.HeisenbergHierarchy(chain, hierax.Cos(1.0) * z0, 3)
+    with pytest.raises(TypeError, match="`capacity` is the room for strings"):
+        hierax.HeisenbergHierarchy(np.eye(2), np.eye(2), 3, capacity=8)
+    with pytest.raises(TypeError, match="`time_scale` is for matrices"):
+        hierax.HeisenbergHierarchy(chain, z0, 3, 2.0)
+    with pytest.raises(ValueError, match="`generator` acts on 3 qubits and `oper"):
+        hierax.NestedCommutators(chain, hierax.PauliSum.from_strings("ZI"), 3)
+    with pytest.raises(TypeError, match="error_estimate`: not available for Pauli"):
+        hierax.NestedCommutators(chain, z0, 3).error_estimate()
+    with pytest.raises(TypeError, match="takes no arguments, got `t`"):
+        hierax.NestedCommutators(chain, z0, 3)(0.5)
+    with pytest.raises(TypeError, match="is a PauliSum.*HeisenbergHierarchy"):
+        hierax.PropagatorDerivatives(chain, 3)
     with pytest.raises(TypeError, match="is a PauliTimeSum.*todense"):
         hierax.sesolve(hierax.Cos(1.0) * chain, np.ones(8) / 8**0.5, [0.0, 1.0])
     with pytest.raises(ValueError, match="must be a non-negative int"):
@@ -395,14 +423,15 @@ def test_heisenberg_levels_of_a_driven_chain_against_dense():
         + np.asarray(hzz.todense())
         + pulse * np.asarray(hz.todense())
     )
-    hierarchy = hierax.PauliHierarchy(h, o, 10, capacity=256)
+    # The Pauli levels from `HeisenbergHierarchy` (which runs `PauliHierarchy`).
+    hierarchy = hierax.HeisenbergHierarchy(h, o, 10, capacity=256)
     offset = hierax.PauliHierarchy(
         h + hierax.PauliSum.from_strings("IIII", [3.5]), o, 10, capacity=256
     )
-    for t in (-1.2,):
-        expected = np.asarray(
-            hierax.HeisenbergHierarchy(dense_h, np.asarray(o.todense()), 10)(t)
-        )
+    dense = hierax.HeisenbergHierarchy(dense_h, np.asarray(o.todense()), 10)
+    # A real and a complex time (the series of the drives at t, not at Re t).
+    for t in (-1.2, 0.3 + 0.2j):
+        expected = np.asarray(dense(t))
         levels, shifted = hierarchy(t), offset(t)
         for k in range(11):
             error = np.abs(np.asarray(levels[k].todense()) - expected[k]).max()

@@ -145,3 +145,14 @@ def test_polynomial_gradient_at_zero_coefficients():
         for j, want in ((0, t**2), (1, 2 * t * factor), (2, factor**2), (3, 0.0)):
             got = jax.grad(coefficient)(jnp.asarray(0.0), j, scale)
             np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("name,make,expr", CASES, ids=[c[0] for c in CASES])
+def test_series_at_complex_time(name, make, expr):
+    """At a complex time every series is that of the analytic continuation (the
+    Gaussian's once dropped its phase: exp(-x^2/2) has one for complex x)."""
+    t0 = sp.Rational(3, 10) + sp.Rational(1, 5) * sp.I
+    order = 6
+    series = np.asarray(make().taylor(0.3 + 0.2j, order))
+    expected = _sympy_series(expr, order, t0)
+    np.testing.assert_allclose(series, expected, rtol=1e-12, atol=1e-14)

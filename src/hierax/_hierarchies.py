@@ -3,7 +3,7 @@ commutators."""
 
 import abc
 import functools
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast, overload
 
 import equinox as eqx
 import jax
@@ -38,6 +38,8 @@ from ._operators import (
     TimeOperator,
     to_operator,
 )
+from ._pauli._hierarchy import PauliHierarchy, PauliTimeSum
+from ._pauli._sum import PauliSum, check_chain
 from ._series import TermSeries
 from ._time_scale import combined_rate, default_time_scale, growth_rate, jump_rate
 from ._validation import (
@@ -145,7 +147,12 @@ def _hermitian_matrices(terms: TermSeries) -> Array:
     return jnp.all(m == jnp.conj(jnp.swapaxes(m, -1, -2)))
 
 
-class AbstractHierarchy(eqx.Module):
+# What a hierarchy's call gives: an array of levels, or, for Pauli sums, a list of
+# `PauliSum` levels.
+LevelsT = TypeVar("LevelsT", Array, list[PauliSum])
+
+
+class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
     """Base class of the hierarchies: a stack of levels $0, \\ldots, K$ of some
     operator recursion, evaluated in one compiled call whose size does not depend on
     the order $K$.
@@ -159,6 +166,17 @@ class AbstractHierarchy(eqx.Module):
     `levels`, which runs inside the compiled call; the checks of the arguments
     (before compiling) and of the values (inside the compiled program, at once) are
     the base's.
+
+    Time scale: the hierarchies of matrices carry their series in a unit of time
+    $s > 0$ (coefficient k as $X_k s^k / k!$), rescaled at the end. The result
+    does not depend on it; it only keeps the carried numbers in floating-point
+    range. By default it is chosen at each call from a cheap estimate of how fast
+    the series grow (the norms of the Hamiltonian's parts and its drive
+    frequencies) and rounded to a power of two, so physical units (energies of
+    $10^{10}$ rad/s, times in seconds) work as they are. An explicit `time_scale`
+    is used as given within a factor 16 of the automatic one and clipped to that
+    window outside it (where float32 would lose levels to underflow or overflow).
+    It is a traced value: changing it never recompiles.
     """
 
     order: eqx.AbstractVar[int]
@@ -177,9 +195,7 @@ class AbstractHierarchy(eqx.Module):
         `checks` as (predicate of failure, message) pairs."""
 
     @typechecked
-    def __call__(
-        self, t: TimeLike | None = None, state: Any = None
-    ) -> Inexact[Array, "order_plus_1 n *rest"]:
+    def __call__(self, t: TimeLike | None = None, state: Any = None) -> LevelsT:
         """All levels.
 
         **Arguments:**
@@ -195,15 +211,20 @@ class AbstractHierarchy(eqx.Module):
 
         An array of shape `(order + 1, n, n)` (or `(order + 1, *state.shape)`):
         levels $0, 1, \\ldots, K$. A level whose true value overflows reads
-        $\\pm\\infty$ (never nan).
+        $\\pm\\infty$ (never nan). For Pauli sums
+        ([`hierax.HeisenbergHierarchy`][], [`hierax.NestedCommutators`][]): a
+        list of `order + 1` [`hierax.PauliSum`][]s.
         """
         arguments = _checked_arguments(self, "", t, state)
-        return _evaluate(self, *arguments, normalised=False, errors=False)
+        pauli = _pauli_of(self)
+        if pauli is not None:
+            return cast(LevelsT, pauli(*arguments))
+        return cast(
+            LevelsT, _evaluate(self, *arguments, normalised=False, errors=False)
+        )
 
     @typechecked
-    def normalised(
-        self, t: TimeLike | None = None, state: Any = None
-    ) -> Inexact[Array, "order_plus_1 n *rest"]:
+    def normalised(self, t: TimeLike | None = None, state: Any = None) -> LevelsT:
         """All levels divided by $k!$: the Taylor coefficients of the quantity the
         hierarchy differentiates, for high orders where the levels themselves
         overflow.
@@ -212,10 +233,13 @@ class AbstractHierarchy(eqx.Module):
 
         **Returns:**
 
-        An array of the shape `__call__` returns: level $k$ divided by $k!$.
+        What `__call__` returns, with level $k$ divided by $k!$.
         """
         arguments = _checked_arguments(self, ".normalised", t, state)
-        return _evaluate(self, *arguments, normalised=True, errors=False)
+        pauli = _pauli_of(self)
+        if pauli is not None:
+            return cast(LevelsT, pauli.normalised(*arguments))
+        return cast(LevelsT, _evaluate(self, *arguments, normalised=True, errors=False))
 
     @typechecked
     def error_estimate(
@@ -232,7 +256,55 @@ class AbstractHierarchy(eqx.Module):
         An array of shape `(order + 1,)`, real, in the hierarchy's precision.
         """
         arguments = _checked_arguments(self, ".error_estimate", t, state)
+        if _pauli_of(self) is not None:
+            raise TypeError(
+                f"`hierax.{type(self).__name__}(...).error_estimate`: not available "
+                "for Pauli sums; their levels are exact up to rounding while the "
+                "strings fit the capacity, and each level's `dropped` reports the "
+                "weight truncation removed."
+            )
         return _evaluate(self, *arguments, normalised=False, errors=True)
+
+
+def _pauli_of(hierarchy: AbstractHierarchy) -> PauliHierarchy | None:
+    """The Pauli-sum recursion a hierarchy of Pauli sums runs (None for matrices).
+    A field lookup, not a method: see `_checked_arguments`."""
+    return getattr(hierarchy, "pauli", None)
+
+
+def _pauli_recursion(
+    operators: tuple[Any, Any],
+    names: tuple[str, str],
+    order: int,
+    capacity: int | None,
+    api: str,
+) -> PauliHierarchy | None:
+    """The one place where a hierarchy picks its recursion by the kind of its
+    operators: the Pauli-sum recursion when they are Pauli sums, None (the dense
+    kernels) when they are matrices. `operators`: the Hamiltonian (or `-i` times
+    the generator) and the observable."""
+    pauli = [isinstance(x, (PauliSum, PauliTimeSum)) for x in operators]
+    if not any(pauli):
+        if capacity is not None:
+            raise TypeError(
+                f"`{api}`: `capacity` is the room for strings of Pauli sums; "
+                "matrices take none (leave it out)."
+            )
+        return None
+    for name, other, value, is_pauli in zip(names, names[::-1], operators, pauli):
+        if not is_pauli:
+            raise TypeError(
+                f"`{api}`: `{other}` is a Pauli sum, so `{name}` must be one too "
+                f"(a `hierax.PauliSum`), got {type(value).__name__}; for matrices "
+                "give both as matrices (`PauliSum.to_dense()`)."
+            )
+    if isinstance(operators[1], PauliTimeSum):
+        raise TypeError(
+            f"`{api}`: `{names[1]}` must be a constant `hierax.PauliSum`, got a "
+            "time-dependent `hierax.PauliTimeSum`."
+        )
+    check_chain(operators[0], operators[1], api, names)
+    return PauliHierarchy(operators[0], operators[1], order, capacity)
 
 
 def _checked_arguments(
@@ -328,19 +400,6 @@ def _evaluate_impl(
 _evaluate = module_jit(_evaluate_impl)
 
 
-_TIME_SCALE_DOC = """`time_scale`: optional $s > 0$: the unit of time in which the
-            series are carried (coefficient k as $X_k s^k / k!$), rescaled at the
-            end. The result does not depend on it; it only keeps the carried
-            numbers in floating-point range. By default it is chosen at each call
-            from a cheap estimate of how fast the series grow (the norms of the
-            Hamiltonian's parts and its drive frequencies) and rounded to a power
-            of two, so physical units (energies of $10^{10}$ rad/s, times in
-            seconds) work as they are. An explicit value is used as given within a
-            factor 16 of the automatic one and clipped to that window outside it
-            (where float32 would lose levels to underflow or overflow). A traced
-            value: changing it never recompiles."""
-
-
 def _check_time_scale(scale: Any, api: str) -> Array | None:
     if scale is None:
         return None
@@ -382,7 +441,7 @@ def _time_scale(
 _WINDOW = 16.0
 
 
-class HeisenbergHierarchy(AbstractHierarchy):
+class HeisenbergHierarchy(AbstractHierarchy[LevelsT]):
     """The Heisenberg hierarchy of an observable under a time-dependent Hamiltonian
     ($\\hbar = 1$):
 
@@ -438,12 +497,37 @@ class HeisenbergHierarchy(AbstractHierarchy):
         ```
     """
 
-    hamiltonian: AbstractTimeOperator
-    observable: AbstractTimeOperator
+    hamiltonian: AbstractTimeOperator | PauliTimeSum
+    observable: AbstractTimeOperator | PauliSum
     order: int = eqx.field(static=True)
     arguments: ClassVar[tuple[str, ...]] = ("t",)
     time_scale: Array | None
     hermitian: bool = eqx.field(static=True)
+    pauli: PauliHierarchy | None
+
+    # For type checkers: Pauli sums with a capacity give lists of Pauli sums (an
+    # argument a checker cannot see the type of selects the matrix overload).
+    @overload
+    def __init__(
+        self: "HeisenbergHierarchy[list[PauliSum]]",
+        hamiltonian: PauliSum | PauliTimeSum,
+        observable: PauliSum,
+        order: OrderLike,
+        time_scale: None = None,
+        *,
+        capacity: int,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: "HeisenbergHierarchy[Array]",
+        hamiltonian: Any,
+        observable: Any,
+        order: OrderLike,
+        time_scale: ArrayLike | None = None,
+        *,
+        capacity: None = None,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -451,18 +535,39 @@ class HeisenbergHierarchy(AbstractHierarchy):
         observable: Any,
         order: OrderLike,
         time_scale: ArrayLike | None = None,
+        *,
+        capacity: int | None = None,
     ):
         """**Arguments:**
 
         - `hamiltonian`: $H(t)$: a [`hierax.TimeOperator`][] (e.g.
             `hierax.Cos(w) * sy + sz`), any [`hierax.AbstractTimeOperator`][], a
-            constant `(n, n)` matrix, or a JAX callable `t -> (n, n)`.
-        - `observable`: $X_0(t)$, accepted in the same forms, of the same size.
+            constant `(n, n)` matrix, or a JAX callable `t -> (n, n)`; or, for
+            chains beyond any matrix, a [`hierax.PauliSum`][] or a
+            [`hierax.PauliTimeSum`][] (`hierax.Cos(w) * hx + hzz`).
+        - `observable`: $X_0(t)$, accepted in the same forms, of the same size (a
+            constant [`hierax.PauliSum`][] with a Pauli Hamiltonian).
         - `order`: the highest level $K$, a non-negative Python int.
-        - TIME_SCALE
+        - `time_scale`: optional $s > 0$, the unit of time in which the series
+            are carried (see [`hierax.AbstractHierarchy`][]); matrices only.
+        - `capacity`: Pauli sums only: room for strings in every level, as in
+            [`hierax.PauliHierarchy`][] (which this runs; the levels are then a
+            list of [`hierax.PauliSum`][]s).
         """
         api = "hierax.HeisenbergHierarchy"
         self.order = check_order(order, api)
+        names = ("hamiltonian", "observable")
+        operators = (hamiltonian, observable)
+        self.pauli = _pauli_recursion(operators, names, self.order, capacity, api)
+        if self.pauli is not None:
+            if time_scale is not None:
+                raise TypeError(
+                    f"`{api}`: `time_scale` is for matrices; Pauli sums carry each "
+                    "level's scale as a power of two (leave it out)."
+                )
+            self.hamiltonian, self.observable = self.pauli.hamiltonian, observable
+            self.time_scale, self.hermitian = None, False
+            return
         self.time_scale = _check_time_scale(time_scale, api)
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         self.observable = to_operator(observable, "observable", api)
@@ -480,11 +585,6 @@ class HeisenbergHierarchy(AbstractHierarchy):
         del state
         api = "hierax.HeisenbergHierarchy(...)(t)"
         return observable_levels(self, cast(Array, t), (), estimate, api, checks)
-
-
-HeisenbergHierarchy.__init__.__doc__ = (
-    HeisenbergHierarchy.__init__.__doc__ or ""
-).replace("TIME_SCALE", _TIME_SCALE_DOC)
 
 
 def observable_levels(
@@ -561,7 +661,7 @@ def observable_levels(
     return Levels(levels.values, exponents, levels.errors)
 
 
-class PropagatorDerivatives(AbstractHierarchy):
+class PropagatorDerivatives(AbstractHierarchy[Array]):
     """All time derivatives of a propagator or state, $U^{(k)}(t)$, $k = 0..K$, for
     the Schrödinger equation $U'(t) = -i H(t) U(t)$, given $U(t)$.
 
@@ -603,7 +703,8 @@ class PropagatorDerivatives(AbstractHierarchy):
         - `hamiltonian`: $H(t)$, in any form [`hierax.HeisenbergHierarchy`][]
             accepts.
         - `order`: the highest derivative $K$, a non-negative Python int.
-        - TIME_SCALE
+        - `time_scale`: optional $s > 0$, the unit of time in which the series
+            are carried (see [`hierax.AbstractHierarchy`][]).
         """
         api = "hierax.PropagatorDerivatives"
         self.order = check_order(order, api)
@@ -613,11 +714,6 @@ class PropagatorDerivatives(AbstractHierarchy):
     def levels(self, t, state, estimate, checks):
         t, state = cast(Array, t), cast(Array, state)
         return _propagator_levels(self, t, state, estimate, checks)
-
-
-PropagatorDerivatives.__init__.__doc__ = (
-    PropagatorDerivatives.__init__.__doc__ or ""
-).replace("TIME_SCALE", _TIME_SCALE_DOC)
 
 
 def _propagator_levels(
@@ -652,7 +748,7 @@ def _propagator_levels(
     return Levels(series, exponents, errors)
 
 
-class NestedCommutators(AbstractHierarchy):
+class NestedCommutators(AbstractHierarchy[LevelsT]):
     """Nested commutators $(\\mathrm{ad}_G)^k X = [G, [G, \\ldots [G, X]]]$ for
     $k = 0..K$ with a constant generator $G$: the Heisenberg hierarchy of a
     time-independent Hamiltonian is the special case $G = iH$.
@@ -660,24 +756,83 @@ class NestedCommutators(AbstractHierarchy):
     Each level is renormalised by a power of two as it is computed, so levels are
     exact whatever the norm of $G$, a level that overflows reads $\\pm\\infty$, and
     an exact zero stays zero. Called with no arguments: `commutators()` gives the
-    levels, shape `(order + 1, n, n)`.
+    levels, shape `(order + 1, n, n)`; for Pauli sums $G$ and $X$ (chains beyond
+    any matrix), a list of `order + 1` [`hierax.PauliSum`][]s, computed by the
+    recursion of [`hierax.PauliHierarchy`][] with $H = -iG$.
+
+    !!! example
+
+        ```python
+        import hierax
+
+        h = hierax.PauliSum.ising_chain(40, coupling=1.0, hx=0.7)
+        z0 = hierax.PauliSum.from_strings("Z" + "I" * 39)
+        levels = hierax.NestedCommutators(1j * h, z0, order=6, capacity=1024)()
+        levels[6].count  # strings in (ad_{iH})^6 Z_0
+        ```
     """
 
-    generator: Inexact[Array, "n n"]
-    operator: Inexact[Array, "n n"]
+    generator: Inexact[Array, "n n"] | PauliSum
+    operator: Inexact[Array, "n n"] | PauliSum
     order: int = eqx.field(static=True)
     arguments: ClassVar[tuple[str, ...]] = ()
+    pauli: PauliHierarchy | None
 
-    def __init__(self, generator: Any, operator: Any, order: OrderLike):
+    # For type checkers, as in `HeisenbergHierarchy`.
+    @overload
+    def __init__(
+        self: "NestedCommutators[list[PauliSum]]",
+        generator: PauliSum,
+        operator: PauliSum,
+        order: OrderLike,
+        *,
+        capacity: int,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: "NestedCommutators[Array]",
+        generator: Any,
+        operator: Any,
+        order: OrderLike,
+        *,
+        capacity: None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        generator: Any,
+        operator: Any,
+        order: OrderLike,
+        *,
+        capacity: int | None = None,
+    ):
         """**Arguments:**
 
         - `generator`: $G$, an `(n, n)` matrix (an array, or a constant QuTiP or
-            dynamiqs operator).
-        - `operator`: $X$, an `(n, n)` matrix, in the same forms.
+            dynamiqs operator), or a constant [`hierax.PauliSum`][].
+        - `operator`: $X$, in the same forms (a [`hierax.PauliSum`][] with a Pauli
+            generator).
         - `order`: the highest nesting depth $K$, a non-negative Python int.
+        - `capacity`: Pauli sums only: room for strings in every level, as in
+            [`hierax.PauliHierarchy`][].
         """
         api = "hierax.NestedCommutators"
         self.order = check_order(order, api)
+        if isinstance(generator, PauliTimeSum):
+            raise TypeError(
+                f"`{api}`: `generator` must be constant (a `hierax.PauliSum`), got a "
+                "time-dependent `hierax.PauliTimeSum`; its hierarchy is "
+                "`hierax.HeisenbergHierarchy`."
+            )
+        # i [H, X] = [G, X] with H = -i G.
+        hamiltonian = generator * -1j if isinstance(generator, PauliSum) else generator
+        names = ("generator", "operator")
+        operators = (hamiltonian, operator)
+        self.pauli = _pauli_recursion(operators, names, self.order, capacity, api)
+        if self.pauli is not None:
+            self.generator, self.operator = generator, operator
+            return
         generator = as_matrix(generator, "generator", api)
         operator = as_matrix(operator, "operator", api)
         self.generator = as_square_matrix(generator, "generator", api)
@@ -694,8 +849,9 @@ class NestedCommutators(AbstractHierarchy):
 
 
 def _nested_levels(commutators: NestedCommutators, estimate: bool) -> Levels:
-    dtype = jnp.result_type(commutators.generator, commutators.operator)
-    g, x = commutators.generator.astype(dtype), commutators.operator.astype(dtype)
+    g, x = cast(Array, commutators.generator), cast(Array, commutators.operator)
+    dtype = jnp.result_type(g, x)
+    g, x = g.astype(dtype), x.astype(dtype)
     generator = without_trace(TermSeries(jnp.ones((1, 1), dtype), g[None], None))
     return heisenberg_levels(
         generator, x[None], commutators.order, hermitian_levels=False, estimate=estimate

@@ -10,7 +10,6 @@ from jaxtyping import Array, ArrayLike
 
 from ._custom_types import OrderLike
 from ._hierarchies import (
-    _TIME_SCALE_DOC,
     AbstractHierarchy,
     _check_time_scale,
     _complex_dtype,
@@ -47,7 +46,7 @@ def check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
     return operators
 
 
-class LindbladHierarchy(AbstractHierarchy):
+class LindbladHierarchy(AbstractHierarchy[Array]):
     """The Heisenberg hierarchy of an observable under a Lindblad master equation
     ($\\hbar = 1$):
 
@@ -131,7 +130,8 @@ class LindbladHierarchy(AbstractHierarchy):
             operators. `[]` for a closed system.
         - `observable`: $X_0(t)$, in the same forms, of the same size.
         - `order`: the highest level $K$, a non-negative Python int.
-        - TIME_SCALE
+        - `time_scale`: optional $s > 0$, the unit of time in which the series
+            are carried (see [`hierax.AbstractHierarchy`][]).
         """
         api = "hierax.LindbladHierarchy"
         self.order = check_order(order, api)
@@ -157,12 +157,7 @@ class LindbladHierarchy(AbstractHierarchy):
         return observable_levels(self, cast(Array, t), jumps, estimate, api, checks)
 
 
-LindbladHierarchy.__init__.__doc__ = (LindbladHierarchy.__init__.__doc__ or "").replace(
-    "TIME_SCALE", _TIME_SCALE_DOC
-)
-
-
-class DensityMatrixDerivatives(AbstractHierarchy):
+class DensityMatrixDerivatives(AbstractHierarchy[Array]):
     """All time derivatives $\\rho^{(k)}(t)$, $k = 0..K$, of a density matrix
     under the Lindblad master equation ($\\hbar = 1$), given $\\rho(t)$:
 
@@ -233,7 +228,8 @@ class DensityMatrixDerivatives(AbstractHierarchy):
         - `jump_operators`: a list (or tuple) of the $L_j(t)$, in the same forms,
             rates included in the operators; `[]` for a closed system.
         - `order`: the highest derivative $K$, a non-negative Python int.
-        - TIME_SCALE
+        - `time_scale`: optional $s > 0$, the unit of time in which the series
+            are carried (see [`hierax.AbstractHierarchy`][]).
         """
         api = "hierax.DensityMatrixDerivatives"
         self.order = check_order(order, api)
@@ -246,11 +242,6 @@ class DensityMatrixDerivatives(AbstractHierarchy):
     def levels(self, t, state, estimate, checks):
         t, state = cast(Array, t), cast(Array, state)
         return _density_levels(self, t, state, estimate, checks)
-
-
-DensityMatrixDerivatives.__init__.__doc__ = (
-    DensityMatrixDerivatives.__init__.__doc__ or ""
-).replace("TIME_SCALE", _TIME_SCALE_DOC)
 
 
 def _density_levels(

@@ -465,6 +465,9 @@ class Gaussian(AbstractTimeFunction):
         m = jnp.concatenate([one[None], rest])
         exponents = jnp.concatenate([jnp.zeros((1,), shifts.dtype), jnp.cumsum(shifts)])
         log_factor = exponents * jnp.log(2.0).astype(shifts.dtype) - x**2 / 2
+        if jnp.iscomplexobj(log_factor):  # complex t: exp(-x^2/2) has a phase
+            m = m * jnp.exp(1j * jnp.imag(log_factor))
+            log_factor = jnp.real(log_factor)
         return self.amplitude * times_exp(m, log_factor)
 
 

@@ -106,6 +106,9 @@ class PauliHierarchy(eqx.Module):
     and each level's `dropped` reports the weight removed on its way (as
     everywhere for Pauli sums). Compiled once per structure: new times and
     parameter values never recompile.
+
+    [`hierax.HeisenbergHierarchy`][] and [`hierax.NestedCommutators`][] given Pauli
+    sums run this recursion and give the same levels.
     """
 
     hamiltonian: PauliTimeSum
@@ -185,7 +188,8 @@ def _pauli_levels(hierarchy: PauliHierarchy, t: Array, *, normalised: bool):
     dtype = jnp.result_type(o.dtype, *(s.dtype for s in h.sums))
     real = jnp.finfo(dtype).dtype
     size = order + 1
-    t = t.astype(real)
+    # A complex time stays complex (the series of f at t, not at Re t).
+    t = t if jnp.iscomplexobj(t) else t.astype(real)
     # The Hamiltonian's strings, stacked, each with the series of its function.
     hx = jnp.concatenate([s.x for s in h.sums])
     hz = jnp.concatenate([s.z for s in h.sums])

@@ -22,9 +22,9 @@ _DENSE_QUBITS = 14
 
 # What the matrix-based calls say when given a Pauli sum.
 _NOT_A_MATRIX = (
-    "Pauli sums have hierarchies of their own, `hierax.PauliHierarchy` (levels as "
-    "Pauli sums), `hierax.lanczos` and `hierax.moments`; for a matrix (N <= 14) "
-    "pass `.todense()` or `.to_sparse()`."
+    "Pauli sums have hierarchies of their own, `hierax.HeisenbergHierarchy` and "
+    "`hierax.NestedCommutators` (levels as Pauli sums), `hierax.lanczos` and "
+    "`hierax.moments`; for a matrix (N <= 14) pass `.todense()` or `.to_sparse()`."
 )
 
 
