@@ -195,7 +195,7 @@ def test_bad_input_is_named():
     with pytest.raises(TypeError, match="`observable` must be a constant"):
         hierax.HeisenbergHierarchy(chain, hierax.Cos(1.0) * z0, 3)
     with pytest.raises(TypeError, match="`capacity` is the room for strings"):
-        hierax.HeisenbergHierarchy(np.eye(2), np.eye(2), 3, capacity=8)
+        hierax.HeisenbergHierarchy(np.eye(2), np.eye(2), 3, capacity=8)  # pyright: ignore
     with pytest.raises(TypeError, match="`time_scale` is for matrices"):
         hierax.HeisenbergHierarchy(chain, z0, 3, 2.0)
     with pytest.raises(ValueError, match="`generator` acts on 3 qubits and `oper"):
