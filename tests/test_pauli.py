@@ -186,7 +186,10 @@ def test_bad_input_is_named():
     # The matrix-based calls say where Pauli sums go.
     chain = hierax.PauliSum.ising_chain(3, 1.0, 0.5)
     z0 = hierax.PauliSum.from_strings("ZII")
-    with pytest.raises(TypeError, match="`hamiltonian` is a Pauli sum, so `observ"):
+    with pytest.raises(
+        TypeError,
+        match=r"`hamiltonian` is a Pauli sum, so `observ.*PauliSum.todense\(\)",
+    ):
         hierax.HeisenbergHierarchy(chain, np.eye(8), 3)
     with pytest.raises(TypeError, match="`operator` is a Pauli sum, so `generator"):
         hierax.NestedCommutators(np.eye(8), z0, 3)

@@ -296,7 +296,7 @@ def _pauli_recursion(
             raise TypeError(
                 f"`{api}`: `{other}` is a Pauli sum, so `{name}` must be one too "
                 f"(a `hierax.PauliSum`), got {type(value).__name__}; for matrices "
-                "give both as matrices (`PauliSum.to_dense()`)."
+                "give both as matrices (`PauliSum.todense()`)."
             )
     if isinstance(operators[1], PauliTimeSum):
         raise TypeError(
