@@ -382,8 +382,8 @@ def test_diffrax_against_nested_jvp(controller, order):
     forward = lambda t: _solve(t, diffrax.ForwardMode(), controller)
     checkpointed = lambda t: _solve(t, diffrax.RecursiveCheckpointAdjoint(), controller)
     # The reference's compile doubles with each order (through the adaptive loop
-    # most of all): order 3 with constant steps, order 2 with adaptive ones. Order 10 is checked on a
-    # linear ODE below.
+    # most of all): order 3 with constant steps, order 2 with adaptive ones. Order
+    # 10 is checked on a linear ODE below.
     reference = nested_jvp(forward, 0.3, order)
     assert_close(hierax.taylor(forward, 0.3, order), reference)
     assert_close(hierax.taylor(checkpointed, 0.3, order), reference)
