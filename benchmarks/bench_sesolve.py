@@ -35,7 +35,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 import warnings
 
 import jax
@@ -46,6 +45,7 @@ jax.config.update("jax_enable_x64", True)
 import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import timed  # noqa: E402
 
 import hierax  # noqa: E402
 from hierax._solvers._term import schrodinger_terms as step_terms  # noqa: E402
@@ -237,13 +237,6 @@ METHODS = {
 
 
 # --- measurement -----------------------------------------------------------------
-
-
-def timed(fn, *args):
-    start = time.perf_counter()
-    out = fn(*args)
-    out = np.asarray(jax.block_until_ready(out))
-    return time.perf_counter() - start, out
 
 
 def median_time(fn, tol, budget):

@@ -59,6 +59,7 @@ import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from systems import SYSTEMS, System  # noqa: E402
+from timing import timed  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -290,12 +291,6 @@ METHODS = {
 
 
 # --- measurement -------------------------------------------------------------------
-
-
-def timed(fn, *args):
-    start = time.perf_counter()
-    out = np.asarray(jax.block_until_ready(fn(*args)))
-    return time.perf_counter() - start, out
 
 
 def median_time(fn, *args, calls=3):
