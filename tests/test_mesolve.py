@@ -15,11 +15,28 @@ from scipy.integrate import solve_ivp
 
 import hierax
 from hierax import LindbladTerm, TaylorSolver, mesolve, sesolve
+from hierax._kernels.density import StructuredParts, VectorisedParts
+from hierax._kernels.propagator import Diagonals
 from hierax._solvers._density import (
     density_step_terms,
     generic_density_terms,
     known_density_parts,
 )
+
+
+# Test ids and the layout each takes.
+KERNELS = {"vectorised": "dense", "structured": "structured", "diagonals": "diagonals"}
+
+
+def _id(n, sparse):
+    return "diagonals" if sparse else ("vectorised" if n <= 8 else "structured")
+
+
+def _layout(parts):
+    if isinstance(parts, StructuredParts):
+        return "structured"
+    assert isinstance(parts, VectorisedParts)
+    return "diagonals" if isinstance(parts.stacked, Diagonals) else "dense"
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
@@ -139,13 +156,25 @@ def test_time_dependent_against_dop853_and_physicality():
     assert np.min(np.linalg.eigvalsh(hermitian)) >= -1e-10
 
 
-def _every_kind(n):
+# The three layouts of the Lindblad step, each with `_every_kind(n, sparse)`: dense
+# superoperators on vec(rho) for small n, the structured kernel's products for
+# larger n, and the superoperators' few nonzero diagonals when every matrix is
+# sparse (banded).
+LAYOUTS = pytest.mark.parametrize(
+    "n, sparse", [(4, False), (10, False), (10, True)], ids=list(KERNELS)
+)
+
+
+def _every_kind(n, sparse=False):
     """Every kind of term the density kernels treat apart: diagonal (constant, with
     an offset, time-dependent, complex), real, imaginary and general complex
-    matrices, constant and time-dependent, real and complex time functions, in H
-    and in the jump operators; and a state with every entry nonzero."""
+    matrices (banded, with `sparse`), constant and time-dependent, real and complex
+    time functions, in H and in the jump operators; and a state with every entry
+    nonzero."""
     rng = np.random.default_rng(1)
     m = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
+    if sparse:
+        m = np.triu(np.tril(m, 1), -1)
     general = (m + m.conj().T) / 4
     a = np.diag(np.sqrt(np.arange(1.0, n)), 1).astype(complex)
     sy = np.kron(np.array([[0, -1j], [1j, 0]]), np.eye(n // 2))
@@ -171,12 +200,15 @@ def _every_kind(n):
     return hamiltonian, jumps, rho, a
 
 
-@pytest.mark.parametrize("n", [4, 10], ids=["vectorised", "structured"])
-def test_structured_operators_against_dop853(n):
-    """`_every_kind` of term, small n on vec(rho), larger n term by term, against
-    DOP853; and a callable jump operator, which takes the generic kernel."""
-    hamiltonian, jumps, rho, a = _every_kind(n)
+@LAYOUTS
+def test_structured_operators_against_dop853(n, sparse):
+    """`_every_kind` of term, small n on vec(rho), larger n term by term or by the
+    superoperators' diagonals, against DOP853; and a callable jump operator, which
+    takes the generic kernel."""
+    hamiltonian, jumps, rho, a = _every_kind(n, sparse)
     term = LindbladTerm(hamiltonian, jumps)
+    parts = known_density_parts(term.hamiltonian, term.jump_operators, jnp.complex128)
+    assert _layout(parts) == KERNELS[_id(n, sparse)]
     diagonals = [
         op
         for op in term.hamiltonian.operators  # pyright: ignore[reportAttributeAccessIssue]
@@ -198,13 +230,13 @@ def test_structured_operators_against_dop853(n):
     assert _error(generic.states, reference) <= 10 * RTOL
 
 
-@pytest.mark.parametrize("n", [4, 10], ids=["vectorised", "structured"])
-def test_step_parts_known_before_compiling_equal_traced_and_generic(n):
+@LAYOUTS
+def test_step_parts_known_before_compiling_equal_traced_and_generic(n, sparse):
     """One step's series (a backward step: odd orders of every series negated)
     three ways: the structured kernel with its constant parts assembled in NumPy
     before compiling (what `mesolve` does), the same kernel assembling them itself
     from traced operators, and the generic kernel, which keeps no structure."""
-    hamiltonian, jumps, rho, _ = _every_kind(n)
+    hamiltonian, jumps, rho, _ = _every_kind(n, sparse)
     term = LindbladTerm(hamiltonian, jumps)
     parts = known_density_parts(term.hamiltonian, term.jump_operators, jnp.complex128)
     assert parts is not None
@@ -235,12 +267,19 @@ def test_step_parts_known_before_compiling_equal_traced_and_generic(n):
     jax.jit(unknown)(term)
 
 
-@pytest.mark.parametrize("n", [4, 10], ids=["vectorised", "structured"])
-def test_complex64_state_sets_the_precision(n):
+@LAYOUTS
+def test_complex64_state_sets_the_precision(n, sparse):
     """A complex64 density matrix with float32 times under float64 operators: the
     step's parts, assembled in float64 before compiling, are cast to the state's
     precision, and the solve stays in complex64."""
-    hamiltonian, jumps, rho, _ = _every_kind(n)
+    hamiltonian, jumps, rho, _ = _every_kind(n, sparse)
+    term = LindbladTerm(hamiltonian, jumps)
+    parts = known_density_parts(term.hamiltonian, term.jump_operators, jnp.complex64)
+    assert _layout(parts) == KERNELS[_id(n, sparse)]
+    assert all(
+        leaf.dtype in (jnp.float32, jnp.complex64, jnp.int32)
+        for leaf in jax.tree.leaves(parts)
+    )
     times = np.array([0.0, 0.5, 1.0])
     low = mesolve(
         hamiltonian,
