@@ -108,15 +108,18 @@ def method_hierax(system: System):
     return solve
 
 
-def hierax_in_jit(system: System, traced_tol: bool = False):
+def hierax_in_jit(system: System, traced_tol: bool = False, jnp_matrices=False):
     """The solve inside a user's `jax.jit` of the drives' scale and the initial
     state (nothing of them folded into the program), the tolerance a constant as a
-    user writes it, or with `traced_tol` an argument too."""
+    user writes it, or with `traced_tol` an argument too. The system is built inside
+    the jit from its NumPy matrices, or with `jnp_matrices` from `jnp.asarray` of
+    them there (traced: hierax sees their shapes only)."""
     times = jnp.asarray(system.times)
     jumps = [jnp.asarray(j) for j in system.jumps]
+    matrix = jnp.asarray if jnp_matrices else np.asarray
 
     def final(scale, y0, rtol):
-        hamiltonian = system.hamiltonian(scale)
+        hamiltonian = system.hamiltonian(scale, matrix)
         if system.is_open:
             out = hierax.mesolve(
                 hamiltonian, jumps, y0, times, rtol=rtol, atol=rtol * 1e-2
@@ -390,12 +393,15 @@ def hierax_probes(system, quick):
     eager = method_hierax(system)
     inside = hierax_in_jit(system)
     inside_traced = hierax_in_jit(system, traced_tol=True)
+    inside_jnp = hierax_in_jit(system, jnp_matrices=True)
     timed(eager, PROBE_TOL)
     first_jit, _ = timed(inside, PROBE_TOL)
     timed(inside_traced, PROBE_TOL)
+    timed(inside_jnp, PROBE_TOL)
     eager_time = median_time(eager, PROBE_TOL, calls=5)
     jit_time = median_time(inside, PROBE_TOL, calls=5)
     jit_traced_time = median_time(inside_traced, PROBE_TOL, calls=5)
+    jit_jnp_time = median_time(inside_jnp, PROBE_TOL, calls=5)
     before = _COMPILES[0]
     new_tol_time, _ = timed(eager, NEW_RTOL)
     compiles = _COMPILES[0] - before
@@ -404,6 +410,7 @@ def hierax_probes(system, quick):
         eager=eager_time,
         jit=jit_time,
         jit_traced_tol=jit_traced_time,
+        jit_jnp_matrices=jit_jnp_time,
         jit_first=first_jit,
         new_tol=new_tol_time,
         new_tol_steady=new_tol_steady,
@@ -512,7 +519,9 @@ def print_tables(result):
             f"\nhierax at rtol {PROBE_TOL:.0e}: from Python "
             f"{probes['eager'] * 1e3:.2f} ms, inside jax.jit {probes['jit'] * 1e3:.2f} "
             f"ms (rtol an argument of the jitted function: "
-            f"{probes['jit_traced_tol'] * 1e3:.2f} ms); first solve in a fresh process "
+            f"{probes['jit_traced_tol'] * 1e3:.2f} ms; matrices made by jnp inside "
+            f"the jit: {probes['jit_jnp_matrices'] * 1e3:.2f} ms); first solve in a "
+            "fresh process "
         )
         line += f"{fresh['seconds']:.2f} s" if fresh else "failed"
         if dopri:

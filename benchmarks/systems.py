@@ -194,16 +194,16 @@ class System:
     def times(self) -> np.ndarray:
         return np.array([0.0, self.span])
 
-    def hamiltonian(self, scale: Any = None) -> Any:
+    def hamiltonian(self, scale: Any = None, matrix: Callable = np.asarray) -> Any:
         """The hierax operator H0 + sum_k c_k(t) M_k; `scale` (a number or a traced
-        scalar) multiplies every drive."""
-        import jax.numpy as jnp
-
+        scalar) multiplies every drive; `matrix` makes each matrix what is passed
+        (NumPy arrays by default; `jnp.asarray` inside a `jax.jit` gives traced
+        ones, whose entries hierax cannot see before compiling)."""
         terms = [
-            (c.hierax() if scale is None else scale * c.hierax()) * jnp.asarray(m)
+            (c.hierax() if scale is None else scale * c.hierax()) * matrix(m)
             for c, m in self.drives
         ]
-        return functools.reduce(operator.add, terms) + jnp.asarray(self.constant)
+        return functools.reduce(operator.add, terms) + matrix(self.constant)
 
     def coefficients(self, t: Any, xp: Any = np) -> Any:
         """(c_1(t), ..., c_K(t)) as one array."""

@@ -23,6 +23,8 @@ from hierax._solvers._density import (
     known_density_parts,
 )
 
+from .helpers import compile_count
+
 
 # Test ids and the layout each takes.
 KERNELS = {"vectorised": "dense", "structured": "structured", "diagonals": "diagonals"}
@@ -319,6 +321,39 @@ def test_expectation_values_dense_output_and_progress(capsys):
     )
     assert _error(ours.evaluate(between), reference[1:]) <= 10 * RTOL
     assert "100.00%" in capsys.readouterr().out
+
+
+def test_numpy_operators_inside_jit_keep_the_step_parts():
+    """Operators built inside a user's `jax.jit` from NumPy matrices, with a traced
+    drive amplitude: their matrices stay concrete, so the step's parts are
+    assembled before compiling (here the superoperators' diagonals) as for an
+    eager call; the solve equals the eager one, and a new amplitude compiles
+    nothing."""
+    n = 10
+    a = np.diag(np.sqrt(np.arange(1.0, n)), 1)
+    number = a.T @ a
+    times = jnp.array([0.0, 1.5])
+    psi = np.zeros(n)
+    psi[:2] = 1 / np.sqrt(2)
+    rho = jnp.asarray(np.outer(psi, psi), complex)
+    layouts = []
+
+    def final(amplitude, rho):
+        hamiltonian = 0.3 * number + amplitude * hierax.Cos(1.1) * (a + a.T)
+        jumps = [np.sqrt(0.2) * a, np.sqrt(0.1) * number]
+        term = LindbladTerm(hamiltonian, jumps)
+        operators = (term.hamiltonian, term.jump_operators)
+        layouts.append(_layout(known_density_parts(*operators, jnp.complex128)))
+        return mesolve(hamiltonian, jumps, rho, times, rtol=RTOL, atol=ATOL).states[-1]
+
+    jitted = jax.jit(final)
+    assert _error(jitted(0.4, rho), final(0.4, rho)) <= 1e-12
+    before = compile_count()
+    again = jitted(0.7, rho)
+    assert compile_count() == before
+    assert _error(again, final(0.7, rho)) <= 1e-12
+    # Traced once inside the jit, once per eager call: the same layout each time.
+    assert layouts == ["diagonals"] * 3
 
 
 def test_no_jump_operators_equals_sesolve():

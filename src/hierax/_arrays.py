@@ -29,6 +29,15 @@ def placed(x: Any) -> bool:
     return is_traced(x) or (isinstance(x, jax.Array) and x.committed)
 
 
+def _place(value: Any) -> Array:
+    """A concrete value on the default device, concrete even inside a user's trace
+    (a NumPy matrix given to an operator inside `jax.jit`): what is computed from
+    it before compiling (zero patterns, norms, the Lindblad step's parts) then
+    still sees its entries."""
+    with jax.ensure_compile_time_eval():
+        return jax.device_put(value)
+
+
 def to_jax(x: Any, dtype: Any = None) -> Array:
     """`x` as a JAX array (of `dtype` if given), compiling nothing when concrete
     and not committed to a device."""
@@ -37,17 +46,17 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
     if isinstance(x, jax.Array):
         if dtype is None or x.dtype == jnp.dtype(dtype):
             return x
-        return jax.device_put(np.asarray(x).astype(dtype))
+        return _place(np.asarray(x).astype(dtype))
     if dtype is None and isinstance(x, (bool, int, float, complex)):
         # By representation: -0.0 == 0.0, but their placed values differ.
         key = (type(x), repr(x), _placement())
         hit = _KEPT.get(key)
         if hit is None:  # weakly typed, as `jnp.asarray` makes it
-            hit = _KEPT.put(key, jax.device_put(x))
+            hit = _KEPT.put(key, _place(x))
         return hit
     value = np.asarray(x, dtype)
     if value.nbytes > _KEPT_BYTES or value.dtype == object:
-        return jax.device_put(value)
+        return _place(value)
     # Small constants (the matrices of a few levels or qubits, a pulse's
     # parameters), which a user's code rebuilds on every call, are placed once per
     # value: a transfer costs 10-100 us, a look-up by content a few (32 KiB:
@@ -55,7 +64,7 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
     key = (value.dtype, value.shape, value.tobytes(), _placement())
     hit = _KEPT.get(key)
     if hit is None:
-        hit = _KEPT.put(key, jax.device_put(value))
+        hit = _KEPT.put(key, _place(value))
     return hit
 
 

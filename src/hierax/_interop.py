@@ -403,8 +403,8 @@ def _qutip_coefficient(coefficient: Any, where: str, api: str) -> AbstractTimeFu
         if kind == "ConjCoefficient":
             return _Conjugate(base)
         return TimeFunctionProduct(base, _Conjugate(base))
-    if kind == "StrFunctionCoefficient":
-        text = coefficient.__reduce__()[1][0]
+    if kind in ("StrFunctionCoefficient", "StrCoefficient"):
+        text = _string_code(coefficient, kind)
         raise TypeError(
             f"`{api}`: {where} has the string coefficient {text!r}, which hierax "
             "cannot differentiate (QuTiP compiles it to C), and QuTiP accepts no "
@@ -418,6 +418,16 @@ def _qutip_coefficient(coefficient: Any, where: str, api: str) -> AbstractTimeFu
         f"`{api}`: {where} has a coefficient of type {kind}, which hierax does not "
         "convert; give a hierax time function times the operator instead."
     )
+
+
+def _string_code(coefficient: Any, kind: str) -> str:
+    """The code of a QuTiP string coefficient: interpreted (no C compiler) it is the
+    first argument of its reconstruction; compiled by Cython (`StrCoefficient`,
+    a class of its own per string) the first string of its pickled state."""
+    if kind == "StrFunctionCoefficient":
+        return coefficient.__reduce__()[1][0]
+    state = coefficient.__reduce__()[2]
+    return next((s for s in state if isinstance(s, str)), "?")
 
 
 def _qobjevo(x: Any, name: str, api: str) -> AbstractTimeOperator:
