@@ -29,7 +29,13 @@ from jaxtyping import Array
 from .._series import TermSeries, frobenius, real_dtype, scalar_cauchy_product
 from .heisenberg import scaled_generator
 from .lindblad import cast_series, dagger, number_series, scaled_series, two_sided
-from .propagator import Diagonals, real_embedding, series_loop, side_by_side
+from .propagator import (
+    MAX_DIAGONALS,
+    Diagonals,
+    real_embedding,
+    series_loop,
+    side_by_side,
+)
 
 
 def _window_sums(
@@ -202,9 +208,6 @@ VECTORISED_SIZE = 8
 # Liouvillian's superoperators (formed in NumPy before compiling, (1 + P) 4 n^4
 # entries), and steps vec(rho) with them (`Diagonals`) when they are few.
 DIAGONAL_SIZE = 24
-# The most diagonals, over all superoperators, a step takes: the program has one
-# slice per diagonal.
-_MAX_DIAGONALS = 160
 # From which size real matrices pay in the structured kernel (measured, x64 CPU): a
 # matrix-matrix product in real halves costs more to assemble than it saves below a
 # few dozen rows.
@@ -560,7 +563,7 @@ def _diagonal_parts(
 ) -> VectorisedParts | None:
     """`VectorisedParts` with the real superoperators held by their nonzero
     diagonals (`Diagonals`), in NumPy, when they are few: at most
-    `_MAX_DIAGONALS`, and at most (1 + P) n^2, where an entry of a diagonal
+    `MAX_DIAGONALS`, and at most (1 + P) n^2, where an entry of a diagonal
     (about 0.2 ns) beats the (1 + P) 2n^2 entries of a dense row (0.1 ns each) and
     the structured kernel's dozen small products an order (a quarter of that for
     n <= `VECTORISED_SIZE`, where the dense product is small and one operation).
@@ -574,7 +577,7 @@ def _diagonal_parts(
     count = sum(block.count for block in blocks)
     # Small dense superoperators cost little and compile to one product.
     share = 4 if n <= VECTORISED_SIZE else 1
-    if count > _MAX_DIAGONALS or share * count > len(blocks) * n * n:
+    if count > MAX_DIAGONALS or share * count > len(blocks) * n * n:
         return None
     return VectorisedParts(
         stacked=side_by_side(blocks),

@@ -67,6 +67,7 @@ def state_series(
     factor: Array,
     y0: Array,
     order: int,
+    embedded: "EmbeddedParts | None" = None,
 ) -> Array:
     """The terms $v_j$, $j = 0..K$, of $v_{j+1} = \\frac{-i\\,\\phi_{j+1}}{j+1}
     \\sum_m h_m v_{j-m}$, $v_0 = y_0$: the series of $\\dot y = -iH y$ in a time
@@ -76,9 +77,10 @@ def state_series(
     imaginary parts of the state side by side: half the work of complex
     products) and `series` (the rest: dense terms, a dense part, sparse terms).
     A small state (below `REAL_STATE_SIZE`) with dense terms only is stepped in
-    real arithmetic (`_embedded_series`). A loop over orders of fixed shape, so
-    the traced program does not grow with K; the state's dtype sets the
-    precision. **Returns:** shape `(order + 1, *y0.shape)`."""
+    real arithmetic (`_embedded_series`; `embedded`: the terms' real embeddings
+    held by their diagonals, when assembled before compiling). A loop over orders
+    of fixed shape, so the traced program does not grow with K; the state's dtype
+    sets the precision. **Returns:** shape `(order + 1, *y0.shape)`."""
     dtype = jnp.result_type(y0, 1j)
     rdtype = real_dtype(dtype)
     if (
@@ -88,7 +90,7 @@ def state_series(
         and series.dense is None
         and series.sparse is None
     ):
-        return _embedded_series(series, factor.astype(rdtype), y0, order)
+        return _embedded_series(series, factor.astype(rdtype), y0, order, embedded)
     # -i phi / (j + 1) goes into the weights, so each order costs the products only.
     complex_factor = factor.astype(dtype) * (-1j)
     n = y0.shape[0]
@@ -260,7 +262,43 @@ def series_loop(
     return lax.dynamic_update_index_in_dim(v, last, order, 0)
 
 
-def _embedded_series(series: TermSeries, factor: Array, y0: Array, order: int) -> Array:
+class EmbeddedParts(eqx.Module):
+    """The real embeddings that `_embedded_series` forms every step, assembled once
+    before compiling and held by their nonzero diagonals (`Diagonals`): of each
+    $-iH_a$ side by side (`lowered`), and of each $H_a$ (`raised`, for complex
+    coefficients). Known matrices only."""
+
+    lowered: Diagonals
+    raised: Diagonals
+
+
+def embedded_parts(matrices: np.ndarray) -> EmbeddedParts | None:
+    """`EmbeddedParts` of known `(A, n, n)` matrices, in NumPy, when their
+    diagonals pay: at most `MAX_DIAGONALS` and at most A n / 2 in all, where an
+    entry of a diagonal (about 0.2 ns) beats the A 2n entries of a row of the
+    dense stacked matrix (0.1 ns each) with room to spare. Spin chains and a few
+    coupled modes have a few dozen, whatever n (the driven 6-site XXZ chain: 46
+    against a dense row of 256); a random dense H has 4n - 2 per term."""
+    lowered = [Diagonals.from_matrix(real_embedding(-1j * m, np)) for m in matrices]
+    count = sum(d.count for d in lowered)
+    if count > MAX_DIAGONALS or 2 * count > len(matrices) * matrices.shape[-1]:
+        return None
+    raised = [Diagonals.from_matrix(real_embedding(m, np)) for m in matrices]
+    return EmbeddedParts(side_by_side(lowered), side_by_side(raised))
+
+
+# The most diagonals, over all terms, a step takes: the program has one slice per
+# diagonal.
+MAX_DIAGONALS = 160
+
+
+def _embedded_series(
+    series: TermSeries,
+    factor: Array,
+    y0: Array,
+    order: int,
+    parts: EmbeddedParts | None = None,
+) -> Array:
     """`state_series` for a small state and dense terms, in real arithmetic: the state
     as $(\\Re y, \\Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
     real matrix $\\begin{pmatrix} I_a & R_a \\\\ -R_a & I_a \\end{pmatrix}$. The
@@ -273,17 +311,22 @@ def _embedded_series(series: TermSeries, factor: Array, y0: Array, order: int) -
     dtype = jnp.result_type(y0, 1j)
     rdtype = real_dtype(dtype)
     n = y0.shape[0]
-    matrices = series.matrices.astype(dtype)
-    # -iH = I - iR, formed part by part (no product with -1j).
-    blocks = [real_embedding(lax.complex(matrices.imag, -matrices.real))]
+    rotated = jnp.iscomplexobj(series.coefficients)
     coefficients = [series.coefficients.real.astype(rdtype) * factor[None, :]]
-    if jnp.iscomplexobj(series.coefficients):
-        blocks.append(real_embedding(matrices))
+    if rotated:
         coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
-    # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
-    # transpose of their stack: formed every step, and XLA's older CPU emitters,
-    # with which small states compile, transpose slowly).
-    stacked = jnp.concatenate([b for block in blocks for b in block], axis=1)
+    if parts is not None and parts.lowered.blocks == series.matrices.shape[0]:
+        stacked = side_by_side([parts.lowered, parts.raised][: 1 + rotated])
+    else:
+        matrices = series.matrices.astype(dtype)
+        # -iH = I - iR, formed part by part (no product with -1j).
+        blocks = [real_embedding(lax.complex(matrices.imag, -matrices.real))]
+        if rotated:
+            blocks.append(real_embedding(matrices))
+        # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
+        # transpose of their stack: formed every step, and XLA's older CPU
+        # emitters, with which small states compile, transpose slowly).
+        stacked = jnp.concatenate([b for block in blocks for b in block], axis=1)
     y = y0.astype(dtype)
     v = series_loop(
         [(jnp.concatenate(coefficients), stacked)],

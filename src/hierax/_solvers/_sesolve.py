@@ -15,7 +15,7 @@ from .._interop import as_matrices, as_state
 from ._integrate import TermCache, check_no_foreign_keywords, solve
 from ._rewrites import uniform_products
 from ._solution import Solution
-from ._term import SchrodingerTerm
+from ._term import SchrodingerTerm, known_embedded_parts
 
 
 _API = "hierax.sesolve"
@@ -97,7 +97,7 @@ def sesolve(
         ```
     """
     check_no_foreign_keywords(unknown, _API)
-    term = _term(hamiltonian)
+    term, parts = _term(hamiltonian)
     n = term.size
     state = _check_state(as_state(state, "state", _API), n)
     dtype = complex_dtype(state.dtype)
@@ -117,19 +117,34 @@ def sesolve(
         adjoint=adjoint,
         api=_API,
         expectation=_ket_expectations,
+        # The terms' real embeddings held by their diagonals, assembled before
+        # compiling (`None` where they do not pay).
+        args=parts(dtype),
     )
 
 
 _TERMS = TermCache(16)
 
 
-def _term(hamiltonian: Any) -> SchrodingerTerm:
-    def build() -> SchrodingerTerm:
+def _term(hamiltonian: Any) -> tuple[SchrodingerTerm, Any]:
+    """The term and its step's parts assembled before compiling, per precision
+    (see `TermCache`)."""
+
+    def build() -> tuple[SchrodingerTerm, Any]:
         term = SchrodingerTerm(hamiltonian)
         # Sparse matrices with all entries equal, read as one value by the products.
-        return eqx.tree_at(
+        term = eqx.tree_at(
             lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
         )
+        assembled: dict[Any, Any] = {}
+
+        def parts(dtype: Any) -> Any:
+            key = jnp.dtype(dtype)
+            if key not in assembled:
+                assembled[key] = known_embedded_parts(term.hamiltonian, dtype)
+            return assembled[key]
+
+        return term, parts
 
     return _TERMS.get((hamiltonian,), build)
 

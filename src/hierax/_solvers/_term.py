@@ -6,11 +6,20 @@ from typing import Any
 
 import diffrax
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
+from .._arrays import placed, to_jax
 from .._kernels.density import REAL_DENSITY_SIZE, StructuredParts, VectorisedParts
-from .._kernels.propagator import REAL_STATE_SIZE, state_series, step_signs
+from .._kernels.propagator import (
+    REAL_STATE_SIZE,
+    EmbeddedParts,
+    embedded_parts,
+    state_series,
+    step_signs,
+)
 from .._lindblad import check_jump_operators
 from .._operators import (
     AbstractTimeOperator,
@@ -18,9 +27,10 @@ from .._operators import (
     TimeOperator,
     as_time_operator,
     summands,
+    time_operators,
     to_operator,
 )
-from .._series import TermSeries
+from .._series import TermSeries, real_dtype
 from ._density import density_step_terms
 from ._rewrites import operator_bound, real_terms, split_constant_trace
 
@@ -110,8 +120,10 @@ class SchrodingerTerm(AbstractTaylorTerm):
         return (self.hamiltonian,)
 
     def taylor_terms(self, t, step, y0, order, args):
-        del args
-        v = _schrodinger_terms(self.hamiltonian, t, step, y0, order)
+        # `sesolve` hands the terms' real embeddings, assembled before compiling,
+        # as diffrax's `args` (when their diagonals pay).
+        parts = args if isinstance(args, EmbeddedParts) else None
+        v = _schrodinger_terms(self.hamiltonian, t, step, y0, order, parts)
         # The energy shift, exactly, as the phase e^{-i c h}.
         return v, (-1j * step * self.energy_shift).astype(v.dtype)
 
@@ -127,7 +139,12 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
 
 def schrodinger_terms(
-    hamiltonian: AbstractTimeOperator, t: Array, step: Array, y0: Array, order: int
+    hamiltonian: AbstractTimeOperator,
+    t: Array,
+    step: Array,
+    y0: Array,
+    order: int,
+    parts: EmbeddedParts | None = None,
 ) -> Array:
     """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of $\\dot y = -iH y$,
     $y(t) = y_0$, for a step $h$ of either sign: shape `(order + 1, *y0.shape)`.
@@ -138,7 +155,8 @@ def schrodinger_terms(
     $h < 0$. A loop over orders of fixed shape, so the traced program does not grow
     with K; the state's dtype sets the precision. Terms with real matrices (see
     `real_terms`) are applied in real arithmetic, to the real and imaginary parts
-    of the state side by side: half the work of complex products.
+    of the state side by side: half the work of complex products. `parts`: the
+    terms' real embeddings held by their diagonals (`known_embedded_parts`).
     """
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
@@ -146,7 +164,27 @@ def schrodinger_terms(
         hamiltonian, t, order, scale, y0.shape[0] >= REAL_STATE_SIZE
     )
     factor = step_signs(step, order) * step
-    return state_series(real, series, factor, y0, order)
+    return state_series(real, series, factor, y0, order, parts)
+
+
+def known_embedded_parts(
+    hamiltonian: AbstractTimeOperator, dtype: Any
+) -> EmbeddedParts | None:
+    """The `EmbeddedParts` of the small-state kernel (`_embedded_series`), in NumPy
+    before compiling, placed in the real dtype of `dtype`: for a Hamiltonian of
+    known dense terms below `REAL_STATE_SIZE` whose diagonals pay (else `None`).
+    The terms are in the order of the step's series (the summands' in turn)."""
+    ops = time_operators(hamiltonian)
+    if ops is None or hamiltonian.size >= REAL_STATE_SIZE:
+        return None
+    if any(op.is_sparse or placed(op.matrices) for op in ops):
+        return None
+    matrices = np.concatenate([np.asarray(op.matrices) for op in ops])
+    parts = embedded_parts(matrices.astype(np.result_type(matrices, complex)))
+    if parts is None:
+        return None
+    rdtype = real_dtype(dtype)
+    return jax.tree.map(lambda x: to_jax(np.asarray(x, rdtype)), parts)
 
 
 def _real_and_other_series(
