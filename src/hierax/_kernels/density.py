@@ -651,8 +651,10 @@ def vectorised_density_terms(
     # The Schrödinger recursion of a real state (`series_loop`): the same
     # products, one per order.
     flat = rho.reshape(-1)
+    # The constant superoperator's row is constant; the others follow the series.
+    constant = (True,) + (False,) * (len(rows) - 1)
     v = series_loop(
-        [(jnp.stack(rows), stacked)],
+        [(jnp.stack(rows), stacked, constant)],
         None,
         None,
         jnp.concatenate([flat.real, flat.imag]),

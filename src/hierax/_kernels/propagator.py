@@ -102,7 +102,9 @@ def state_series(
         count = part.coefficients.shape[0]
         stacked = jnp.transpose(part.matrices.astype(matrix_dtype), (1, 0, 2))
         coefficients = part.coefficients.astype(dtype) * complex_factor[None, :]
-        parts.append((coefficients, stacked.reshape(n, count * n)))
+        parts.append(
+            (coefficients, stacked.reshape(n, count * n), part.constant_flags())
+        )
     dense = sparse = None
     if series is not None and series.dense is not None:
         shape = (-1,) + (1,) * (series.dense.ndim - 1)
@@ -189,7 +191,7 @@ def side_by_side(matrices: list[Any]) -> Any:
 
 
 def series_loop(
-    parts: list[tuple[Array, Any]],
+    parts: list[tuple[Array, Any, tuple[bool, ...]]],
     dense: Array | None,
     sparse: Any,
     y0: Array,
@@ -197,24 +199,54 @@ def series_loop(
 ) -> Array:
     """The recursion $v_{j+1} = \\frac{1}{j+1} \\sum_m h_m v_{j-m}$, $v_0 = y_0$,
     with the step's factor already in the series: `parts` are (coefficients
-    `(A, K+1)`, matrices side by side `(n, A n)`, dense or `Diagonals`), `dense` a
-    series `(K+1, n, n)`,
-    `sparse` sparse terms. A loop over orders of fixed shape, so the traced program
-    does not grow with K. Real matrices with a complex state are applied to its real
-    and imaginary parts side by side."""
+    `(A, K+1)`, matrices side by side `(n, A n)`, dense or `Diagonals`, and which
+    rows are constant: static flags, empty for none), `dense` a series
+    `(K+1, n, n)`, `sparse` sparse terms. A loop over orders of fixed shape, so the
+    traced program does not grow with K. Real matrices with a complex state are
+    applied to its real and imaginary parts side by side."""
     dtype = y0.dtype
     n = y0.shape[0]
     columns = math.prod(y0.shape[1:])
     lags = jnp.arange(order + 1)
     v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
-    # The Cauchy product's window of each order (with its 1 / (j + 1)), formed once.
-    windows = [lagged_weights(c) for c, _ in parts]
+    rdtype = real_dtype(dtype)
+    # The Cauchy product's window of each order (with its 1 / (j + 1)), formed once,
+    # for the time-dependent rows; a constant row needs only its value times v_j
+    # (in a window, a row of zeros but one: a step's constant Hamiltonian and a
+    # drive spent half the window's work on it).
+    prepared = []
+    for coefficients, stacked, constant in parts:
+        flags = constant if len(constant) == coefficients.shape[0] else ()
+        fixed = np.asarray([a for a, f in enumerate(flags) if f], dtype=int)
+        varying = np.asarray(
+            [a for a in range(coefficients.shape[0]) if a not in set(fixed)], dtype=int
+        )
+        window = lagged_weights(coefficients[varying]) if varying.size else None
+        values = coefficients[fixed, 0] if fixed.size else None
+        prepared.append((window, values, fixed, varying, stacked))
+
+    def inner_of(window, values, fixed, varying, v, j, current):
+        """The vectors that meet the stacked matrices, row by row: `(A, n, ...)`."""
+        pieces = {}
+        if window is not None:
+            weights = lax.dynamic_index_in_dim(window, j, axis=1, keepdims=False)
+            summed = jnp.tensordot(weights, v, axes=(1, 0))
+            pieces.update({int(a): summed[k : k + 1] for k, a in enumerate(varying)})
+        if values is not None:
+            vj = lax.dynamic_index_in_dim(v, j, keepdims=False)
+            vj = vj if current is None else current
+            scale = (1 / (j + 1)).astype(rdtype)
+            shape = (-1,) + (1,) * vj.ndim
+            scaled = (values * scale).reshape(shape) * vj[None]
+            pieces.update({int(a): scaled[k : k + 1] for k, a in enumerate(fixed)})
+        rows = [pieces[a] for a in range(len(pieces))]
+        return rows[0] if len(rows) == 1 else jnp.concatenate(rows)
 
     def body(j, v, current):
         out = jnp.zeros((n, columns), dtype)
-        for window, (_, stacked) in zip(windows, parts):
-            weights = lax.dynamic_index_in_dim(window, j, axis=1, keepdims=False)
-            inner = jnp.tensordot(weights, v, axes=(1, 0)).reshape(-1, columns)
+        for window, values, fixed, varying, stacked in prepared:
+            inner = inner_of(window, values, fixed, varying, v, j, current)
+            inner = inner.reshape(-1, columns)
             if isinstance(stacked, Diagonals) or (
                 jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(inner)
             ):
@@ -328,8 +360,9 @@ def _embedded_series(
         # emitters, with which small states compile, transpose slowly).
         stacked = jnp.concatenate([b for block in blocks for b in block], axis=1)
     y = y0.astype(dtype)
+    flags = series.constant_flags()
     v = series_loop(
-        [(jnp.concatenate(coefficients), stacked)],
+        [(jnp.concatenate(coefficients), stacked, flags * (1 + rotated))],
         None,
         None,
         jnp.concatenate([y.real, y.imag]),
