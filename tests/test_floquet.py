@@ -130,6 +130,28 @@ def test_vmap_over_periods_and_amplitudes_equals_a_loop_and_compiles_once():
         )
 
 
+def test_large_batches_are_solved_in_blocks_that_equal_single_solves(monkeypatch):
+    """A sweep larger than a block (here blocks of 8: 19 drives are two blocks and
+    a remainder, solved one after another) equals single solves, and its
+    gradient under `jax.vmap` equals single gradients."""
+    monkeypatch.setattr(hierax._floquet, "_BLOCK_BYTES", 1)
+    h0, drive = _transmon()
+
+    def energies(amplitude):
+        h = h0 + hierax.Cos(0.9, amplitude=amplitude) * drive
+        return hierax.floquet(h, 2 * jnp.pi / 0.9, rtol=1e-10).quasienergies
+
+    amplitudes = jnp.linspace(0.0, 0.1, 19)
+    batched = jax.jit(jax.vmap(energies))(amplitudes)
+    slopes = jax.jit(jax.vmap(jax.grad(lambda a: energies(a)[0])))(amplitudes)
+    for k in (0, 7, 8, 16, 18):  # first, last of a block, next block, remainder
+        np.testing.assert_allclose(
+            np.asarray(batched[k]), np.asarray(energies(amplitudes[k])), atol=1e-12
+        )
+        single = jax.grad(lambda a: energies(a)[0])(amplitudes[k])
+        np.testing.assert_allclose(float(slopes[k]), float(single), atol=1e-10)
+
+
 def test_quasienergy_gradient_against_finite_differences():
     """d eps / d amplitude of a driven qubit (away from degeneracies) against a
     central difference."""
