@@ -150,3 +150,42 @@ def test_callable_module_with_python_int_field():
         4,
     )(0.3)
     np.testing.assert_allclose(levels, reference, rtol=1e-12, atol=1e-12)
+
+
+def test_functions_of_one_structure_share_one_series():
+    """A `TimeOperator`'s time functions of one structure (here three `Cos`, two
+    Gaussian envelopes times a cosine) are expanded together under `jax.vmap`;
+    each series equals the function's own, at a real and a complex time, with
+    functions of other structures (a polynomial, a constant, a callable) beside
+    them, and the operator's gradient with respect to a drive's amplitude equals
+    a central difference."""
+    from hierax._operators import function_series
+
+    def functions(amplitude):
+        return [
+            hierax.Cos(1.3, amplitude=amplitude),
+            hierax.Gaussian(0.5, 0.7) * hierax.Cos(2.0),
+            hierax.Cos(0.4, 0.3),
+            hierax.Polynomial(jnp.array([0.2, -0.1, 0.05])),
+            hierax.Gaussian(-0.3, 1.1) * hierax.Cos(0.7, -0.2),
+            hierax.Constant(0.8),
+            hierax.Cos(2.9, 1.1, amplitude=0.5),
+            hierax.CallableTimeFunction(lambda t: jnp.tanh(t)),
+        ]
+
+    for t in (jnp.asarray(0.37), jnp.asarray(0.37 + 0.2j)):
+        together = function_series(functions(0.6), t, 12, jnp.asarray(0.9))
+        for f, series in zip(functions(0.6), together, strict=True):
+            alone = f.series(t, 12, jnp.asarray(0.9))
+            np.testing.assert_allclose(
+                np.asarray(series), np.asarray(alone), rtol=1e-14, atol=1e-15
+            )
+
+    def first(amplitude):
+        matrices = jnp.eye(2)[None].repeat(8, axis=0)
+        op = hierax.TimeOperator(functions(amplitude), matrices)
+        return jnp.real(op.sparse_series(jnp.asarray(0.37), 6, None).coefficients[0, 3])
+
+    step = 1e-6
+    numeric = (first(0.6 + step) - first(0.6 - step)) / (2 * step)
+    np.testing.assert_allclose(float(jax.grad(first)(0.6)), float(numeric), rtol=1e-7)
