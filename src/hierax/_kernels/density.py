@@ -318,14 +318,21 @@ def density_parts(
     hamiltonian: list[Term], jumps: list[list[Term]], n: int, xp: ModuleType
 ) -> DensityParts:
     """The step-independent parts of the Lindblad step for `operator_terms` of H
-    and of each jump operator, in `xp` (NumPy or `jax.numpy`): the vectorised
-    kernel's up to n = `VECTORISED_SIZE`, the structured one's above."""
-    if xp is np and n <= DIAGONAL_SIZE:
-        parts = _diagonal_parts(hamiltonian, jumps, n)
+    and of each jump operator, in `xp` (NumPy or `jax.numpy`): with known (NumPy)
+    operators up to n = `DIAGONAL_SIZE`, the superoperators held by their
+    diagonals when that pays (`_diagonal_parts`); else the vectorised kernel's up
+    to n = `VECTORISED_SIZE`, the structured one's above."""
+    if n > max(VECTORISED_SIZE, DIAGONAL_SIZE if xp is np else 0):
+        return _structured_parts(hamiltonian, jumps, n, xp)
+    # Formed once: read for their diagonals (known operators) and, failing that,
+    # as dense superoperators (small n).
+    superoperators = _superoperators(hamiltonian, jumps, n, xp)
+    if xp is np:
+        parts = _diagonal_parts(*superoperators, n)
         if parts is not None:
             return parts
     if n <= VECTORISED_SIZE:
-        return _vectorised_parts(hamiltonian, jumps, n, xp)
+        return _vectorised_parts(*superoperators, xp)
     return _structured_parts(hamiltonian, jumps, n, xp)
 
 
@@ -559,7 +566,10 @@ def _superoperators(
 
 
 def _diagonal_parts(
-    hamiltonian: list[Term], jumps: list[list[Term]], n: int
+    constant: np.ndarray,
+    operators: list[np.ndarray],
+    sources: list[tuple[Any, ...]],
+    n: int,
 ) -> VectorisedParts | None:
     """`VectorisedParts` with the real superoperators held by their nonzero
     diagonals (`Diagonals`), in NumPy, when they are few: at most
@@ -570,7 +580,6 @@ def _diagonal_parts(
     Measured on the open transmon pair (n = 9, 4 jump operators, 2 drives): 25
     diagonals, a step 384 -> 112-140 us (the structured kernel's, and 296 us with
     dense superoperators). `None` when they do not pay."""
-    constant, operators, sources = _superoperators(hamiltonian, jumps, n, np)
     blocks = [
         Diagonals.from_matrix(real_embedding(x, np)) for x in [constant, *operators]
     ]
@@ -589,9 +598,8 @@ def _diagonal_parts(
 
 
 def _vectorised_parts(
-    hamiltonian: list[Term], jumps: list[list[Term]], n: int, xp: ModuleType
+    constant: Any, operators: list[Any], sources: list[tuple[Any, ...]], xp: ModuleType
 ) -> VectorisedParts:
-    constant, operators, sources = _superoperators(hamiltonian, jumps, n, xp)
     blocks = [real_embedding(x, xp) for x in [constant, *operators]]
     return VectorisedParts(
         stacked=xp.concatenate(blocks, axis=1),

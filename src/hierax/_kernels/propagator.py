@@ -217,10 +217,9 @@ def series_loop(
     prepared = []
     for coefficients, stacked, constant in parts:
         flags = constant if len(constant) == coefficients.shape[0] else ()
-        fixed = np.asarray([a for a, f in enumerate(flags) if f], dtype=int)
-        varying = np.asarray(
-            [a for a in range(coefficients.shape[0]) if a not in set(fixed)], dtype=int
-        )
+        rows = range(coefficients.shape[0])
+        fixed = np.asarray([a for a in rows if flags and flags[a]], dtype=int)
+        varying = np.asarray([a for a in rows if not (flags and flags[a])], dtype=int)
         window = lagged_weights(coefficients[varying]) if varying.size else None
         values = coefficients[fixed, 0] if fixed.size else None
         prepared.append((window, values, fixed, varying, stacked))
@@ -233,8 +232,11 @@ def series_loop(
             summed = jnp.tensordot(weights, v, axes=(1, 0))
             pieces.update({int(a): summed[k : k + 1] for k, a in enumerate(varying)})
         if values is not None:
-            vj = lax.dynamic_index_in_dim(v, j, keepdims=False)
-            vj = vj if current is None else current
+            vj = (
+                lax.dynamic_index_in_dim(v, j, keepdims=False)
+                if current is None
+                else current
+            )
             scale = (1 / (j + 1)).astype(rdtype)
             shape = (-1,) + (1,) * vj.ndim
             scaled = (values * scale).reshape(shape) * vj[None]

@@ -118,6 +118,20 @@ class TermCache:
         return value
 
 
+def per_precision(assemble: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`assemble(dtype)` (a step's parts, assembled before compiling), kept per
+    dtype: a term cached by `TermCache` assembles them once per precision."""
+    assembled: dict[Any, Any] = {}
+
+    def parts(dtype: Any) -> Any:
+        key = jnp.dtype(dtype)
+        if key not in assembled:
+            assembled[key] = assemble(key)
+        return assembled[key]
+
+    return parts
+
+
 def _max_norm(x: PyTree) -> Array:
     """The largest absolute entry: each amplitude of the state is held to the
     tolerance (diffrax's default, the RMS norm, would let a few entries err more)."""

@@ -12,7 +12,7 @@ from .._arrays import as_array, cast, complex_dtype
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from ._density import known_density_parts
-from ._integrate import TermCache, check_no_foreign_keywords, solve
+from ._integrate import TermCache, check_no_foreign_keywords, per_precision, solve
 from ._sesolve import check_exp_ops
 from ._solution import Solution
 from ._term import LindbladTerm
@@ -142,16 +142,8 @@ def _term(hamiltonian: Any, jump_operators: Any) -> tuple[LindbladTerm, Any]:
 
     def build() -> tuple[LindbladTerm, Any]:
         term = LindbladTerm(hamiltonian, jump_operators)
-        assembled: dict[Any, Any] = {}
-
-        def parts(dtype: Any) -> Any:
-            key = jnp.dtype(dtype)
-            if key not in assembled:
-                operators = (term.hamiltonian, term.jump_operators)
-                assembled[key] = known_density_parts(*operators, dtype)
-            return assembled[key]
-
-        return term, parts
+        operators = (term.hamiltonian, term.jump_operators)
+        return term, per_precision(lambda d: known_density_parts(*operators, d))
 
     return _TERMS.get((hamiltonian, *jumps), build)
 

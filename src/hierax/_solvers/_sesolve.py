@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, ScalarLike
 from .._arrays import as_array, cast, complex_dtype
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
-from ._integrate import TermCache, check_no_foreign_keywords, solve
+from ._integrate import TermCache, check_no_foreign_keywords, per_precision, solve
 from ._rewrites import uniform_products
 from ._solution import Solution
 from ._term import SchrodingerTerm, known_embedded_parts
@@ -136,15 +136,7 @@ def _term(hamiltonian: Any) -> tuple[SchrodingerTerm, Any]:
         term = eqx.tree_at(
             lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
         )
-        assembled: dict[Any, Any] = {}
-
-        def parts(dtype: Any) -> Any:
-            key = jnp.dtype(dtype)
-            if key not in assembled:
-                assembled[key] = known_embedded_parts(term.hamiltonian, dtype)
-            return assembled[key]
-
-        return term, parts
+        return term, per_precision(lambda d: known_embedded_parts(term.hamiltonian, d))
 
     return _TERMS.get((hamiltonian,), build)
 
