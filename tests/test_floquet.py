@@ -152,6 +152,19 @@ def test_large_batches_are_solved_in_blocks_that_equal_single_solves(monkeypatch
         np.testing.assert_allclose(float(slopes[k]), float(single), atol=1e-10)
 
 
+def test_a_new_amplitude_compiles_nothing_from_python():
+    """Eager `floquet` calls with new drive values reuse the compiled solve."""
+
+    def energies(amplitude):
+        h = 0.5 * SZ + hierax.Cos(2.0, amplitude=amplitude) * SX
+        return hierax.floquet(h, 2 * np.pi / 2.0).quasienergies
+
+    energies(0.1)
+    before = compile_count()
+    energies(0.3)
+    assert compile_count() == before
+
+
 def test_quasienergy_gradient_against_finite_differences():
     """d eps / d amplitude of a driven qubit (away from degeneracies) against a
     central difference."""

@@ -26,14 +26,6 @@ from hierax._solvers._density import (
 from .helpers import compile_count
 
 
-# Test ids and the layout each takes.
-KERNELS = {"vectorised": "dense", "structured": "structured", "diagonals": "diagonals"}
-
-
-def _id(n, sparse):
-    return "diagonals" if sparse else ("vectorised" if n <= 8 else "structured")
-
-
 def _layout(parts):
     if isinstance(parts, StructuredParts):
         return "structured"
@@ -163,7 +155,9 @@ def test_time_dependent_against_dop853_and_physicality():
 # larger n, and the superoperators' few nonzero diagonals when every matrix is
 # sparse (banded).
 LAYOUTS = pytest.mark.parametrize(
-    "n, sparse", [(4, False), (10, False), (10, True)], ids=list(KERNELS)
+    "n, sparse, layout",
+    [(4, False, "dense"), (10, False, "structured"), (10, True, "diagonals")],
+    ids=["vectorised", "structured", "diagonals"],
 )
 
 
@@ -203,14 +197,14 @@ def _every_kind(n, sparse=False):
 
 
 @LAYOUTS
-def test_structured_operators_against_dop853(n, sparse):
+def test_structured_operators_against_dop853(n, sparse, layout):
     """`_every_kind` of term, small n on vec(rho), larger n term by term or by the
     superoperators' diagonals, against DOP853; and a callable jump operator, which
     takes the generic kernel."""
     hamiltonian, jumps, rho, a = _every_kind(n, sparse)
     term = LindbladTerm(hamiltonian, jumps)
     parts = known_density_parts(term.hamiltonian, term.jump_operators, jnp.complex128)
-    assert _layout(parts) == KERNELS[_id(n, sparse)]
+    assert _layout(parts) == layout
     diagonals = [
         op
         for op in term.hamiltonian.operators  # pyright: ignore[reportAttributeAccessIssue]
@@ -233,7 +227,7 @@ def test_structured_operators_against_dop853(n, sparse):
 
 
 @LAYOUTS
-def test_step_parts_known_before_compiling_equal_traced_and_generic(n, sparse):
+def test_step_parts_known_before_compiling_equal_traced_and_generic(n, sparse, layout):
     """One step's series (a backward step: odd orders of every series negated)
     three ways: the structured kernel with its constant parts assembled in NumPy
     before compiling (what `mesolve` does), the same kernel assembling them itself
@@ -241,7 +235,7 @@ def test_step_parts_known_before_compiling_equal_traced_and_generic(n, sparse):
     hamiltonian, jumps, rho, _ = _every_kind(n, sparse)
     term = LindbladTerm(hamiltonian, jumps)
     parts = known_density_parts(term.hamiltonian, term.jump_operators, jnp.complex128)
-    assert parts is not None
+    assert parts is not None and _layout(parts) == layout
     t, step, order = jnp.asarray(0.3), jnp.asarray(-0.2), 12
 
     @jax.jit
@@ -270,14 +264,14 @@ def test_step_parts_known_before_compiling_equal_traced_and_generic(n, sparse):
 
 
 @LAYOUTS
-def test_complex64_state_sets_the_precision(n, sparse):
+def test_complex64_state_sets_the_precision(n, sparse, layout):
     """A complex64 density matrix with float32 times under float64 operators: the
     step's parts, assembled in float64 before compiling, are cast to the state's
     precision, and the solve stays in complex64."""
     hamiltonian, jumps, rho, _ = _every_kind(n, sparse)
     term = LindbladTerm(hamiltonian, jumps)
     parts = known_density_parts(term.hamiltonian, term.jump_operators, jnp.complex64)
-    assert _layout(parts) == KERNELS[_id(n, sparse)]
+    assert _layout(parts) == layout
     assert all(
         leaf.dtype in (jnp.float32, jnp.complex64, jnp.int32)
         for leaf in jax.tree.leaves(parts)

@@ -21,12 +21,12 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from ._arrays import complex_dtype
+from ._jit import in_blocks
 from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from ._solvers import sesolve
 from ._validation import as_period, is_traced
@@ -162,36 +162,7 @@ def _one_period(
         return solved.states[-1]
 
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
-    block = max(8, _BLOCK_BYTES // lane)
-
-    @jax.custom_batching.custom_vmap
-    def blocked(arrays: Any, period: Array, t0: Array) -> Array:
-        return single(arrays, period, t0)
-
-    @blocked.def_vmap
-    def rule(axis_size, in_batched, arrays, period, t0):
-        args = (arrays, period, t0)
-        flags = jax.tree.leaves(in_batched)
-        leaves, tree = jax.tree.flatten(args)
-        mapped = [x for x, b in zip(leaves, flags) if b]
-
-        def one(xs: list) -> Array:
-            it = iter(xs)
-            filled = [next(it) if b else x for x, b in zip(leaves, flags)]
-            return single(*jax.tree.unflatten(tree, filled))
-
-        size = min(block, axis_size)
-        return lax.map(one, mapped, batch_size=size), True
-
-    @jax.custom_jvp
-    def propagator(arrays: Any, period: Array, t0: Array) -> Array:
-        return blocked(arrays, period, t0)
-
-    @propagator.defjvp
-    def derivative(primals, tangents):
-        return jax.jvp(single, primals, tangents)
-
-    return propagator(arrays, period, t0)
+    return in_blocks(single, max(8, _BLOCK_BYTES // lane))(arrays, period, t0)
 
 
 def _refuse_non_hermitian(operator: AbstractTimeOperator, api: str) -> None:

@@ -153,27 +153,61 @@ def by_batching(single: Callable, batched: Callable) -> Callable:
     what counts is how many operations and bytes it touches), the second for a
     batch (where what counts is arithmetic). The choice is made by JAX's public
     batching rule (`jax.custom_batching.custom_vmap`), not by inspecting tracers.
+    `args` are arrays (pytrees of arrays)."""
 
-    `custom_vmap` alone has no reverse-mode derivative, so the function is also a
-    `jax.custom_jvp` whose rule differentiates `single` (under `jax.vmap` of a
-    derivative, that rule is batched as any JAX function): forward and reverse mode
-    both work, and give the derivative of the same computation. `args` are arrays
-    (pytrees of arrays)."""
+    def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
+        axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched))
+        return jax.vmap(batched, in_axes=axes, axis_size=axis_size)(*args)
 
     # Behind a jit boundary, the constants `single` makes (NumPy arrays) stay in
     # its own program instead of becoming inputs of the batching rule, which JAX
     # requires to be unbatched (under a `lax.cond` on a batched predicate every
     # input is batched).
-    one = jax.jit(single)
+    return _with_batching_rule(single, rule, jax.jit(single))
+
+
+def in_blocks(single: Callable, block: int) -> Callable:
+    """`single(*args)`, mapped by `jax.vmap` in blocks of at most `block` lanes, one
+    block after another (`lax.map` over vmapped blocks): the same computations,
+    for a batch whose working set would outgrow the caches if all lanes ran in
+    lockstep. `args` are arrays (pytrees of arrays, `None` allowed). `single` is
+    not put behind a jit boundary of its own: a caller that builds it afresh on
+    every call would compile it every call."""
+
+    def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
+        flags = jax.tree.leaves(in_batched)
+        leaves, tree = jax.tree.flatten(args)
+        mapped = [x for x, b in zip(leaves, flags) if b]
+
+        def one(xs: list) -> Any:
+            lanes = iter(xs)
+            filled = [next(lanes) if b else x for x, b in zip(leaves, flags)]
+            return single(*jax.tree.unflatten(tree, filled))
+
+        return lax.map(one, mapped, batch_size=min(block, axis_size))
+
+    return _with_batching_rule(single, rule, single)
+
+
+def _with_batching_rule(
+    single: Callable, rule: Callable, unmapped: Callable
+) -> Callable:
+    """`single`, computed by `unmapped` (the same function, or it behind a jit
+    boundary) when not mapped, and by `rule(axis_size, in_batched, *args)` when
+    mapped by `jax.vmap` (every output batched).
+
+    `custom_vmap` alone has no reverse-mode derivative, so the function is also a
+    `jax.custom_jvp` whose rule differentiates `single` (under `jax.vmap` of a
+    derivative, that rule is batched as any JAX function): forward and reverse mode
+    both work, and give the derivative of the same computation."""
 
     @jax.custom_batching.custom_vmap
     def mapped(*args):
-        return one(*args)
+        return unmapped(*args)
 
     @mapped.def_vmap
-    def rule(axis_size, in_batched, *args):
-        axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched))
-        out = jax.vmap(batched, in_axes=axes, axis_size=axis_size)(*args)
+    def batching(axis_size, in_batched, *args):
+        out = rule(axis_size, in_batched, *args)
         return out, jax.tree.map(lambda _: True, out)
 
     @jax.custom_jvp
