@@ -215,6 +215,20 @@ def test_few_diagonals_step_the_same_series_as_dense_terms():
     columns = jnp.stack([state, jnp.roll(state, 1)], axis=1)
     both = sesolve(hamiltonian, columns, times, rtol=RTOL).states
     assert _error(both[..., 0], solution.states) <= 10 * RTOL
+    # H + 5 I: the same states times the phase e^{-5it}.
+    shifted = hierax.TimeOperator(
+        [hierax.Constant(1.0), hierax.Exp(0.4j) + hierax.Cos(1.1)],
+        [hopping + 5.0 * np.eye(n), field],
+    )
+    phases = np.exp(-5j * times)[:, None]
+    moved = sesolve(shifted, state, times, rtol=RTOL).states
+    assert _error(moved, phases * np.asarray(solution.states)) <= 10 * RTOL
+    # complex64: the parts in float32, the solve in single precision.
+    low = sesolve(
+        hamiltonian, state.astype(jnp.complex64), times.astype(np.float32), rtol=1e-5
+    )
+    assert low.states.dtype == jnp.complex64
+    assert _error(low.states, solution.states) <= 1e-4
 
 
 def test_piecewise_constant_pulse_against_expm_per_segment():
