@@ -350,6 +350,45 @@ def test_numpy_operators_inside_jit_keep_the_step_parts():
     assert layouts == ["diagonals"] * 3
 
 
+def test_numpy_operators_are_kept_by_their_values(monkeypatch):
+    """NumPy Hamiltonians and jump operators passed again with the same entries
+    reuse the term built for them (its Lindblad parts are not assembled again);
+    new entries, including an in-place change of the same array, give a new term
+    and the new dynamics (against the Liouvillian's expm)."""
+    import hierax._solvers._mesolve as module
+
+    built = []
+    real = module.known_density_parts
+    monkeypatch.setattr(
+        module,
+        "known_density_parts",
+        lambda *a: built.append(1) or real(*a),
+    )
+    hamiltonian = 0.7 * SZ + 0.3 * SX
+    jump = np.sqrt(0.2) * SM
+    times = jnp.array([0.0, 1.3])
+
+    def solve():
+        return mesolve(hamiltonian, [jump], RHO, times, rtol=RTOL, atol=ATOL)
+
+    def expected():
+        vec = jsl.expm(1.3 * _liouvillian(hamiltonian, [jump])) @ RHO.T.reshape(-1)
+        return vec.reshape(2, 2).T
+
+    first = solve().states[-1]
+    assert _error(first, expected()) <= 1e-9
+    assert _error(solve().states[-1], first) == 0
+    # Equal entries in new arrays: the same term again.
+    hamiltonian, jump = hamiltonian.copy(), jump.copy()
+    assert _error(solve().states[-1], first) == 0
+    assert len(built) == 1
+    jump *= 2  # in place: new entries
+    changed = solve().states[-1]
+    assert len(built) == 2
+    assert _error(changed, expected()) <= 1e-9
+    assert _error(changed, first) > 1e-3
+
+
 def test_no_jump_operators_equals_sesolve():
     hamiltonian, _ = _driven()
     times = np.linspace(0.0, 5.0, 6)

@@ -126,10 +126,22 @@ def float_dtype() -> Any:
 
 def as_array(x: Any) -> Any:
     """`jnp.asarray(x)`, without its cost (about 10 us) for what is already a JAX
-    array or traced."""
-    return x if isinstance(x, (jax.Array, Tracer)) else jnp.asarray(x)
+    array or traced, and without an eager JAX operation for numbers (a NumPy array,
+    a list): that compiles a small program on a process's first call."""
+    if isinstance(x, (jax.Array, Tracer)):
+        return x
+    try:
+        value = np.asarray(x)
+    except (TypeError, ValueError):
+        value = None
+    if value is not None and value.dtype.kind in "biufc":
+        return to_jax(value)
+    return jnp.asarray(x)  # JAX's own error for what is not an array
 
 
 def cast(x: Array, dtype: Any) -> Array:
-    """`x.astype(dtype)`, without its cost (about 12 us) when it has that dtype."""
-    return x if x.dtype == dtype else x.astype(dtype)
+    """`x.astype(dtype)`, without its cost (about 12 us) when it has that dtype, and
+    converted in NumPy (no eager JAX operation) when concrete and not placed."""
+    if x.dtype == dtype:
+        return x
+    return x.astype(dtype) if placed(x) else to_jax(x, dtype)

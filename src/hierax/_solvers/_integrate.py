@@ -2,7 +2,9 @@
 the Taylor solver on diffrax with its step control, and the result, for any
 `AbstractTaylorTerm`."""
 
+import collections
 import contextlib
+import hashlib
 import math
 import warnings
 from collections.abc import Callable
@@ -16,7 +18,7 @@ import numpy as np
 from jaxtyping import Array, PyTree
 
 from .._arrays import as_array, float_dtype, to_jax
-from .._cache import IdentityCache
+from .._cache import IdentityCache, flatten_module
 from .._jit import module_jit
 from .._sparse import available_memory
 from .._validation import is_traced
@@ -95,27 +97,74 @@ class TermCache:
     needs assembled), kept by their identity: operator modules and JAX arrays are
     immutable, so the same ones passed again need nothing rebuilt (their rewrites
     in NumPy, flattened form and norms, all cached by identity below, stay valid
-    too). Anything mutable (NumPy arrays, lists of numbers) or traced is rebuilt
-    every call. Keyed by the first operator (the Hamiltonian), holding the others
-    to compare them by identity."""
+    too). NumPy matrices (mutable) are kept by value instead: each is replaced by
+    a read-only copy, one per content (`_by_value`), which then stands for it.
+    Anything else (lists of numbers) or traced is rebuilt every call. Keyed by the
+    first operator (the Hamiltonian), holding the others to compare them by
+    identity. `build(operators)` gets the operators as they are kept."""
 
     def __init__(self, size: int):
         self.entries = IdentityCache(size)
 
-    def get(self, operators: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-        kept = all(
-            isinstance(x, eqx.Module | jax.Array)
-            and not any(is_traced(leaf) for leaf in jax.tree.leaves(x))
-            for x in operators
-        )
+    def get(
+        self, operators: tuple[Any, ...], build: Callable[[tuple[Any, ...]], Any]
+    ) -> Any:
+        operators = tuple(_by_value(x) for x in operators)
+        kept = all(_immutable(x) for x in operators)
         hit = self.entries.get(operators[0]) if kept else None
         if hit is not None and len(hit[0]) == len(operators):
             if all(a is b for a, b in zip(hit[0], operators, strict=True)):
                 return hit[1]
-        value = build()
+        value = build(operators)
         if kept:
             self.entries.put(operators[0], (operators, value))
         return value
+
+
+def _immutable(x: Any) -> bool:
+    """Whether `x` can be kept by identity: a concrete module (its flattened form,
+    cached by identity, says whether every leaf is a concrete JAX array), a
+    concrete JAX array, or a read-only copy from `_by_value`."""
+    if isinstance(x, eqx.Module):
+        flat = flatten_module(x)
+        return flat.all_arrays or not any(is_traced(leaf) for leaf in flat.leaves)
+    return isinstance(x, np.ndarray | jax.Array) and not is_traced(x)
+
+
+# The NumPy matrices `TermCache` keeps by value: a read-only copy per content, the
+# oldest dropped past `_BY_VALUE_SIZE` (a dropped copy's terms go with it). Only
+# matrices up to `_BY_VALUE_BYTES`: reading a larger one's content on every call
+# would cost more than it saves.
+_BY_VALUE: "collections.OrderedDict[Any, np.ndarray]" = collections.OrderedDict()
+_BY_VALUE_SIZE = 64
+_BY_VALUE_BYTES = 1 << 20
+
+
+def _by_value(x: Any) -> Any:
+    """A NumPy matrix's read-only copy kept for its content (the same object for
+    equal contents), so that rebuilding what is made from it is skipped;
+    anything else as it is. (Measured: the open transmon pair's four NumPy jump
+    operators, n = 9, rebuilt their Lindblad parts on every `mesolve` call, 8.5 ms
+    of a 13.6 ms call.)"""
+    if (
+        type(x) is not np.ndarray
+        or x.dtype.kind not in "biufc"
+        or x.nbytes > _BY_VALUE_BYTES
+    ):
+        return x
+    data = np.ascontiguousarray(x)
+    digest = hashlib.blake2b(data.view(np.uint8), digest_size=16).digest()
+    key = (x.dtype.str, x.shape, digest)
+    hit = _BY_VALUE.get(key)
+    if hit is None:
+        hit = data.copy()
+        hit.setflags(write=False)
+        _BY_VALUE[key] = hit
+        if len(_BY_VALUE) > _BY_VALUE_SIZE:
+            _BY_VALUE.popitem(last=False)
+    else:
+        _BY_VALUE.move_to_end(key)
+    return hit
 
 
 def per_precision(assemble: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -140,8 +140,9 @@ _TERMS = TermCache(16)
 def _term(hamiltonian: Any, jump_operators: Any) -> tuple[LindbladTerm, Any]:
     jumps = tuple(jump_operators) if isinstance(jump_operators, list | tuple) else ()
 
-    def build() -> tuple[LindbladTerm, Any]:
-        term = LindbladTerm(hamiltonian, jump_operators)
+    def build(kept: tuple[Any, ...]) -> tuple[LindbladTerm, Any]:
+        given = list(kept[1:]) if isinstance(jump_operators, list | tuple) else None
+        term = LindbladTerm(kept[0], jump_operators if given is None else given)
         operators = (term.hamiltonian, term.jump_operators)
         return term, per_precision(lambda d: known_density_parts(*operators, d))
 

@@ -130,8 +130,8 @@ def _term(hamiltonian: Any) -> tuple[SchrodingerTerm, Any]:
     """The term and its step's parts assembled before compiling, per precision
     (see `TermCache`)."""
 
-    def build() -> tuple[SchrodingerTerm, Any]:
-        term = SchrodingerTerm(hamiltonian)
+    def build(kept: tuple[Any, ...]) -> tuple[SchrodingerTerm, Any]:
+        term = SchrodingerTerm(kept[0])
         # Sparse matrices with all entries equal, read as one value by the products.
         term = eqx.tree_at(
             lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
