@@ -60,7 +60,10 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
     # Small constants (the matrices of a few levels or qubits, a pulse's
     # parameters), which a user's code rebuilds on every call, are placed once per
     # value: a transfer costs 10-100 us, a look-up by content a few (32 KiB:
-    # 114 us against 9; from a few hundred KiB on the two cost the same).
+    # 114 us against 9; from a few hundred KiB on the two cost the same). The same
+    # value placed again is the same array, so an operator rebuilt on every call
+    # has the same leaves and finds the solvers' term kept for them (a 64-site
+    # XXZ chain's stacked matrices, 128 KiB: 4.4 -> 2.3 ms a call).
     key = (value.dtype, value.shape, value.tobytes(), _placement())
     hit = _KEPT.get(key)
     if hit is None:
@@ -89,7 +92,7 @@ class _ValueCache:
 
 
 # The largest constant `to_jax` keeps by value, and how many bytes it keeps in all.
-_KEPT_BYTES = 64 * 1024
+_KEPT_BYTES = 256 * 1024
 _KEPT = _ValueCache(16 * 2**20)
 
 

@@ -13,6 +13,7 @@ from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Inexact
 
 from ._arrays import placed, to_jax
+from ._cache import IdentityCache
 from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._jit import module_jit
@@ -136,9 +137,11 @@ class AbstractTimeOperator(eqx.Module):
         ):
             if isinstance(mine.matrices, tuple) and isinstance(theirs.matrices, tuple):
                 matrices = list(mine.matrices) + list(theirs.matrices)
-            else:
-                matrices = _unstack(mine.matrices) + _unstack(theirs.matrices)
-            return TimeOperator(mine.functions + theirs.functions, matrices)
+                return TimeOperator(mine.functions + theirs.functions, matrices)
+            # Both already checked: their stacks joined, not split and checked again
+            # (a sum of twelve drives checked each matrix 78 times).
+            functions = mine.functions + theirs.functions
+            return TimeOperator(functions, _joined(mine, theirs))
         return OperatorSum((self, other))
 
     def __radd__(self, other: Any) -> "AbstractTimeOperator":
@@ -239,6 +242,10 @@ class TimeOperator(AbstractTimeOperator):
         functions = tuple(
             as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
         )
+        if _CHECKED.get(matrices) is not None and len(matrices) == len(functions):
+            # A stack this module made from checked matrices (`_joined`).
+            self.functions, self.matrices = functions, matrices
+            return
         if isinstance(matrices, (jax.Array, np.ndarray)) and matrices.ndim == 3:
             matrices = _unstack(matrices)
         if not isinstance(matrices, Sequence):
@@ -399,6 +406,23 @@ def _unstack(matrices: Any) -> list[Any]:
     if placed(matrices):
         return list(matrices)
     return list(np.asarray(matrices))
+
+
+def _joined(mine: "TimeOperator", theirs: "TimeOperator") -> Array:
+    """The `(A, n, n)` stacks of two dense operators, one after the other, in their
+    common dtype (in NumPy when concrete)."""
+    a, b = mine.matrices, theirs.matrices
+    assert not isinstance(a, tuple) and not isinstance(b, tuple)
+    dtype = jnp.result_type(a.dtype, b.dtype)
+    if placed(a) or placed(b):
+        return jnp.concatenate([a.astype(dtype), b.astype(dtype)])
+    joined = to_jax(np.concatenate([np.asarray(a), np.asarray(b)]).astype(dtype))
+    _CHECKED.put(joined, True)
+    return joined
+
+
+# The stacks `_joined` made (concrete, of checked matrices), by identity.
+_CHECKED = IdentityCache(64)
 
 
 def _stack(matrices: Sequence[Any], dtype: Any) -> Array:

@@ -94,31 +94,77 @@ def check_no_foreign_keywords(unknown: dict[str, Any], api: str) -> None:
 
 class TermCache:
     """What a solver builds from a user's operators (its term, and what that
-    needs assembled), kept by their identity: operator modules and JAX arrays are
-    immutable, so the same ones passed again need nothing rebuilt (their rewrites
-    in NumPy, flattened form and norms, all cached by identity below, stay valid
-    too). NumPy matrices (mutable) are kept by value instead: each is replaced by
-    a read-only copy, one per content (`_by_value`), which then stands for it.
-    Anything else (lists of numbers) or traced is rebuilt every call. Keyed by the
-    first operator (the Hamiltonian), holding the others to compare them by
-    identity. `build(operators)` gets the operators as they are kept."""
+    needs assembled), kept so that passing them again rebuilds nothing (their
+    rewrites in NumPy, flattened form and norms, cached with the term, stay
+    valid). Operator modules and JAX arrays are immutable: they are found by
+    identity, and also by their leaves (the same tree structure over the same
+    JAX arrays), so an operator rebuilt on every call from the same matrices and
+    parameters (whose constants `to_jax` places once per value) finds its term
+    too. NumPy matrices (mutable) are kept by value: each is replaced by a
+    read-only copy, one per content (`_by_value`), which then stands for it.
+    Anything else (lists of numbers) or traced is rebuilt every call.
+    `build(operators)` gets the operators as they are kept."""
 
     def __init__(self, size: int):
-        self.entries = IdentityCache(size)
+        self.size = size
+        # By the first operator's identity (its entry dropped when it dies), holding
+        # the others to compare them by identity.
+        self.by_identity = IdentityCache(size)
+        # By the operators' leaves, held so that their ids stay theirs.
+        self.by_leaves: collections.OrderedDict[Any, tuple[Any, Any]] = (
+            collections.OrderedDict()
+        )
 
     def get(
         self, operators: tuple[Any, ...], build: Callable[[tuple[Any, ...]], Any]
     ) -> Any:
         operators = tuple(_by_value(x) for x in operators)
-        kept = all(_immutable(x) for x in operators)
-        hit = self.entries.get(operators[0]) if kept else None
+        if not all(_immutable(x) for x in operators):
+            return build(operators)
+        hit = self.by_identity.get(operators[0])
         if hit is not None and len(hit[0]) == len(operators):
             if all(a is b for a, b in zip(hit[0], operators, strict=True)):
                 return hit[1]
-        value = build(operators)
-        if kept:
-            self.entries.put(operators[0], (operators, value))
+        key, held = _leaves_key(operators)
+        found = None if key is None else self.by_leaves.get(key)
+        if found is not None:
+            self.by_leaves.move_to_end(key)
+            value = found[1]
+        else:
+            value = build(operators)
+            if key is not None:
+                self.by_leaves[key] = (held, value)
+                if len(self.by_leaves) > self.size:
+                    self.by_leaves.popitem(last=False)
+        self.by_identity.put(operators[0], (operators, value))
         return value
+
+
+# `TermCache` finds operators by their leaves up to this many bytes of leaves in
+# all; larger ones only by identity, so that a dropped operator's big matrices are
+# not held on for a rebuild that may never come.
+_LEAVES_BYTES = 16 << 20
+
+
+def _leaves_key(operators: tuple[Any, ...]) -> tuple[Any, list]:
+    """The operators' tree structures and the identities of their leaves, and the
+    leaves (to hold); `None` past `_LEAVES_BYTES`."""
+    key, held = [], []
+    for x in operators:
+        if isinstance(x, eqx.Module):
+            flat = flatten_module(x)
+            key.append((flat.treedef, tuple(map(id, flat.leaves))))
+            held.extend(flat.leaves)
+        else:
+            key.append(id(x))
+            held.append(x)
+    if sum(getattr(leaf, "nbytes", 0) for leaf in held) > _LEAVES_BYTES:
+        return None, held
+    try:
+        hash(found := tuple(key))
+    except TypeError:  # an unhashable static field
+        return None, held
+    return found, held
 
 
 def _immutable(x: Any) -> bool:
