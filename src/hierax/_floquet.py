@@ -25,10 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
-from ._arrays import complex_dtype
+from ._arrays import complex_dtype, to_jax
 from ._jit import in_blocks
 from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from ._solvers import sesolve
+from ._symmetry import is_mirrored
 from ._validation import as_period, is_traced
 
 
@@ -111,7 +112,7 @@ def floquet(
     operator = to_operator(hamiltonian, "hamiltonian", api)
     _refuse_non_hermitian(operator, api)
     period = as_period(period, api)
-    t0 = jnp.asarray(t0, period.dtype)
+    t0 = to_jax(t0, period.dtype)
     u = _one_period(operator, period, t0, rtol, atol, order)
     energies, modes = _eigen(u, period)
     return FloquetBasis(
@@ -145,24 +146,43 @@ def _one_period(
     """The one-period propagator $U(t_0 + T, t_0)$. Under `jax.vmap` (a sweep of
     drives or periods) the lanes are solved in blocks whose series fit in the
     caches, one block after another (`lax.map`): the same solves, the same
-    results, each block in lockstep. Derivatives differentiate the one solve."""
+    results, each block in lockstep. Derivatives differentiate the one solve.
+
+    Where H is symmetric about the middle of the period,
+    $H(t_0 + T/2 + s) = \\overline{H(t_0 + T/2 - s)}$ (a cosine drive on real
+    matrices from a maximum of the cosine: `_symmetry`), only the first half is
+    solved: $U = U_h^T U_h$ with $U_h = U(t_0 + T/2, t_0)$."""
     n = operator.size
     dtype = complex_dtype(period.dtype)
     arrays, static = eqx.partition(operator, eqx.is_array)
+    half = _symmetric_period(operator, period, t0)
 
     def single(arrays: Any, period: Array, t0: Array) -> Array:
         solved = sesolve(
             eqx.combine(arrays, static),
             jnp.eye(n, dtype=dtype),
-            jnp.stack([t0, t0 + period]),
+            jnp.stack([t0, t0 + (period / 2 if half else period)]),
             rtol=rtol,
             atol=atol,
             order=order,
         )
-        return solved.states[-1]
+        u = solved.states[-1]
+        return u.T @ u if half else u
 
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
     return in_blocks(single, max(8, _BLOCK_BYTES // lane))(arrays, period, t0)
+
+
+def _symmetric_period(operator: AbstractTimeOperator, period: Array, t0: Array) -> bool:
+    """Whether H is known to be symmetric about the middle of the period (see
+    `_symmetry`); a traced period or start is not known."""
+    if is_traced(period) or is_traced(t0):
+        return False
+    center = float(t0) + float(period) / 2
+    # The rounding of the known values (a period 2 pi / w formed in the period's
+    # precision puts w T / 2 within a few units of pi).
+    tolerance = 4 * float(jnp.finfo(period.dtype).eps)
+    return is_mirrored(operator, center, tolerance)
 
 
 def _refuse_non_hermitian(operator: AbstractTimeOperator, api: str) -> None:

@@ -242,10 +242,12 @@ class TimeOperator(AbstractTimeOperator):
         functions = tuple(
             as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
         )
-        if _CHECKED.get(matrices) is not None and len(matrices) == len(functions):
+        if _CHECKED.get(matrices) is not None:
             # A stack this module made from checked matrices (`_joined`).
-            self.functions, self.matrices = functions, matrices
-            return
+            stack = cast(Array, matrices)
+            if stack.shape[0] == len(functions):
+                self.functions, self.matrices = functions, stack
+                return
         if isinstance(matrices, (jax.Array, np.ndarray)) and matrices.ndim == 3:
             matrices = _unstack(matrices)
         if not isinstance(matrices, Sequence):

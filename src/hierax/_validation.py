@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._arrays import is_traced, to_jax
+from ._arrays import cast, is_traced, to_jax
 from ._custom_types import Time
 
 
@@ -55,7 +55,9 @@ def as_period(period: Any, api: str) -> Array:
     """A drive's period as a positive real scalar: float32 stays float32 (the
     computation then runs in complex64), anything else becomes the default float
     dtype; a traced period is checked by the compiled call's results."""
-    period = jnp.asarray(period)
+    # Known values stay concrete inside a user's trace (`to_jax`), so that what is
+    # decided from them before compiling (a symmetric drive) is still known there.
+    period = to_jax(period) if not is_traced(period) else period
     real = jnp.issubdtype(period.dtype, jnp.floating) or jnp.issubdtype(
         period.dtype, jnp.integer
     )
@@ -65,7 +67,7 @@ def as_period(period: Any, api: str) -> Array:
             f"and dtype {period.dtype}."
         )
     if period.dtype != jnp.float32:
-        period = period.astype(jnp.result_type(float))
+        period = cast(period, jnp.result_type(float))
     if not is_traced(period) and not float(period) > 0:
         raise ValueError(f"`{api}`: `period` must be positive, got {float(period)}.")
     return period

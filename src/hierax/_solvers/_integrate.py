@@ -198,12 +198,13 @@ def _by_value(x: Any) -> Any:
         or x.nbytes > _BY_VALUE_BYTES
     ):
         return x
-    data = np.ascontiguousarray(x)
-    digest = hashlib.blake2b(data.view(np.uint8), digest_size=16).digest()
+    data = np.array(x, order="C")  # a copy (0-d stays 0-d)
+    data_bytes = data.reshape(-1).view(np.uint8).data
+    digest = hashlib.blake2b(data_bytes, digest_size=16).digest()
     key = (x.dtype.str, x.shape, digest)
     hit = _BY_VALUE.get(key)
     if hit is None:
-        hit = data.copy()
+        hit = data
         hit.setflags(write=False)
         _BY_VALUE[key] = hit
         if len(_BY_VALUE) > _BY_VALUE_SIZE:

@@ -1,0 +1,174 @@
+"""Time-reversal symmetry of an operator about a time $c$:
+$H(c + s) = \\overline{H(c - s)}$ for every real $s$ (the complex conjugate, not the
+adjoint).
+
+For such an H the propagator over $[c - d, c + d]$ follows from its first half.
+With $R(s) = U(c + s, c)$ and $L(s) = U(c - s, c)$,
+$\\dot R = -i H(c + s) R = -i \\overline{H(c - s)} R$ and
+$\\dot{\\overline L} = -i \\overline{H(c - s)}\\, \\overline L$: the same equation
+from the identity, so $R = \\overline L$ and, with $U_h = U(c, c - d)$,
+$$U(c + d, c - d) = \\overline{U_h^{-1}}\\, U_h = U_h^{T} U_h$$
+($U_h$ unitary). A cosine drive on real matrices about a maximum of the cosine,
+a sine drive on imaginary ones about a zero of the sine, Gaussian pulses centred
+at $c$: [`hierax.floquet`][] solves half a period for them.
+
+The symmetry is read from the operator's structure and its known parameter
+values, never from samples of H: where either is unknown (a traced frequency, a
+callable), the answer is no, and the full span is solved.
+"""
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ._arrays import is_traced
+from ._operators import AbstractTimeOperator, OperatorSum, ScaledOperator, TimeOperator
+from ._time_functions import (
+    AbstractTimeFunction,
+    Constant,
+    Cos,
+    Gaussian,
+    Polynomial,
+    Sin,
+    TimeFunctionProduct,
+    TimeFunctionSum,
+)
+
+
+def _known(x: Any) -> complex | None:
+    """The value of a concrete scalar parameter, `None` if traced."""
+    return None if is_traced(x) else complex(np.asarray(x))
+
+
+def _conjugate_sign(x: Any) -> int:
+    """+1 for a real number ($\\bar x = x$: a real dtype, traced or not), -1 for a
+    known imaginary one ($\\bar x = -x$), 0 otherwise."""
+    if not np.issubdtype(x.dtype, np.complexfloating):
+        return 1
+    value = _known(x)
+    if value is None:
+        return 0
+    if value.imag == 0:
+        return 1
+    return -1 if value.real == 0 else 0
+
+
+@functools.singledispatch
+def mirror_sign(function: AbstractTimeFunction, center: float, tolerance: float) -> int:
+    """The sign $\\sigma$ with $f(c + s) = \\sigma\\, \\overline{f(c - s)}$ for every
+    real s: +1, -1, or 0 where there is none or it is not known. `tolerance`: the
+    relative rounding allowed in the known values that decide it."""
+    del function, center, tolerance
+    return 0
+
+
+@mirror_sign.register
+def _(function: Constant, center: float, tolerance: float) -> int:
+    del center, tolerance
+    return _conjugate_sign(function.value)
+
+
+@mirror_sign.register
+def _(function: Polynomial, center: float, tolerance: float) -> int:
+    del center, tolerance
+    if function.coefficients.shape[0] != 1:
+        return 0
+    return _conjugate_sign(function.coefficients[0])
+
+
+def _sinusoid_sign(function: Cos | Sin, center: float, tolerance: float, lag: float):
+    """$A \\cos(\\omega t + \\varphi - \\text{lag})$ about c: with
+    $\\theta = \\omega c + \\varphi - \\text{lag}$ a multiple of $\\pi / 2$,
+    $\\cos(\\theta + \\omega s)$ is $\\pm\\cos(\\omega s)$ (even in s) for an even
+    multiple and $\\mp\\sin(\\omega s)$ (odd) for an odd one."""
+    frequency, phase = _known(function.frequency), _known(function.phase)
+    if frequency is None or phase is None:
+        return 0
+    quarters = (frequency.real * center + phase.real - lag) / (math.pi / 2)
+    nearest = round(quarters)
+    if abs(quarters - nearest) > tolerance * max(1.0, abs(quarters)):
+        return 0
+    parity = 1 if nearest % 2 == 0 else -1
+    return parity * _conjugate_sign(function.amplitude)
+
+
+@mirror_sign.register
+def _(function: Cos, center: float, tolerance: float) -> int:
+    return _sinusoid_sign(function, center, tolerance, 0.0)
+
+
+@mirror_sign.register
+def _(function: Sin, center: float, tolerance: float) -> int:
+    # sin(x) = cos(x - pi/2)
+    return _sinusoid_sign(function, center, tolerance, math.pi / 2)
+
+
+@mirror_sign.register
+def _(function: Gaussian, center: float, tolerance: float) -> int:
+    mean, width = _known(function.mean), _known(function.width)
+    if mean is None or width is None:
+        return 0
+    scale = max(1.0, abs(center), abs(width.real))
+    if abs(mean.real - center) > tolerance * scale:
+        return 0
+    return _conjugate_sign(function.amplitude)
+
+
+@mirror_sign.register
+def _(function: TimeFunctionSum, center: float, tolerance: float) -> int:
+    signs = {mirror_sign(term, center, tolerance) for term in function.terms}
+    return signs.pop() if len(signs) == 1 else 0
+
+
+@mirror_sign.register
+def _(function: TimeFunctionProduct, center: float, tolerance: float) -> int:
+    left = mirror_sign(function.left, center, tolerance)
+    return left * mirror_sign(function.right, center, tolerance)
+
+
+@functools.singledispatch
+def is_mirrored(
+    operator: AbstractTimeOperator, center: float, tolerance: float
+) -> bool:
+    """Whether $H(c + s) = \\overline{H(c - s)}$ for every real s, as far as the
+    operator's structure and known values tell (no where they do not)."""
+    del operator, center, tolerance
+    return False
+
+
+@is_mirrored.register
+def _(operator: TimeOperator, center: float, tolerance: float) -> bool:
+    # Term by term: f(c + s) M = sigma conj(f(c - s)) M must be conj(f(c - s) M),
+    # i.e. M real for sigma = +1 and imaginary for sigma = -1.
+    if isinstance(operator.matrices, tuple):  # sparse terms: not read here
+        return False
+    matrices = operator.matrices
+    for k, function in enumerate(operator.functions):
+        sign = mirror_sign(function, center, tolerance)
+        if sign == 0:
+            return False
+        if not np.issubdtype(matrices.dtype, np.complexfloating):
+            if sign == 1:
+                continue
+            return False
+        if is_traced(matrices):
+            return False
+        matrix = np.asarray(matrices[k])
+        part = np.imag(matrix) if sign == 1 else np.real(matrix)
+        if np.any(part != 0):
+            return False
+    return True
+
+
+@is_mirrored.register
+def _(operator: OperatorSum, center: float, tolerance: float) -> bool:
+    return all(is_mirrored(part, center, tolerance) for part in operator.operators)
+
+
+@is_mirrored.register
+def _(operator: ScaledOperator, center: float, tolerance: float) -> bool:
+    return mirror_sign(operator.function, center, tolerance) == 1 and is_mirrored(
+        operator.operator, center, tolerance
+    )

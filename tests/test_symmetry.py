@@ -1,0 +1,177 @@
+"""Time-reversal symmetry about a time c, H(c + s) = conj(H(c - s)): the signs read
+from the time functions' structure against their values at sample times, and
+`hierax.floquet`'s half-period solve against the full one-period solve."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hierax
+from hierax._symmetry import is_mirrored, mirror_sign
+
+
+TOLERANCE = 4 * float(np.finfo(np.float64).eps)
+SX = np.array([[0.0, 1.0], [1.0, 0.0]])
+SY = np.array([[0.0, -1j], [1j, 0.0]])
+SZ = np.diag([1.0, -1.0])
+W = 1.7
+PERIOD = 2 * np.pi / W
+CENTER = PERIOD / 2
+SAMPLES = np.array([0.13, 0.71, 1.9, 2.6])
+
+
+def _relation_holds(function, center, sign):
+    """f(c + s) == sign * conj(f(c - s)) at the sample offsets, by evaluation."""
+    after = np.array([complex(function(center + s)) for s in SAMPLES])
+    before = np.array([complex(function(center - s)) for s in SAMPLES])
+    return np.allclose(after, sign * np.conj(before), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("function", "center", "sign"),
+    [
+        (hierax.Cos(W, amplitude=0.4), CENTER, 1),  # a minimum of the cosine
+        (hierax.Cos(W, amplitude=0.4), 0.0, 1),
+        (hierax.Cos(W, amplitude=0.4), CENTER / 2, -1),  # a zero: odd about it
+        (hierax.Cos(W, amplitude=0.4j), CENTER, -1),  # imaginary: conj flips it
+        (hierax.Cos(W, amplitude=0.4 + 0.1j), CENTER, 0),
+        (hierax.Cos(W, phase=0.3), CENTER, 0),
+        (hierax.Sin(W), CENTER, -1),
+        (hierax.Sin(W, phase=-np.pi / 2), CENTER, 1),
+        (hierax.Gaussian(CENTER, 0.6, 2.0), CENTER, 1),
+        (hierax.Gaussian(CENTER + 0.1, 0.6, 2.0), CENTER, 0),
+        (hierax.Constant(0.3), 1.234, 1),
+        (hierax.Constant(0.3j), 1.234, -1),
+        (hierax.Polynomial(np.array([1.0, 2.0])), CENTER, 0),
+        (hierax.Exp(-0.5), CENTER, 0),
+        (hierax.Sin(W) * hierax.Sin(W, amplitude=2.0), CENTER, 1),
+        (hierax.Cos(W) * hierax.Sin(W), CENTER, -1),
+        (hierax.Cos(W) + hierax.Cos(2 * W, amplitude=0.5), CENTER, 1),
+        (hierax.Cos(W) + hierax.Sin(W), CENTER, 0),
+    ],
+)
+def test_mirror_sign_against_the_function_values(function, center, sign):
+    assert mirror_sign(function, center, TOLERANCE) == sign
+    if sign:
+        assert _relation_holds(function, center, sign)
+    else:  # neither sign: each relation fails somewhere (nothing symmetric missed)
+        assert not _relation_holds(function, center, 1)
+        assert not _relation_holds(function, center, -1)
+
+
+def test_unknown_parameters_are_not_symmetric():
+    """A traced frequency or a traced complex amplitude says nothing; a traced
+    real amplitude is real whatever its value."""
+    out = {}
+
+    @jax.jit
+    def signs(frequency, real, complex_amplitude):
+        out["frequency"] = mirror_sign(hierax.Cos(frequency), CENTER, TOLERANCE)
+        out["real"] = mirror_sign(hierax.Cos(W, amplitude=real), CENTER, TOLERANCE)
+        out["complex"] = mirror_sign(
+            hierax.Cos(W, amplitude=complex_amplitude), CENTER, TOLERANCE
+        )
+        return frequency
+
+    signs(W, 0.3, 0.3 + 0j)
+    assert out == {"frequency": 0, "real": 1, "complex": 0}
+
+
+@pytest.mark.parametrize(
+    ("hamiltonian", "mirrored"),
+    [
+        (0.5 * SZ + hierax.Cos(W, amplitude=0.4) * SX, True),
+        (0.5 * SZ + hierax.Sin(W, amplitude=0.4) * SY, True),  # odd f, imaginary M
+        (0.5 * SZ + hierax.Sin(W, amplitude=0.4) * SX, False),
+        (0.5 * SZ + hierax.Cos(W, amplitude=0.4) * SY, False),
+        (0.5 * SZ + hierax.Cos(W, 0.3, 0.4) * SX, False),
+        (hierax.Cos(W) * (0.5 * SZ + hierax.Cos(2 * W) * SX), True),
+        (hierax.Sin(W) * (0.5 * SZ + hierax.Cos(2 * W) * SX), False),
+        (0.5 * SZ + hierax.as_operator(lambda t: jnp.cos(W * t) * SX), False),
+    ],
+)
+def test_operators_are_mirrored_term_by_term(hamiltonian, mirrored):
+    """The structural answer, and where it is yes, H(c + s) = conj(H(c - s)) by
+    evaluation; where it is no, the relation fails (except for the callable, whose
+    symmetry is not read)."""
+    operator = hierax.as_operator(hamiltonian)
+    assert is_mirrored(operator, CENTER, TOLERANCE) == mirrored
+    holds = all(
+        np.allclose(
+            np.asarray(operator(CENTER + s)), np.conj(np.asarray(operator(CENTER - s)))
+        )
+        for s in SAMPLES
+    )
+    callable_part = isinstance(operator, hierax.OperatorSum) and any(
+        isinstance(p, hierax.CallableOperator) for p in operator.operators
+    )
+    assert holds == (mirrored or callable_part)
+
+
+def _decisions(monkeypatch):
+    """Whether `floquet` solved half a period, call by call."""
+    import hierax._floquet as module
+
+    decisions = []
+    real = module._symmetric_period
+
+    def recording(*args):
+        decisions.append(real(*args))
+        return decisions[-1]
+
+    monkeypatch.setattr(module, "_symmetric_period", recording)
+    return decisions
+
+
+@pytest.mark.parametrize(
+    ("drive", "half"),
+    [
+        (hierax.Cos(W, amplitude=0.4) * SX, True),
+        (hierax.Sin(W, amplitude=0.3) * SY + hierax.Cos(W, amplitude=0.2) * SX, True),
+        (hierax.Cos(W, 0.4, 0.4) * SX, False),
+        (hierax.Sin(W, amplitude=0.4) * SX, False),
+    ],
+)
+def test_floquet_solves_half_a_period_exactly_when_symmetric(monkeypatch, drive, half):
+    """The propagator from half a period (U_h^T U_h) equals the full one-period
+    solve (no symmetry used) to the solve's accuracy; asymmetric drives are solved
+    over the whole period."""
+    hamiltonian = 0.5 * SZ + drive
+    full = hierax.sesolve(
+        hamiltonian, jnp.eye(2, dtype=complex), [0.0, PERIOD], rtol=1e-13, atol=1e-15
+    ).states[-1]
+    decisions = _decisions(monkeypatch)
+    basis = hierax.floquet(hamiltonian, PERIOD, rtol=1e-12, atol=1e-14)
+    assert decisions == [half]
+    np.testing.assert_allclose(np.asarray(basis.propagator), full, atol=1e-11)
+
+
+def test_symmetry_kept_inside_jit_and_vmap_over_amplitudes_not_over_periods(
+    monkeypatch,
+):
+    """Inside a user's jit and vmap over amplitudes the period is known: half a
+    period, equal to the eager solve. A batch of periods is traced: the full
+    period, equal to a loop."""
+    decisions = _decisions(monkeypatch)
+
+    def energies(amplitude, period):
+        h = 0.5 * SZ + hierax.Cos(2 * np.pi / period, amplitude=amplitude) * SX
+        return hierax.floquet(h, period, rtol=1e-12, atol=1e-14).quasienergies
+
+    amplitudes = jnp.array([0.1, 0.4])
+    by_amplitude = jax.jit(jax.vmap(lambda a: energies(a, PERIOD)))(amplitudes)
+    assert decisions == [True]
+    periods = jnp.array([PERIOD, 1.1 * PERIOD])
+    by_period = jax.jit(jax.vmap(lambda p: energies(0.4, p)))(periods)
+    assert decisions == [True, False]
+    for k in range(2):
+        np.testing.assert_allclose(
+            np.asarray(by_amplitude[k]),
+            np.asarray(energies(float(amplitudes[k]), PERIOD)),
+            atol=1e-12,
+        )
+        loop = energies(0.4, float(periods[k]))
+        np.testing.assert_allclose(
+            np.asarray(by_period[k]), np.asarray(loop), atol=1e-11
+        )
