@@ -107,6 +107,13 @@ def floquet(
         (driven transmons, n = 4, 6, 10, one `jax.vmap`, matched quasienergy error
         1e-9): 0.53x, 0.90x and 0.57x the time of order 28; single calls within
         noise of it.
+
+    Where H is symmetric about the middle of the period,
+    $H(t_0 + T/2 + s) = \\overline{H(t_0 + T/2 - s)}$ (a cosine drive on real
+    matrices from $t_0 = 0$, a sine drive on imaginary ones), half the period is
+    solved: $U = U_h^T U_h$ with $U_h = U(t_0 + T/2, t_0)$. The symmetry is read
+    from the time functions and known parameter values (a traced period or
+    frequency, or a callable H, get the whole period).
     """
     api = "hierax.floquet"
     operator = to_operator(hamiltonian, "hamiltonian", api)
