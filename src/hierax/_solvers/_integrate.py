@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PyTree
 
-from .._arrays import as_array, float_dtype, to_jax
+from .._arrays import cast as cast_array, float_dtype, to_jax
 from .._cache import IdentityCache, flatten_module
 from .._jit import module_jit
 from .._sparse import available_memory
@@ -611,24 +611,23 @@ def _checked_times(times: Any, api: str) -> tuple[Array, bool]:
                 f"`{api}`: `times` must be a real 1-d array (or list) of at least "
                 f"two times, got {type(times).__name__} of {times.dtype}."
             )
-        times = to_jax(times)
-    times = as_array(times)
     if jnp.iscomplexobj(times) or times.ndim != 1 or times.shape[0] < 2:
         raise ValueError(
             f"`{api}`: `times` must be a real 1-d array of at least two times, got "
             f"{times.dtype} of shape {tuple(times.shape)}."
         )
-    if not jnp.issubdtype(times.dtype, jnp.floating):
-        times = times.astype(float_dtype())
-    try:
-        concrete = np.asarray(times, dtype=float)
-    except jax.errors.TracerArrayConversionError:
-        return times, False  # traced: checked at run time, inside `_solve`
-    if np.any(np.diff(concrete) <= 0):
-        raise ValueError(
-            f"`{api}`: `times` must be strictly increasing, got {concrete}."
-        )
-    return times, True
+    floating = jnp.issubdtype(times.dtype, jnp.floating)
+    if is_traced(times):  # checked at run time, inside `_solve`
+        return (times if floating else times.astype(float_dtype())), False
+    # Known times are checked in NumPy, in the precision they are solved in (two
+    # float64 times may round to one float32 time), and placed once.
+    dtype = jax.dtypes.canonicalize_dtype(times.dtype) if floating else float_dtype()
+    values = np.asarray(times).astype(dtype, copy=False)
+    if np.any(np.diff(values) <= 0):
+        raise ValueError(f"`{api}`: `times` must be strictly increasing, got {values}.")
+    if isinstance(times, jax.Array):  # kept where it lives
+        return cast_array(times, dtype), True
+    return to_jax(values), True
 
 
 def _tolerance(x: Any, name: str, api: str) -> Array:
