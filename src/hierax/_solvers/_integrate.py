@@ -114,6 +114,7 @@ class TermCache:
         self.by_leaves: collections.OrderedDict[Any, tuple[Any, Any]] = (
             collections.OrderedDict()
         )
+        self.held_bytes = 0
 
     def get(
         self, operators: tuple[Any, ...], build: Callable[[tuple[Any, ...]], Any]
@@ -134,16 +135,23 @@ class TermCache:
             value = build(operators)
             if key is not None:
                 self.by_leaves[key] = (held, value)
-                if len(self.by_leaves) > self.size:
-                    self.by_leaves.popitem(last=False)
+                self.held_bytes += _nbytes(held)
+                while len(self.by_leaves) > self.size or (
+                    self.held_bytes > _LEAVES_BYTES and len(self.by_leaves) > 1
+                ):
+                    self.held_bytes -= _nbytes(self.by_leaves.popitem(last=False)[1][0])
         self.by_identity.put(operators[0], (operators, value))
         return value
 
 
-# `TermCache` finds operators by their leaves up to this many bytes of leaves in
-# all; larger ones only by identity, so that a dropped operator's big matrices are
-# not held on for a rebuild that may never come.
-_LEAVES_BYTES = 16 << 20
+# The bytes of leaves `TermCache` holds to find operators by them, in all (the
+# oldest dropped past it); larger operators only by identity, so that a dropped
+# operator's big matrices are not held on for a rebuild that may never come.
+_LEAVES_BYTES = 32 << 20
+
+
+def _nbytes(leaves: list) -> int:
+    return sum(getattr(leaf, "nbytes", 0) for leaf in leaves)
 
 
 def _leaves_key(operators: tuple[Any, ...]) -> tuple[Any, list]:
@@ -158,7 +166,7 @@ def _leaves_key(operators: tuple[Any, ...]) -> tuple[Any, list]:
         else:
             key.append(id(x))
             held.append(x)
-    if sum(getattr(leaf, "nbytes", 0) for leaf in held) > _LEAVES_BYTES:
+    if _nbytes(held) > _LEAVES_BYTES:
         return None, held
     try:
         hash(found := tuple(key))
@@ -182,7 +190,7 @@ def _immutable(x: Any) -> bool:
 # matrices up to `_BY_VALUE_BYTES`: reading a larger one's content on every call
 # would cost more than it saves.
 _BY_VALUE: "collections.OrderedDict[Any, np.ndarray]" = collections.OrderedDict()
-_BY_VALUE_SIZE = 64
+_BY_VALUE_SIZE = 32
 _BY_VALUE_BYTES = 1 << 20
 
 
