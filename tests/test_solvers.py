@@ -436,35 +436,6 @@ def test_vmap_over_parameters_and_states_equals_loop():
     assert _error(batched, looped) <= 1e-12
 
 
-@pytest.mark.parametrize("adjoint", [None, diffrax.ForwardMode()])
-def test_large_batches_are_solved_in_blocks_that_equal_single_solves(
-    monkeypatch, adjoint
-):
-    """A `jax.vmap` over more lanes than a block (here blocks of 8: 19 lanes are
-    two blocks and a remainder, solved one after another) equals single solves,
-    and so do its derivatives under `jax.vmap` (reverse mode, or forward mode
-    with `diffrax.ForwardMode()`)."""
-    import hierax._solvers._integrate as module
-
-    monkeypatch.setattr(module, "_BLOCK_BYTES", 1)
-    times = jnp.array([0.0, 1.6])
-
-    def final(amplitude):
-        solution = sesolve(
-            _qubit(amplitude), jnp.array([1.0, 0.0j]), times, adjoint=adjoint
-        )
-        return jnp.real(solution.states[-1, 0])
-
-    amplitudes = jnp.linspace(0.1, 1.3, 19)
-    derivative = jax.jacfwd if isinstance(adjoint, diffrax.ForwardMode) else jax.grad
-    batched = jax.jit(jax.vmap(final))(amplitudes)
-    slopes = jax.jit(jax.vmap(derivative(final)))(amplitudes)
-    single, single_slope = jax.jit(final), jax.jit(derivative(final))
-    for k in (0, 7, 8, 16, 18):  # first, last of a block, next block, remainder
-        assert _error(batched[k], single(amplitudes[k])) <= 1e-13
-        assert _error(slopes[k], single_slope(amplitudes[k])) <= 1e-12
-
-
 class _CountingHamiltonian(eqx.Module):
     amplitude: jax.Array
     calls: list = eqx.field(static=True)

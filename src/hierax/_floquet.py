@@ -26,6 +26,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from ._arrays import complex_dtype, to_jax
+from ._jit import in_blocks
 from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from ._solvers import sesolve
 from ._symmetry import is_mirrored
@@ -134,6 +135,13 @@ def floquet(
     )
 
 
+# The bytes of the series that one block of a batch of one-period solves keeps:
+# each order's window sum reads every earlier coefficient of every lane, and a
+# batch whose series outgrow the caches waits on memory (1000 drives of a 10-level
+# transmon, order 16: 27 MB of series, read 16 times a step).
+_BLOCK_BYTES = 2 * 2**20
+
+
 def _one_period(
     operator: AbstractTimeOperator,
     period: Array,
@@ -143,8 +151,9 @@ def _one_period(
     order: int,
 ) -> Array:
     """The one-period propagator $U(t_0 + T, t_0)$. Under `jax.vmap` (a sweep of
-    drives or periods) `sesolve` solves the lanes in blocks whose series fit in
-    the caches, one block after another: the same solves, the same results.
+    drives or periods) the lanes are solved in blocks whose series fit in the
+    caches, one block after another (`lax.map`): the same solves, the same
+    results, each block in lockstep. Derivatives differentiate the one solve.
 
     Where H is symmetric about the middle of the period,
     $H(t_0 + T/2 + s) = \\overline{H(t_0 + T/2 - s)}$ (a cosine drive on real
@@ -152,17 +161,23 @@ def _one_period(
     solved: $U = U_h^T U_h$ with $U_h = U(t_0 + T/2, t_0)$."""
     n = operator.size
     dtype = complex_dtype(period.dtype)
+    arrays, static = eqx.partition(operator, eqx.is_array)
     half = _symmetric_period(operator, period, t0)
-    solved = sesolve(
-        operator,
-        jnp.eye(n, dtype=dtype),
-        jnp.stack([t0, t0 + (period / 2 if half else period)]),
-        rtol=rtol,
-        atol=atol,
-        order=order,
-    )
-    u = solved.states[-1]
-    return u.T @ u if half else u
+
+    def single(arrays: Any, period: Array, t0: Array) -> Array:
+        solved = sesolve(
+            eqx.combine(arrays, static),
+            jnp.eye(n, dtype=dtype),
+            jnp.stack([t0, t0 + (period / 2 if half else period)]),
+            rtol=rtol,
+            atol=atol,
+            order=order,
+        )
+        u = solved.states[-1]
+        return u.T @ u if half else u
+
+    lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
+    return in_blocks(single, max(8, _BLOCK_BYTES // lane))(arrays, period, t0)
 
 
 def _symmetric_period(operator: AbstractTimeOperator, period: Array, t0: Array) -> bool:

@@ -19,7 +19,7 @@ from jaxtyping import Array, PyTree
 
 from .._arrays import cast as cast_array, float_dtype, to_jax
 from .._cache import IdentityCache, flatten_module
-from .._jit import in_blocks, module_jit
+from .._jit import module_jit
 from .._sparse import available_memory
 from .._validation import is_traced
 from ._rewrites import TermNorms, jump_times, term_norms
@@ -288,7 +288,7 @@ def solve(
             "own steps."
         )
     with _forward_mode_hint(api):
-        return _solve_in_blocks(
+        return _solve(
             term,
             state,
             times,
@@ -498,39 +498,6 @@ def _physical_times(
 # One compile per structure and static options; times, tolerances and parameter
 # values are traced (changing them never retraces).
 _solve = module_jit(_solve_impl)
-
-
-# The bytes of the series that one block of a batch of solves keeps: every order's
-# window sum reads every earlier term of every lane, and lanes step in lockstep
-# until the slowest is done. Measured on sweeps of 256 and 512 drive scales (the
-# XXZ chain, n = 64, 30 KB of series a lane; the random 16-level system, 7 KB),
-# against all lanes at once: blocks of 8 lanes 0.44 -> 0.30 s, of 32 1.07 -> 0.74
-# s; blocks of 128 gained little.
-_BLOCK_BYTES = 256 * 2**10
-
-
-def _solve_in_blocks(term: AbstractTaylorTerm, *arrays: Any, **static: Any) -> Any:
-    """`_solve`, with the lanes of a `jax.vmap` over it solved in blocks of lanes
-    whose series fit in the caches, one block after another (`_jit.in_blocks`:
-    the same solves and the same numbers; a batch no larger than a block is one
-    block). Known (untraced) arguments, which no `jax.vmap` maps, call `_solve`
-    directly."""
-    leaves = jax.tree.leaves((term, arrays))
-    if not any(is_traced(leaf) for leaf in leaves):
-        return _solve(term, *arrays, **static)
-    parts, rest = eqx.partition(term, eqx.is_array)
-    kept: list[Any] = []
-
-    def single(parts: Any, *arrays: Any) -> Any:
-        solution = _solve(eqx.combine(parts, rest), *arrays, **static)
-        out, structure = eqx.partition(solution, eqx.is_array)
-        kept[:] = [structure]
-        return out
-
-    state = arrays[0]
-    lane = (static["order"] + 1) * state.size * state.dtype.itemsize
-    out = in_blocks(single, max(8, _BLOCK_BYTES // lane))(parts, *arrays)
-    return eqx.combine(out, kept[0])
 
 
 def _initial_step(term, t0, t1, rtol, order, norms) -> Array:
