@@ -165,6 +165,24 @@ def test_a_new_amplitude_compiles_nothing_from_python():
     assert compile_count() == before
 
 
+def test_an_eager_vmap_compiles_once():
+    """`jax.vmap` over `floquet` called from Python (no jit) with new amplitudes
+    reuses its blocked map, and equals single calls."""
+
+    def energies(amplitude):
+        h = 0.5 * SZ + hierax.Cos(2.0, 0.3, amplitude) * SX
+        return hierax.floquet(h, 2 * np.pi / 2.0).quasienergies
+
+    sweep = jax.vmap(energies)
+    sweep(jnp.array([0.1, 0.2]))
+    before = compile_count()
+    again = sweep(jnp.array([0.3, 0.5]))
+    assert compile_count() == before
+    np.testing.assert_allclose(
+        np.asarray(again[1]), np.asarray(energies(0.5)), atol=1e-12
+    )
+
+
 def test_quasienergy_gradient_against_finite_differences():
     """d eps / d amplitude of a driven qubit (away from degeneracies) against a
     central difference."""

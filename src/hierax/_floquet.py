@@ -17,6 +17,7 @@ accident of measure zero; a degenerate pair of quasienergies (a symmetry) has an
 basis of its eigenspace as modes, as for any eigen-solver.
 """
 
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -159,10 +160,23 @@ def _one_period(
     $H(t_0 + T/2 + s) = \\overline{H(t_0 + T/2 - s)}$ (a cosine drive on real
     matrices from a maximum of the cosine: `_symmetry`), only the first half is
     solved: $U = U_h^T U_h$ with $U_h = U(t_0 + T/2, t_0)$."""
-    n = operator.size
-    dtype = complex_dtype(period.dtype)
     arrays, static = eqx.partition(operator, eqx.is_array)
+    config = (static, operator.size, complex_dtype(period.dtype), rtol, atol, order)
     half = _symmetric_period(operator, period, t0)
+    try:
+        solver = _period_solver(*config, half)
+    except TypeError:  # a static part that cannot be hashed: built for this call
+        solver = _period_solver.__wrapped__(*config, half)
+    return solver(arrays, period, t0)
+
+
+@functools.lru_cache(maxsize=32)
+def _period_solver(
+    static: Any, n: int, dtype: Any, rtol: float, atol: float, order: int, half: bool
+) -> Any:
+    """The one-period solve of an operator structure (its non-array part
+    `static`), blocked under `jax.vmap` (`in_blocks`); kept per structure, so that
+    an eager `jax.vmap` over `floquet` compiles its blocked map once."""
 
     def single(arrays: Any, period: Array, t0: Array) -> Array:
         solved = sesolve(
@@ -177,7 +191,7 @@ def _one_period(
         return u.T @ u if half else u
 
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
-    return in_blocks(single, max(8, _BLOCK_BYTES // lane))(arrays, period, t0)
+    return in_blocks(single, max(8, _BLOCK_BYTES // lane))
 
 
 def _symmetric_period(operator: AbstractTimeOperator, period: Array, t0: Array) -> bool:

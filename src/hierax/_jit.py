@@ -172,19 +172,31 @@ def in_blocks(single: Callable, block: int) -> Callable:
     for a batch whose working set would outgrow the caches if all lanes ran in
     lockstep. `args` are arrays (pytrees of arrays, `None` allowed). `single` is
     not put behind a jit boundary of its own: a caller that builds it afresh on
-    every call would compile it every call."""
+    every call would compile it every call. The blocked map is, once per argument
+    structure and batch (kept with this wrapper): an eager `jax.vmap` over a
+    wrapper the caller keeps (`floquet` keeps one per operator structure) then
+    compiles it once, not on every call."""
+    mappers: dict[Any, Callable] = {}
 
     def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
-        flags = jax.tree.leaves(in_batched)
+        flags = tuple(jax.tree.leaves(in_batched))
         leaves, tree = jax.tree.flatten(args)
-        mapped = [x for x, b in zip(leaves, flags) if b]
+        batch = min(block, axis_size)
+        mapper = mappers.get((tree, flags, batch))
+        if mapper is None:
 
-        def one(xs: list) -> Any:
-            lanes = iter(xs)
-            filled = [next(lanes) if b else x for x, b in zip(leaves, flags)]
-            return single(*jax.tree.unflatten(tree, filled))
+            def blocked(leaves: list) -> Any:
+                mapped = [x for x, b in zip(leaves, flags) if b]
 
-        return lax.map(one, mapped, batch_size=min(block, axis_size))
+                def one(xs: list) -> Any:
+                    lanes = iter(xs)
+                    filled = [next(lanes) if b else x for x, b in zip(leaves, flags)]
+                    return single(*jax.tree.unflatten(tree, filled))
+
+                return lax.map(one, mapped, batch_size=batch)
+
+            mapper = mappers[tree, flags, batch] = jax.jit(blocked)
+        return mapper(leaves)
 
     return _with_batching_rule(single, rule, single)
 
