@@ -15,6 +15,7 @@ TOLERANCE = 4 * float(np.finfo(np.float64).eps)
 SX = np.array([[0.0, 1.0], [1.0, 0.0]])
 SY = np.array([[0.0, -1j], [1j, 0.0]])
 SZ = np.diag([1.0, -1.0])
+SP = np.array([[0.0, 1.0], [0.0, 0.0]])
 W = 1.7
 PERIOD = 2 * np.pi / W
 CENTER = PERIOD / 2
@@ -45,6 +46,10 @@ def _relation_holds(function, center, sign):
         (hierax.Constant(0.3j), 1.234, -1),
         (hierax.Polynomial(np.array([1.0, 2.0])), CENTER, 0),
         (hierax.Exp(-0.5), CENTER, 0),
+        (hierax.Exp(1j * W, 0.3), CENTER, 1),  # e^{2 i w c} = e^{2 pi i}
+        (hierax.Exp(1j * W, 0.3), CENTER / 2, -1),
+        (hierax.Exp(1j * W, 0.3), CENTER / 3, 0),
+        (hierax.Exp(0.0, 0.3j), CENTER, -1),
         (hierax.Sin(W) * hierax.Sin(W, amplitude=2.0), CENTER, 1),
         (hierax.Cos(W) * hierax.Sin(W), CENTER, -1),
         (hierax.Cos(W) + hierax.Cos(2 * W, amplitude=0.5), CENTER, 1),
@@ -86,6 +91,7 @@ def test_unknown_parameters_are_not_symmetric():
         (0.5 * SZ + hierax.Sin(W, amplitude=0.4) * SX, False),
         (0.5 * SZ + hierax.Cos(W, amplitude=0.4) * SY, False),
         (0.5 * SZ + hierax.Cos(W, 0.3, 0.4) * SX, False),
+        (0.5 * SZ + hierax.Exp(1j * W) * SP + hierax.Exp(-1j * W) * SP.T, True),
         (hierax.Cos(W) * (0.5 * SZ + hierax.Cos(2 * W) * SX), True),
         (hierax.Sin(W) * (0.5 * SZ + hierax.Cos(2 * W) * SX), False),
         (0.5 * SZ + hierax.as_operator(lambda t: jnp.cos(W * t) * SX), False),
@@ -175,3 +181,21 @@ def test_symmetry_kept_inside_jit_and_vmap_over_amplitudes_not_over_periods(
         np.testing.assert_allclose(
             np.asarray(by_period[k]), np.asarray(loop), atol=1e-11
         )
+
+
+def test_half_span_identity_for_a_rotating_pair():
+    """H = sz / 2 + e^{iwt} s+ + e^{-iwt} s- (Hermitian, its terms not) is mirrored
+    about T / 2, and U(T, 0) = U_h^T U_h with U_h = U(T / 2, 0), both by `sesolve`.
+    (`floquet` checks Hermiticity term by term and refuses this form.)"""
+    hamiltonian = (
+        0.5 * SZ + hierax.Exp(1j * W, 0.4) * SP + hierax.Exp(-1j * W, 0.4) * SP.T
+    )
+    assert is_mirrored(hierax.as_operator(hamiltonian), CENTER, TOLERANCE)
+
+    def propagator(end):
+        eye = jnp.eye(2, dtype=complex)
+        solution = hierax.sesolve(hamiltonian, eye, [0.0, end], rtol=1e-13, atol=1e-15)
+        return np.asarray(solution.states[-1])
+
+    half = propagator(PERIOD / 2)
+    np.testing.assert_allclose(half.T @ half, propagator(PERIOD), atol=1e-12)

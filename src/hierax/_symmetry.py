@@ -29,6 +29,7 @@ from ._time_functions import (
     AbstractTimeFunction,
     Constant,
     Cos,
+    Exp,
     Gaussian,
     Polynomial,
     Sin,
@@ -103,6 +104,20 @@ def _(function: Cos, center: float, tolerance: float) -> int:
 def _(function: Sin, center: float, tolerance: float) -> int:
     # sin(x) = cos(x - pi/2)
     return _sinusoid_sign(function, center, tolerance, math.pi / 2)
+
+
+@mirror_sign.register
+def _(function: Exp, center: float, tolerance: float) -> int:
+    # A e^{i w t}: f(c + s) / conj(f(c - s)) = (A / conj(A)) e^{2 i w c}, a sign
+    # when w c is a multiple of pi / 2 (a real rate grows: no sign).
+    rate = _known(function.rate)
+    if rate is None or rate.real != 0:
+        return 0
+    quarters = rate.imag * center / (math.pi / 2)
+    nearest = round(quarters)
+    if abs(quarters - nearest) > tolerance * max(1.0, abs(quarters)):
+        return 0
+    return (1 if nearest % 2 == 0 else -1) * _conjugate_sign(function.amplitude)
 
 
 @mirror_sign.register
