@@ -206,6 +206,36 @@ def test_bad_input_is_named():
         hierax.floquet(np.array([[0.0, 1.0], [0.0, 0.0]]) + hierax.Cos(2.0) * SX, 3.0)
 
 
+def test_hermitian_h_with_non_hermitian_terms_against_qutip():
+    """H = sz / 2 + 0.4 (e^{iwt} s+ + e^{-iwt} s-): Hermitian though its terms are
+    not (checked whole at a few times before refusing), symmetric about T / 2 (half
+    a period solved); quasienergies against QuTiP's FloquetBasis to 1e-9. Inside a
+    jit with a traced amplitude the terms cannot be checked whole: refused."""
+    omega = 1.7
+    sp = np.array([[0.0, 1.0], [0.0, 0.0]])
+
+    def hamiltonian(amplitude):
+        drive = hierax.Exp(1j * omega, amplitude) * sp
+        return 0.5 * SZ + drive + hierax.Exp(-1j * omega, amplitude) * sp.T
+
+    period = 2 * np.pi / omega
+    basis = hierax.floquet(hamiltonian(0.4), period)
+    reference = qutip.FloquetBasis(
+        [
+            qutip.Qobj(0.5 * SZ),
+            [qutip.Qobj(sp), lambda t: 0.4 * np.exp(1j * omega * t)],
+            [qutip.Qobj(sp.T), lambda t: 0.4 * np.exp(-1j * omega * t)],
+        ],
+        period,
+        options={"atol": 1e-14, "rtol": 1e-13, "nsteps": 10**6},
+    )
+    np.testing.assert_allclose(
+        np.asarray(basis.quasienergies), _folded(reference.e_quasi, omega), atol=1e-9
+    )
+    with pytest.raises(ValueError, match="a term's matrix differs"):
+        jax.jit(lambda a: hierax.floquet(hamiltonian(a), period).quasienergies)(0.4)
+
+
 def test_bloch_siegert_shift_of_a_driven_qubit():
     """H = (Delta/2) sz + A cos(w t) sx off resonance: second-order perturbation
     theory in the extended space gives eps = Delta/2 + (A^2/4) (1/(Delta - w) +

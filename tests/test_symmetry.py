@@ -185,8 +185,8 @@ def test_symmetry_kept_inside_jit_and_vmap_over_amplitudes_not_over_periods(
 
 def test_half_span_identity_for_a_rotating_pair():
     """H = sz / 2 + e^{iwt} s+ + e^{-iwt} s- (Hermitian, its terms not) is mirrored
-    about T / 2, and U(T, 0) = U_h^T U_h with U_h = U(T / 2, 0), both by `sesolve`.
-    (`floquet` checks Hermiticity term by term and refuses this form.)"""
+    about T / 2, and U(T, 0) = U_h^T U_h with U_h = U(T / 2, 0), both by
+    `sesolve`."""
     hamiltonian = (
         0.5 * SZ + hierax.Exp(1j * W, 0.4) * SP + hierax.Exp(-1j * W, 0.4) * SP.T
     )

@@ -118,9 +118,9 @@ def floquet(
     """
     api = "hierax.floquet"
     operator = to_operator(hamiltonian, "hamiltonian", api)
-    _refuse_non_hermitian(operator, api)
     period = as_period(period, api)
     t0 = to_jax(t0, period.dtype)
+    _refuse_non_hermitian(operator, period, t0, api)
     u = _one_period(operator, period, t0, rtol, atol, order)
     energies, modes = _eigen(u, period)
     return FloquetBasis(
@@ -206,23 +206,49 @@ def _symmetric_period(operator: AbstractTimeOperator, period: Array, t0: Array) 
     return is_mirrored(operator, center, tolerance)
 
 
-def _refuse_non_hermitian(operator: AbstractTimeOperator, api: str) -> None:
-    """Concrete dense matrices that are not Hermitian (to rounding): the one-period
-    propagator would not be unitary, and quasienergies not real."""
+# Fractions of a period at which a Hamiltonian with non-Hermitian terms is checked
+# whole (irrational, off every grid of the drive's harmonics).
+_PROBES = (0.1234567, 0.5772157, 0.8414710)
+
+
+def _refuse_non_hermitian(
+    operator: AbstractTimeOperator, period: Array, t0: Array, api: str
+) -> None:
+    """Refuse an H that is not Hermitian (to rounding): the one-period propagator
+    would not be unitary, and quasienergies not real. Each term's known dense
+    matrix is checked first; a Hermitian H may still have non-Hermitian terms
+    ($e^{i\\omega t} a + e^{-i\\omega t} a^\\dagger$), so where one is found and
+    everything is known, H itself is checked at a few times of the period before
+    refusing. (With traced parameters H cannot be evaluated here: such terms are
+    refused; write the drive as `Cos`/`Sin` times Hermitian matrices.)"""
     parts = operator.operators if isinstance(operator, OperatorSum) else (operator,)
+    gap = 0.0
     for part in parts:
         if not isinstance(part, TimeOperator) or isinstance(part.matrices, tuple):
             continue
         if is_traced(part.matrices):
             continue
         m = np.asarray(part.matrices)
-        gap = np.abs(m - np.conj(np.swapaxes(m, -1, -2))).max(initial=0)
-        if gap > 1e-10 * max(1.0, float(np.abs(m).max(initial=0))):
-            raise ValueError(
-                f"`{api}`: `hamiltonian` is not Hermitian (a term's matrix differs "
-                f"from its conjugate transpose by {gap:.2e}); Floquet quasienergies "
-                "are those of a Hermitian, periodic H."
-            )
+        term_gap = float(np.abs(m - np.conj(np.swapaxes(m, -1, -2))).max(initial=0))
+        if term_gap > 1e-10 * max(1.0, float(np.abs(m).max(initial=0))):
+            gap = max(gap, term_gap)
+    if gap == 0.0:
+        return
+    known = not any(is_traced(x) for x in jax.tree.leaves((operator, period, t0)))
+    if known:
+        for fraction in _PROBES:
+            h = np.asarray(operator(t0 + fraction * period))
+            gap = float(np.abs(h - np.conj(h.T)).max(initial=0))
+            if gap > 1e-10 * max(1.0, float(np.abs(h).max(initial=0))):
+                break
+        else:
+            return
+    where = "H(t) differs" if known else "a term's matrix differs"
+    raise ValueError(
+        f"`{api}`: `hamiltonian` is not Hermitian ({where} from its conjugate "
+        f"transpose by {gap:.2e}); Floquet quasienergies are those of a Hermitian, "
+        "periodic H."
+    )
 
 
 def fold(energies: Array, period: Array) -> Array:
