@@ -172,10 +172,10 @@ def in_blocks(single: Callable, block: int) -> Callable:
     for a batch whose working set would outgrow the caches if all lanes ran in
     lockstep. `args` are arrays (pytrees of arrays, `None` allowed). `single` is
     not put behind a jit boundary of its own: a caller that builds it afresh on
-    every call would compile it every call. The blocked map is, once per argument
-    structure and batch (kept with this wrapper): an eager `jax.vmap` over a
-    wrapper the caller keeps (`floquet` keeps one per operator structure) then
-    compiles it once, not on every call."""
+    every call would compile it every call. The blocked map is jitted once per
+    argument structure and batch, and kept with this wrapper: an eager `jax.vmap`
+    over a wrapper the caller keeps (`floquet` keeps one per operator structure)
+    then compiles it once, not on every call."""
     mappers: dict[Any, Callable] = {}
 
     def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:

@@ -79,6 +79,16 @@ def _(function: Polynomial, center: float, tolerance: float) -> int:
     return _conjugate_sign(function.coefficients[0])
 
 
+def _quarter_turn_sign(angle: float, tolerance: float) -> int:
+    """+1 for an even multiple of $\\pi / 2$, -1 for an odd one (to the relative
+    `tolerance`), 0 otherwise."""
+    quarters = angle / (math.pi / 2)
+    nearest = round(quarters)
+    if abs(quarters - nearest) > tolerance * max(1.0, abs(quarters)):
+        return 0
+    return 1 if nearest % 2 == 0 else -1
+
+
 def _sinusoid_sign(function: Cos | Sin, center: float, tolerance: float, lag: float):
     """$A \\cos(\\omega t + \\varphi - \\text{lag})$ about c: with
     $\\theta = \\omega c + \\varphi - \\text{lag}$ a multiple of $\\pi / 2$,
@@ -87,12 +97,8 @@ def _sinusoid_sign(function: Cos | Sin, center: float, tolerance: float, lag: fl
     frequency, phase = _known(function.frequency), _known(function.phase)
     if frequency is None or phase is None:
         return 0
-    quarters = (frequency.real * center + phase.real - lag) / (math.pi / 2)
-    nearest = round(quarters)
-    if abs(quarters - nearest) > tolerance * max(1.0, abs(quarters)):
-        return 0
-    parity = 1 if nearest % 2 == 0 else -1
-    return parity * _conjugate_sign(function.amplitude)
+    angle = frequency.real * center + phase.real - lag
+    return _quarter_turn_sign(angle, tolerance) * _conjugate_sign(function.amplitude)
 
 
 @mirror_sign.register
@@ -113,11 +119,8 @@ def _(function: Exp, center: float, tolerance: float) -> int:
     rate = _known(function.rate)
     if rate is None or rate.real != 0:
         return 0
-    quarters = rate.imag * center / (math.pi / 2)
-    nearest = round(quarters)
-    if abs(quarters - nearest) > tolerance * max(1.0, abs(quarters)):
-        return 0
-    return (1 if nearest % 2 == 0 else -1) * _conjugate_sign(function.amplitude)
+    sign = _quarter_turn_sign(rate.imag * center, tolerance)
+    return sign * _conjugate_sign(function.amplitude)
 
 
 @mirror_sign.register

@@ -57,7 +57,7 @@ def as_period(period: Any, api: str) -> Array:
     dtype; a traced period is checked by the compiled call's results."""
     # Known values stay concrete inside a user's trace (`to_jax`), so that what is
     # decided from them before compiling (a symmetric drive) is still known there.
-    period = to_jax(period) if not is_traced(period) else period
+    period = to_jax(period)
     real = jnp.issubdtype(period.dtype, jnp.floating) or jnp.issubdtype(
         period.dtype, jnp.integer
     )
