@@ -199,3 +199,20 @@ def test_half_span_identity_for_a_rotating_pair():
 
     half = propagator(PERIOD / 2)
     np.testing.assert_allclose(half.T @ half, propagator(PERIOD), atol=1e-12)
+
+
+def test_offset_and_a_late_start_keep_the_half_period(monkeypatch):
+    """H + 5 I, started 1000 periods later: still symmetric about the middle of the
+    period (half a period solved), and the quasienergies are those of H at t0 = 0
+    shifted by 5 (folded), as the offset and the periodicity say."""
+    decisions = _decisions(monkeypatch)
+    hamiltonian = 0.5 * SZ + hierax.Cos(W, amplitude=0.4) * SX
+    base = hierax.floquet(hamiltonian, PERIOD, rtol=1e-12, atol=1e-14)
+    late = hierax.floquet(
+        hamiltonian + 5.0 * np.eye(2), PERIOD, t0=1000 * PERIOD, rtol=1e-12, atol=1e-14
+    )
+    assert decisions == [True, True]
+    shifted = np.mod(np.asarray(base.quasienergies) + 5.0 + W / 2, W) - W / 2
+    np.testing.assert_allclose(
+        np.sort(np.asarray(late.quasienergies)), np.sort(shifted), atol=1e-9
+    )
