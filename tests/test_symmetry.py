@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hierax
-from hierax._symmetry import is_mirrored, mirror_sign
+from hierax._symmetry import is_mirrored, mirror_center, mirror_sign
 
 
 TOLERANCE = 4 * float(np.finfo(np.float64).eps)
@@ -116,41 +116,81 @@ def test_operators_are_mirrored_term_by_term(hamiltonian, mirrored):
 
 
 def _decisions(monkeypatch):
-    """Whether `floquet` solved half a period, call by call."""
+    """Where `floquet` found H's mirror centre, call by call: the shift (c - t0) / T
+    (0.5: the middle of the period), `None` for the whole period."""
     import hierax._floquet as module
 
     decisions = []
-    real = module._symmetric_period
+    real = module._mirror_shift
 
     def recording(*args):
         decisions.append(real(*args))
         return decisions[-1]
 
-    monkeypatch.setattr(module, "_symmetric_period", recording)
+    monkeypatch.setattr(module, "_mirror_shift", recording)
     return decisions
 
 
-@pytest.mark.parametrize(
-    ("drive", "half"),
-    [
-        (hierax.Cos(W, amplitude=0.4) * SX, True),
-        (hierax.Sin(W, amplitude=0.3) * SY + hierax.Cos(W, amplitude=0.2) * SX, True),
-        (hierax.Cos(W, 0.4, 0.4) * SX, False),
-        (hierax.Sin(W, amplitude=0.4) * SX, False),
-    ],
-)
-def test_floquet_solves_half_a_period_exactly_when_symmetric(monkeypatch, drive, half):
-    """The propagator from half a period (U_h^T U_h) equals the full one-period
-    solve (no symmetry used) to the solve's accuracy; asymmetric drives are solved
-    over the whole period."""
+# Drives and where their mirror centre lies: the middle of the period (0.5),
+# elsewhere (a phase, a sine on a real matrix, a cosine on an imaginary one:
+# "shifted"), or nowhere (two tones whose phases share no centre; a cosine on a
+# real and on an imaginary matrix).
+DRIVES = [
+    (hierax.Cos(W, amplitude=0.4) * SX, "middle"),
+    (hierax.Sin(W, amplitude=0.3) * SY + hierax.Cos(W, amplitude=0.2) * SX, "middle"),
+    (hierax.Cos(W, 0.4, 0.4) * SX, "shifted"),
+    (hierax.Sin(W, amplitude=0.4) * SX, "shifted"),
+    (hierax.Cos(W, -2.1, 0.3) * SY, "shifted"),
+    (hierax.Cos(W, amplitude=0.4) * SX + hierax.Cos(2 * W, 0.7, 0.3) * SZ, None),
+    (hierax.Cos(W, amplitude=0.4) * SX + hierax.Cos(W, amplitude=0.3) * SY, None),
+]
+
+
+@pytest.mark.parametrize(("drive", "where"), DRIVES)
+@pytest.mark.parametrize("t0", [0.0, 0.37])
+def test_floquet_solves_half_a_period_exactly_when_symmetric(
+    monkeypatch, drive, where, t0
+):
+    """The propagator from half a period (U_h^T U_h, carried to t0 where the centre
+    is not the period's middle) equals the full one-period solve (no symmetry
+    used) to the solve's accuracy; drives without a centre are solved over the
+    whole period."""
     hamiltonian = 0.5 * SZ + drive
-    full = hierax.sesolve(
-        hamiltonian, jnp.eye(2, dtype=complex), [0.0, PERIOD], rtol=1e-13, atol=1e-15
-    ).states[-1]
+    eye = jnp.eye(2, dtype=complex)
+    span = [t0, t0 + PERIOD]
+    full = hierax.sesolve(hamiltonian, eye, span, rtol=1e-13, atol=1e-15).states[-1]
     decisions = _decisions(monkeypatch)
-    basis = hierax.floquet(hamiltonian, PERIOD, rtol=1e-12, atol=1e-14)
-    assert decisions == [half]
+    basis = hierax.floquet(hamiltonian, PERIOD, t0=t0, rtol=1e-12, atol=1e-14)
+    [shift] = decisions
+    if where is None:
+        assert shift is None
+    else:
+        # The middle of the period from t0 = 0 for the cosine; from t0 = 0.37 it
+        # is only for the phase-free drives that the middle moves off a centre.
+        assert shift is not None and 0 < shift <= 0.5
+        if where == "shifted" or t0 != 0.0:
+            assert shift != 0.5
     np.testing.assert_allclose(np.asarray(basis.propagator), full, atol=1e-11)
+
+
+@pytest.mark.parametrize(("drive", "where"), DRIVES)
+def test_mirror_centre_is_a_centre_by_evaluation(drive, where):
+    """The centre found lies in (t0, t0 + T/2], and H(c + s) = conj(H(c - s)) there
+    by evaluation, from several starts."""
+    operator = hierax.as_operator(0.5 * SZ + drive)
+    for start in (0.0, 0.37, -5.2, 40 * PERIOD):
+        distance = mirror_center(operator, start, PERIOD, TOLERANCE)
+        if where is None:
+            assert distance is None
+            continue
+        assert distance is not None and 0 < distance <= PERIOD / 2
+        center = start + distance
+        for s in SAMPLES:
+            np.testing.assert_allclose(
+                np.asarray(operator(center + s)),
+                np.conj(np.asarray(operator(center - s))),
+                atol=1e-12,
+            )
 
 
 def test_symmetry_kept_inside_jit_and_vmap_over_amplitudes_not_over_periods(
@@ -167,10 +207,10 @@ def test_symmetry_kept_inside_jit_and_vmap_over_amplitudes_not_over_periods(
 
     amplitudes = jnp.array([0.1, 0.4])
     by_amplitude = jax.jit(jax.vmap(lambda a: energies(a, PERIOD)))(amplitudes)
-    assert decisions == [True]
+    assert decisions == [0.5]
     periods = jnp.array([PERIOD, 1.1 * PERIOD])
     by_period = jax.jit(jax.vmap(lambda p: energies(0.4, p)))(periods)
-    assert decisions == [True, False]
+    assert decisions == [0.5, None]
     for k in range(2):
         np.testing.assert_allclose(
             np.asarray(by_amplitude[k]),
@@ -211,7 +251,7 @@ def test_offset_and_a_late_start_keep_the_half_period(monkeypatch):
     late = hierax.floquet(
         hamiltonian + 5.0 * np.eye(2), PERIOD, t0=1000 * PERIOD, rtol=1e-12, atol=1e-14
     )
-    assert decisions == [True, True]
+    assert decisions == [0.5, 0.5]
     shifted = np.mod(np.asarray(base.quasienergies) + 5.0 + W / 2, W) - W / 2
     np.testing.assert_allclose(
         np.sort(np.asarray(late.quasienergies)), np.sort(shifted), atol=1e-9

@@ -30,7 +30,7 @@ from ._arrays import complex_dtype, to_jax
 from ._jit import in_blocks
 from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from ._solvers import sesolve
-from ._symmetry import is_mirrored
+from ._symmetry import mirror_center
 from ._validation import as_period, is_traced
 
 
@@ -109,12 +109,15 @@ def floquet(
         1e-9): 0.53x, 0.90x and 0.57x the time of order 28; single calls within
         noise of it.
 
-    Where H is symmetric about the middle of the period,
-    $H(t_0 + T/2 + s) = \\overline{H(t_0 + T/2 - s)}$ (a cosine drive on real
-    matrices from $t_0 = 0$, a sine drive on imaginary ones), half the period is
-    solved: $U = U_h^T U_h$ with $U_h = U(t_0 + T/2, t_0)$. The symmetry is read
-    from the time functions and known parameter values (a traced period or
-    frequency, or a callable H, get the whole period).
+    Where H is symmetric about some time c, $H(c + s) = \\overline{H(c - s)}$ (a
+    cosine drive $\\cos(\\omega t + \\varphi)$ on real matrices, about a maximum
+    of the cosine, whatever its phase and `t0`; a sine drive on imaginary
+    ones), half the period is solved: $U = U_h^T U_h$ with
+    $U_h = U(t_0 + T/2, t_0)$ when c is the middle of the period, and otherwise
+    over $[c - T/2, c]$, carried to $t_0$ by the propagator to $t_0$ saved on
+    the way. The symmetry is read from the time functions and known parameter
+    values (a traced period or frequency, or a callable H, get the whole
+    period).
     """
     api = "hierax.floquet"
     operator = to_operator(hamiltonian, "hamiltonian", api)
@@ -156,54 +159,77 @@ def _one_period(
     caches, one block after another (`lax.map`): the same solves, the same
     results, each block in lockstep. Derivatives differentiate the one solve.
 
-    Where H is symmetric about the middle of the period,
-    $H(t_0 + T/2 + s) = \\overline{H(t_0 + T/2 - s)}$ (a cosine drive on real
-    matrices from a maximum of the cosine: `_symmetry`), only the first half is
-    solved: $U = U_h^T U_h$ with $U_h = U(t_0 + T/2, t_0)$."""
+    Where H is symmetric about a time c in $(t_0, t_0 + T/2]$ (`_symmetry`: a
+    cosine drive on real matrices about a maximum of the cosine), only half a
+    period is solved, from $c - T/2$ to c (`_period_solver`)."""
     arrays, static = eqx.partition(operator, eqx.is_array)
     config = (static, operator.size, complex_dtype(period.dtype), rtol, atol, order)
-    half = _symmetric_period(operator, period, t0)
+    shift = _mirror_shift(operator, period, t0)
     try:
-        solver = _period_solver(*config, half)
+        solver = _period_solver(*config, shift)
     except TypeError:  # a static part that cannot be hashed: built for this call
-        solver = _period_solver.__wrapped__(*config, half)
+        solver = _period_solver.__wrapped__(*config, shift)
     return solver(arrays, period, t0)
 
 
 @functools.lru_cache(maxsize=32)
 def _period_solver(
-    static: Any, n: int, dtype: Any, rtol: float, atol: float, order: int, half: bool
+    static: Any,
+    n: int,
+    dtype: Any,
+    rtol: float,
+    atol: float,
+    order: int,
+    shift: float | None,
 ) -> Any:
     """The one-period solve of an operator structure (its non-array part
     `static`), blocked under `jax.vmap` (`in_blocks`); kept per structure, so that
-    an eager `jax.vmap` over `floquet` compiles its blocked map once."""
+    an eager `jax.vmap` over `floquet` compiles its blocked map once. `shift`:
+    where H's mirror centre lies, $c = t_0 + \\text{shift}\\, T$ (`None`: no known
+    centre, the whole period)."""
 
     def single(arrays: Any, period: Array, t0: Array) -> Array:
-        solved = sesolve(
-            eqx.combine(arrays, static),
-            jnp.eye(n, dtype=dtype),
-            jnp.stack([t0, t0 + (period / 2 if half else period)]),
-            rtol=rtol,
-            atol=atol,
-            order=order,
-        )
-        u = solved.states[-1]
-        return u.T @ u if half else u
+        def solve(times: list[Array]) -> Array:
+            return sesolve(
+                eqx.combine(arrays, static),
+                jnp.eye(n, dtype=dtype),
+                jnp.stack(times),
+                rtol=rtol,
+                atol=atol,
+                order=order,
+            ).states
+
+        if shift is None:
+            return solve([t0, t0 + period])[-1]
+        if shift == 0.5:  # centred on the period: U = U_h^T U_h from t0
+            u = solve([t0, t0 + period / 2])[-1]
+            return u.T @ u
+        # From a = c - T/2 to c, passing t0: W = U(t0, a), U_h = U(c, a). Then
+        # U(a + T, a) = U_h^T U_h and, by periodicity,
+        # U(t0 + T, t0) = W U(a + T, a) W^dagger.
+        start = t0 + (shift - 0.5) * period
+        states = solve([start, t0, t0 + shift * period])
+        w, u = states[1], states[2]
+        return w @ (u.T @ u) @ jnp.conj(w.T)
 
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
     return in_blocks(single, max(8, _BLOCK_BYTES // lane))
 
 
-def _symmetric_period(operator: AbstractTimeOperator, period: Array, t0: Array) -> bool:
-    """Whether H is known to be symmetric about the middle of the period (see
-    `_symmetry`); a traced period or start is not known."""
+def _mirror_shift(
+    operator: AbstractTimeOperator, period: Array, t0: Array
+) -> float | None:
+    """Where H's mirror centre lies in $(t_0, t_0 + T/2]$, as a fraction of the
+    period (see `_symmetry`); `None` where no centre is known (a traced period or
+    start is not known)."""
     if is_traced(period) or is_traced(t0):
-        return False
-    center = float(t0) + float(period) / 2
+        return None
+    start, length = float(t0), float(period)
     # The rounding of the known values (a period 2 pi / w formed in the period's
     # precision puts w T / 2 within a few units of pi).
     tolerance = 4 * float(jnp.finfo(period.dtype).eps)
-    return is_mirrored(operator, center, tolerance)
+    distance = mirror_center(operator, start, length, tolerance)
+    return None if distance is None else distance / length
 
 
 # Fractions of a period at which a Hamiltonian with non-Hermitian terms is checked

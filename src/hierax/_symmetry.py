@@ -15,6 +15,11 @@ at $c$: [`hierax.floquet`][] solves half a period for them.
 The symmetry is read from the operator's structure and its known parameter
 values, never from samples of H: where either is unknown (a traced frequency, a
 callable), the answer is no, and the full span is solved.
+
+A periodic H symmetric about one time c is symmetric about $c + T/2$ too
+($H(c + T/2 + s) = H(c - T/2 + s) = \\overline{H(c + T/2 - s)}$), so a centre lies
+within every half period: `mirror_center` finds one from the drives' phases
+(where $\\omega c + \\varphi$ is a multiple of $\\pi/2$), whatever the start.
 """
 
 import functools
@@ -144,6 +149,116 @@ def _(function: TimeFunctionSum, center: float, tolerance: float) -> int:
 def _(function: TimeFunctionProduct, center: float, tolerance: float) -> int:
     left = mirror_sign(function.left, center, tolerance)
     return left * mirror_sign(function.right, center, tolerance)
+
+
+@functools.singledispatch
+def center_grid(function: AbstractTimeFunction) -> tuple[float, float] | None:
+    """Where f's mirror centres can lie: `(offset, spacing)`, every centre being
+    `offset + k spacing` (spacing `inf`: the offset alone); `None` where f leaves
+    the centre free (a constant) or its parameters are not known. A candidate is
+    only a candidate: `mirror_sign` decides."""
+    del function
+    return None
+
+
+def _sinusoid_grid(frequency: Any, phase: Any) -> tuple[float, float] | None:
+    # omega c + phi a multiple of pi / 2: c = (k pi / 2 - phi) / omega.
+    w, phi = _known(frequency), _known(phase)
+    if w is None or phi is None or w.real == 0:
+        return None
+    return -phi.real / w.real, math.pi / (2 * abs(w.real))
+
+
+@center_grid.register
+def _(function: Cos | Sin) -> tuple[float, float] | None:
+    return _sinusoid_grid(function.frequency, function.phase)
+
+
+@center_grid.register
+def _(function: Exp) -> tuple[float, float] | None:
+    rate = _known(function.rate)
+    if rate is None or rate.real != 0:
+        return None
+    return _sinusoid_grid(rate.imag, 0.0)
+
+
+@center_grid.register
+def _(function: Gaussian) -> tuple[float, float] | None:
+    mean = _known(function.mean)
+    return None if mean is None else (mean.real, math.inf)
+
+
+def _first_grid(functions: Any) -> tuple[float, float] | None:
+    grids = (center_grid(f) for f in functions)
+    return next((g for g in grids if g is not None), None)
+
+
+@center_grid.register
+def _(function: TimeFunctionSum) -> tuple[float, float] | None:
+    return _first_grid(function.terms)
+
+
+@center_grid.register
+def _(function: TimeFunctionProduct) -> tuple[float, float] | None:
+    return _first_grid((function.left, function.right))
+
+
+# The most candidate centres tried within a half period (a drive at a high
+# harmonic of the period has many).
+_MAX_CANDIDATES = 16
+
+
+def mirror_center(
+    operator: AbstractTimeOperator, start: float, period: float, tolerance: float
+) -> float | None:
+    """How far after `start` ($t_0$) a centre of the T-periodic `operator` lies
+    (`is_mirrored`): $c - t_0 \\in (0, T/2]$, exactly $T/2$ where the middle of
+    the period is one (tried first); `None` where no centre is known. (The
+    distance, not c: at a late start c - t0 would lose the digits that tell the
+    middle from a centre next to it.)"""
+    half = period / 2
+    if is_mirrored(operator, start + half, tolerance):
+        return half
+    grid = _first_grid(_functions(operator))
+    if grid is None:
+        return None
+    offset, spacing = grid
+    # The grid's points in (t0, t0 + T/2); a grid wider than half a period is
+    # folded by half periods (centres repeat every T/2). Points within rounding
+    # of either end (in the solve's precision, which `tolerance` is a few units
+    # of) stand for the middle, which has failed.
+    step = min(spacing, half)
+    first = (offset - start) % step
+    margin = 4 * tolerance * max(period, abs(start))
+    for k in range(min(_MAX_CANDIDATES, math.ceil(half / step) + 1)):
+        distance = first + k * step
+        if margin < distance < half - margin and is_mirrored(
+            operator, start + distance, tolerance
+        ):
+            return distance
+    return None
+
+
+@functools.singledispatch
+def _functions(operator: AbstractTimeOperator) -> tuple[AbstractTimeFunction, ...]:
+    """The time functions of an operator, in order."""
+    del operator
+    return ()
+
+
+@_functions.register
+def _(operator: TimeOperator) -> tuple[AbstractTimeFunction, ...]:
+    return tuple(operator.functions)
+
+
+@_functions.register
+def _(operator: OperatorSum) -> tuple[AbstractTimeFunction, ...]:
+    return tuple(f for part in operator.operators for f in _functions(part))
+
+
+@_functions.register
+def _(operator: ScaledOperator) -> tuple[AbstractTimeFunction, ...]:
+    return (operator.function, *_functions(operator.operator))
 
 
 @functools.singledispatch
