@@ -291,13 +291,20 @@ def _recursion(h: Array, order: int) -> tuple[Array, Array, Array]:
     def integrate(x: Array) -> Array:
         return jnp.einsum("ij,jab->iab", integral, x)
 
-    def commutator(ks: list[Array], ys: list[Array], sign: int) -> Array:
-        """sum_j [K_j, Y_j] for Hermitian K_j and Y_j^dagger = sign Y_j:
-        [K, Y] = P - sign P^dagger with P = K Y (one product per pair)."""
-        # One product of the side-by-side K_j with the stacked Y_j: a single dot
-        # per table entry keeps the program (and its compile) small.
-        p = jnp.concatenate(ks, axis=-1) @ jnp.concatenate(ys, axis=-2)
-        return p - sign * _adjoint(p)
+    def commutators(
+        ks: list[Array], ys: list[Array], zs: list[Array], sign: int
+    ) -> tuple[Array, Array]:
+        """sum_j [K_j, Y_j] and sum_j [K_j, Z_j] for Hermitian K_j and
+        Y_j^dagger = sign Y_j (and Z_j): [K, Y] = P - sign P^dagger with P = K Y
+        (one product per pair)."""
+        # One product of the side-by-side K_j with the stacked [Y_j | Z_j]: a
+        # single dot per table level keeps the program (and its compile) small.
+        right = jnp.concatenate(
+            [jnp.concatenate([a, b], axis=-1) for a, b in zip(ys, zs)], axis=-2
+        )
+        p = jnp.concatenate(ks, axis=-1) @ right
+        c = p[..., : h.shape[-1]], p[..., h.shape[-1] :]
+        return c[0] - sign * _adjoint(c[0]), c[1] - sign * _adjoint(c[1])
 
     # y[n][p] = [ad_K^n(H_eff)]_p, z[n][p] = [ad_K^n(dK/dtau)]_p (grid values);
     # y[0][p] = E_p (a constant matrix), z[0][p] = dK_p/dtau. ad_K^n keeps
@@ -309,15 +316,11 @@ def _recursion(h: Array, order: int) -> tuple[Array, Array, Array]:
     stroboscopic: list[Array] = []
     for k in range(order + 1):
         for n in range(1, k + 1):
+            # y[n, k] and z[n, k + 1] take the same kicks K_1 .. K_{k-n+1}.
             js = range(1, k - n + 2)
-            y[n, k] = commutator(
+            y[n, k], z[n, k + 1] = commutators(
                 [kicks[j - 1] for j in js],
                 [y[n - 1, k - j] for j in js],
-                (-1) ** (n - 1),
-            )
-            js = range(1, k + 2 - n)
-            z[n, k + 1] = commutator(
-                [kicks[j - 1] for j in js],
                 [z[n - 1, k + 1 - j] for j in js],
                 (-1) ** (n - 1),
             )
