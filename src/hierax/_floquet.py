@@ -30,6 +30,7 @@ from ._arrays import complex_dtype, to_jax
 from ._jit import in_blocks
 from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from ._solvers import sesolve
+from ._solvers._rewrites import merge_equal_terms
 from ._symmetry import mirror_center
 from ._validation import as_period, is_traced
 
@@ -162,6 +163,9 @@ def _one_period(
     Where H is symmetric about a time c in $(t_0, t_0 + T/2]$ (`_symmetry`: a
     cosine drive on real matrices about a maximum of the cosine), only half a
     period is solved, from $c - T/2$ to c (`_period_solver`)."""
+    # Terms are merged here, where the matrices are known: inside the blocked map
+    # they are arguments.
+    operator = merge_equal_terms(operator)
     arrays, static = eqx.partition(operator, eqx.is_array)
     config = (static, operator.size, complex_dtype(period.dtype), rtol, atol, order)
     shift = _mirror_shift(operator, period, t0)

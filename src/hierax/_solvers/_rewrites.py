@@ -85,6 +85,42 @@ def real_terms(
     return OperatorSum([*gathered, *rest])
 
 
+def merge_equal_terms(operator: AbstractTimeOperator) -> AbstractTimeOperator:
+    """The same operator with the terms of each dense `TimeOperator` whose known
+    matrices are equal merged into one, with the sum of their functions:
+    $f_1 M + f_2 M = (f_1 + f_2) M$, one product per step instead of two (a drive
+    of several tones through one coupling, written term by term). Traced matrices
+    and sparse terms are left as they are; so is an operator with no repeat."""
+    parts = summands(operator)
+    merged = [_merged(op) for op in parts]
+    if all(m is op for m, op in zip(merged, parts)):
+        return operator
+    return merged[0] if len(merged) == 1 else OperatorSum(merged)
+
+
+def _merged(operator: AbstractTimeOperator) -> AbstractTimeOperator:
+    terms = as_time_operator(operator)
+    if (
+        terms is None
+        or terms.is_sparse
+        or len(terms.functions) < 2
+        or is_traced(terms.matrices)
+    ):
+        return operator
+    stacked = np.asarray(terms.matrices)
+    groups: dict[bytes, list[int]] = {}
+    for a, matrix in enumerate(stacked):
+        groups.setdefault(matrix.tobytes(), []).append(a)
+    if len(groups) == len(terms.functions):
+        return operator
+    functions = [
+        functools.reduce(lambda f, g: f + g, [terms.functions[a] for a in group])
+        for group in groups.values()
+    ]
+    kept = stacked[np.asarray([group[0] for group in groups.values()])]
+    return TimeOperator(functions, to_jax(kept))
+
+
 @functools.singledispatch
 def split_constant_trace(
     operator: AbstractTimeOperator,

@@ -32,7 +32,12 @@ from .._operators import (
 )
 from .._series import TermSeries, real_dtype
 from ._density import density_step_terms
-from ._rewrites import operator_bound, real_terms, split_constant_trace
+from ._rewrites import (
+    merge_equal_terms,
+    operator_bound,
+    real_terms,
+    split_constant_trace,
+)
 
 
 class _TimeControl(diffrax.AbstractTerm):
@@ -111,6 +116,7 @@ class SchrodingerTerm(AbstractTaylorTerm):
             `hierax.Cos(w) * sx + sz`.
         """
         operator = to_operator(hamiltonian, "hamiltonian", "hierax.SchrodingerTerm")
+        operator = merge_equal_terms(operator)
         if operator.size >= REAL_STATE_SIZE:
             operator = real_terms(operator)
         self.hamiltonian, self.energy_shift = split_constant_trace(operator)
@@ -256,7 +262,9 @@ class LindbladTerm(AbstractTaylorTerm):
         # Structure for the Taylor solver's kernel: diagonal matrices act
         # elementwise, real and imaginary ones in real arithmetic.
         split = hamiltonian.size >= REAL_DENSITY_SIZE
-        self.hamiltonian = real_terms(hamiltonian, diagonal=True, split=split)
+        self.hamiltonian = real_terms(
+            merge_equal_terms(hamiltonian), diagonal=True, split=split
+        )
         self.jump_operators = tuple(
             real_terms(op, diagonal=True, split=split) for op in jumps
         )
