@@ -183,6 +183,25 @@ def test_an_eager_vmap_compiles_once():
     )
 
 
+def test_new_phases_and_starts_do_not_recompile():
+    """Each drive phase and start puts H's mirror centre elsewhere in the period;
+    where it lies is a value of the compiled solve, so a new one compiles nothing,
+    and the quasienergies do not depend on the start."""
+
+    def basis(phase, t0):
+        h = 0.5 * SZ + hierax.Cos(2.0, phase, 0.4) * SX
+        return hierax.floquet(h, 2 * np.pi / 2.0, t0=t0)
+
+    first = basis(0.3, 0.0).quasienergies
+    before = compile_count()
+    moved = basis(0.3, 0.41).quasienergies
+    other = basis(-1.2, 0.0).quasienergies
+    assert compile_count() == before
+    np.testing.assert_allclose(np.asarray(moved), np.asarray(first), atol=1e-11)
+    # A phase is a shift of time: the same quasienergies.
+    np.testing.assert_allclose(np.asarray(other), np.asarray(first), atol=1e-11)
+
+
 def test_quasienergy_gradient_against_finite_differences():
     """d eps / d amplitude of a driven qubit (away from degeneracies) against a
     central difference."""

@@ -169,11 +169,14 @@ def _one_period(
     arrays, static = eqx.partition(operator, eqx.is_array)
     config = (static, operator.size, complex_dtype(period.dtype), rtol, atol, order)
     shift = _mirror_shift(operator, period, t0)
+    # Where the centre lies is a value (a new phase or start does not recompile);
+    # whether there is one, and whether it is the middle, is structure.
+    where = None if shift is None else "middle" if shift == 0.5 else "shifted"
     try:
-        solver = _period_solver(*config, shift)
+        solver = _period_solver(*config, where)
     except TypeError:  # a static part that cannot be hashed: built for this call
-        solver = _period_solver.__wrapped__(*config, shift)
-    return solver(arrays, period, t0)
+        solver = _period_solver.__wrapped__(*config, where)
+    return solver(arrays, period, t0, to_jax(0.5 if shift is None else shift))
 
 
 @functools.lru_cache(maxsize=32)
@@ -184,15 +187,15 @@ def _period_solver(
     rtol: float,
     atol: float,
     order: int,
-    shift: float | None,
+    where: str | None,
 ) -> Any:
     """The one-period solve of an operator structure (its non-array part
     `static`), blocked under `jax.vmap` (`in_blocks`); kept per structure, so that
-    an eager `jax.vmap` over `floquet` compiles its blocked map once. `shift`:
-    where H's mirror centre lies, $c = t_0 + \\text{shift}\\, T$ (`None`: no known
-    centre, the whole period)."""
+    an eager `jax.vmap` over `floquet` compiles its blocked map once. `where` H's
+    mirror centre lies: `None` (none known: the whole period), `"middle"` of the
+    period, or `"shifted"` to $c = t_0 + \\text{shift}\\, T$ (`shift` a value)."""
 
-    def single(arrays: Any, period: Array, t0: Array) -> Array:
+    def single(arrays: Any, period: Array, t0: Array, shift: Array) -> Array:
         def solve(times: list[Array]) -> Array:
             return sesolve(
                 eqx.combine(arrays, static),
@@ -203,16 +206,16 @@ def _period_solver(
                 order=order,
             ).states
 
-        if shift is None:
+        if where is None:
             return solve([t0, t0 + period])[-1]
-        if shift == 0.5:  # centred on the period: U = U_h^T U_h from t0
+        if where == "middle":  # U = U_h^T U_h from t0
             u = solve([t0, t0 + period / 2])[-1]
             return u.T @ u
         # From a = c - T/2 to c, passing t0: W = U(t0, a), U_h = U(c, a). Then
         # U(a + T, a) = U_h^T U_h and, by periodicity,
         # U(t0 + T, t0) = W U(a + T, a) W^dagger.
-        start = t0 + (shift - 0.5) * period
-        states = solve([start, t0, t0 + shift * period])
+        shift = shift.astype(period.dtype)
+        states = solve([t0 + (shift - 0.5) * period, t0, t0 + shift * period])
         w, u = states[1], states[2]
         return w @ (u.T @ u) @ jnp.conj(w.T)
 
