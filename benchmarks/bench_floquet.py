@@ -12,12 +12,13 @@ matrices is symmetric about the middle of the period, H(T/2 + s) = conj(H(T/2 - 
 and `hierax.floquet` then solves half the period; `--phase 0.3` drives
 cos(0.9 t + 0.3) instead, symmetric about a maximum of the cosine inside the
 period (hierax solves half a period there, and carries the propagator to t0);
-`--second 0.5` adds a second harmonic, 0.5 A cos(1.8 t + 0.7), whose phase shares
-no centre with the first: no symmetry, every method solves the whole period. The reference is hierax at rtol 1e-13;
-its distance to QuTiP at rtol 1e-13 is printed for the largest amplitude. Each
-method runs a ladder of tolerances (half decades); the loosest whose largest quasienergy error
-over the sweep is below 1e-9 is timed (median of 3 after a first call for the
-JAX methods; one call for the QuTiP loop). Ratios are the best peer's time over
+`--second 0.5` adds a second harmonic, 0.5 A cos(1.8 t + 0.7), whose phase
+shares no centre with the first: no symmetry, every method solves the whole
+period. The reference is hierax at rtol 1e-13; its distance to QuTiP at rtol
+1e-13 is printed for the largest amplitude. Each method runs a ladder of
+tolerances (half decades); the loosest whose largest quasienergy error over the
+sweep is below 1e-9 is timed (median of 3 after a first call for the JAX
+methods; one call for the QuTiP loop). Ratios are the best peer's time over
 hierax's; the load is printed before and after.
 """
 
@@ -88,9 +89,7 @@ def dynamiqs_sweep(levels: int, tol: float):
     method = methods.Dopri8(rtol=tol, atol=tol * 1e-2, max_steps=10**6)
 
     def energies(amplitude):
-        h = dq.constant(h0) + dq.modulated(
-            lambda t: drive(t, amplitude, jnp.cos), v
-        )
+        h = dq.constant(h0) + dq.modulated(lambda t: drive(t, amplitude, jnp.cos), v)
         period = 2 * np.pi / OMEGA
         result = dq.floquet(
             h, period, jnp.array([0.0]), method=method, progress_meter=False
@@ -132,6 +131,8 @@ METHODS = {
     "dynamiqs Dopri8 (vmap)": dynamiqs_sweep,
     "QuTiP FloquetBasis (loop)": qutip_sweep,
 }
+
+
 def _ladder(loosest: float, tightest: float) -> list[float]:
     """Tolerances from `loosest` to `tightest` in half decades."""
     count = round(2 * np.log10(loosest / tightest)) + 1
