@@ -3,6 +3,7 @@ answered by the operator's type (`functools.singledispatch`), each computed in
 NumPy before compiling when the matrices are known."""
 
 import functools
+import hashlib
 from typing import Any, NamedTuple
 
 import jax
@@ -107,10 +108,14 @@ def _merged(operator: AbstractTimeOperator) -> AbstractTimeOperator:
         or is_traced(terms.matrices)
     ):
         return operator
-    stacked = np.asarray(terms.matrices)
+    stacked = np.ascontiguousarray(terms.matrices)
     groups: dict[bytes, list[int]] = {}
     for a, matrix in enumerate(stacked):
-        groups.setdefault(matrix.tobytes(), []).append(a)
+        # Found by a digest of the bytes (no copy), confirmed entry by entry.
+        key = hashlib.blake2b(matrix.data, digest_size=16).digest()
+        while key in groups and not np.array_equal(stacked[groups[key][0]], matrix):
+            key += b"'"
+        groups.setdefault(key, []).append(a)
     if len(groups) == len(terms.functions):
         return operator
     functions = [
