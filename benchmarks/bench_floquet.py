@@ -17,7 +17,7 @@ shares no centre with the first: no symmetry, every method solves the whole
 period. The reference is hierax at rtol 1e-13; its distance to QuTiP at rtol
 1e-13 is printed for the largest amplitude. Each method runs a ladder of
 tolerances (half decades); the loosest whose largest quasienergy error over the
-sweep is below 1e-9 is timed (median of 3 after a first call for the JAX
+sweep is below 1e-9 is timed (median of 5 after a first call for the JAX
 methods; one call for the QuTiP loop). Ratios are the best peer's time over
 hierax's; the load is printed before and after.
 """
@@ -234,7 +234,7 @@ def main() -> None:
             subset = amplitudes[:: 10 if loop else 1]
             for tol in LADDERS[name]:
                 run = build(levels, tol)
-                seconds, result = timed(run, subset, 1 if loop else 3)
+                seconds, result = timed(run, subset, 1 if loop else 5)
                 error = np.abs(result - reference[:: 10 if loop else 1]).max()
                 print(f"  {name} tol {tol:.0e}: {seconds:.3f} s, error {error:.1e}")
                 if error < TARGET:
