@@ -4,7 +4,6 @@ the Taylor solver on diffrax with its step control, and the result, for any
 
 import collections
 import contextlib
-import hashlib
 import math
 import warnings
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import numpy as np
 from jaxtyping import Array, PyTree
 
 from .._arrays import cast as cast_array, float_dtype, to_jax
-from .._cache import IdentityCache, flatten_module
+from .._cache import IdentityCache, content_key, flatten_module
 from .._jit import module_jit
 from .._sparse import available_memory
 from .._validation import is_traced
@@ -207,9 +206,7 @@ def _by_value(x: Any) -> Any:
     ):
         return x
     data = np.array(x, order="C")  # a copy (0-d stays 0-d)
-    data_bytes = data.reshape(-1).view(np.uint8).data
-    digest = hashlib.blake2b(data_bytes, digest_size=16).digest()
-    key = (x.dtype.str, x.shape, digest)
+    key = content_key(data)
     hit = _BY_VALUE.get(key)
     if hit is None:
         hit = data

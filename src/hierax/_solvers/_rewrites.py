@@ -3,7 +3,6 @@ answered by the operator's type (`functools.singledispatch`), each computed in
 NumPy before compiling when the matrices are known."""
 
 import functools
-import hashlib
 from typing import Any, NamedTuple
 
 import jax
@@ -12,7 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from .._arrays import placed, to_jax
-from .._cache import IdentityCache
+from .._cache import IdentityCache, content_key
 from .._operators import (
     AbstractTimeOperator,
     OperatorSum,
@@ -109,12 +108,12 @@ def _merged(operator: AbstractTimeOperator) -> AbstractTimeOperator:
     ):
         return operator
     stacked = np.ascontiguousarray(terms.matrices)
-    groups: dict[bytes, list[int]] = {}
+    groups: dict[Any, list[int]] = {}
     for a, matrix in enumerate(stacked):
-        # Found by a digest of the bytes (no copy), confirmed entry by entry.
-        key = hashlib.blake2b(matrix.data, digest_size=16).digest()
+        # Found by a digest of the content (`content_key`), confirmed entry by entry.
+        key = content_key(matrix)
         while key in groups and not np.array_equal(stacked[groups[key][0]], matrix):
-            key += b"'"
+            key += ("again",)
         groups.setdefault(key, []).append(a)
     if len(groups) == len(terms.functions):
         return operator
