@@ -279,14 +279,21 @@ def test_bloch_siegert_shift_of_a_driven_qubit():
     assert 12 < large / small < 20, (large, small)  # 2^4 = 16
 
 
-def test_float32_period_runs_in_single_precision():
+@pytest.mark.parametrize(("phase", "t0"), [(0.0, 0.0), (0.3, 0.37)])
+def test_float32_period_runs_in_single_precision(phase, t0):
     """A float32 period gives a complex64 propagator and quasienergies within
-    float32's reach of the float64 ones."""
-    h = 0.5 * SZ + hierax.Cos(2.3, amplitude=0.4) * SX
-    double = hierax.floquet(h, 2 * np.pi / 2.3)
-    single = hierax.floquet(h, jnp.float32(2 * np.pi / 2.3), rtol=1e-6, atol=1e-7)
+    float32's reach of the float64 ones, from the middle of the period and from a
+    centre elsewhere (the propagator carried to t0 in float32)."""
+    h = 0.5 * SZ + hierax.Cos(2.3, phase, 0.4) * SX
+    double = hierax.floquet(h, 2 * np.pi / 2.3, t0=t0)
+    single = hierax.floquet(
+        h, jnp.float32(2 * np.pi / 2.3), t0=t0, rtol=1e-6, atol=1e-7
+    )
     assert single.propagator.dtype == jnp.complex64
     assert single.quasienergies.dtype == jnp.float32
     np.testing.assert_allclose(
         np.asarray(single.quasienergies), np.asarray(double.quasienergies), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.asarray(single.propagator), np.asarray(double.propagator), atol=1e-5
     )
