@@ -11,7 +11,7 @@ import scipy.linalg
 
 import hierax
 
-from .helpers import run_script
+from .helpers import compile_count, run_script
 
 
 PAULI = {
@@ -384,13 +384,6 @@ def test_chaotic_chain_converges_with_capacity():
 def test_new_values_reuse_compiled_calls():
     """New coefficient values (a chain with other couplings, another observable on
     the same strings) compile nothing new: counted by JAX's compile events."""
-    compiles: list[str] = []
-
-    def listen(event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if "backend_compile" in event:
-            compiles.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
 
     def run(coupling, field):
         h = hierax.PauliSum.ising_chain(8, coupling, field, 0.3)
@@ -398,11 +391,34 @@ def test_new_values_reuse_compiled_calls():
         return hierax.lanczos(h, o, 6, capacity=128).b, h.commutator(o, capacity=64)
 
     run(1.0, 0.9)
-    before = len(compiles)
-    assert before > 0  # the events are seen
+    before = compile_count()
     run(0.7, 1.3)
     run(1.2, 0.2)
-    assert len(compiles) == before
+    assert compile_count() == before
+
+
+def test_matrices_and_norms_are_one_program_each():
+    """`todense`, `to_sparse`, `norm` and `trace` of a sum on a new chain compile
+    one program each (not one per operation), and new values none."""
+    strings = ["XYZIX", "ZZIII", "IIIYY"]
+    a = hierax.PauliSum.from_strings(strings, [1.0, 2.0, 0.5], capacity=7)
+    b = hierax.PauliSum.from_strings(strings, [0.3, -1.0, 4.0], capacity=7)
+    before = compile_count()
+    dense = a.todense()
+    assert compile_count() == before + 1
+    a.to_sparse(), a.norm(), a.trace()
+    assert compile_count() == before + 4
+    sparse, norm, trace = b.to_sparse(), b.norm(), b.trace()
+    assert compile_count() == before + 4  # new values: nothing new
+    expected = sum(c * dense_string(s) for c, s in zip([1.0, 2.0, 0.5], strings))
+    np.testing.assert_allclose(np.asarray(dense), expected, atol=1e-15)
+    np.testing.assert_allclose(
+        np.asarray(sparse.todense()),
+        sum(c * dense_string(s) for c, s in zip([0.3, -1.0, 4.0], strings)),
+        atol=1e-15,
+    )
+    np.testing.assert_allclose(float(norm), np.sqrt(0.09 + 1.0 + 16.0))
+    assert complex(trace) == 0
 
 
 def _driven_chain(n):

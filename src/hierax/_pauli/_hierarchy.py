@@ -166,19 +166,7 @@ class PauliHierarchy(eqx.Module):
 
     def _levels(self, t: ArrayLike, normalised: bool) -> list[PauliSum]:
         t = jnp.asarray(as_time(t, "hierax.PauliHierarchy(...)(t)"))
-        x, z, c, count, dropped = _pauli_levels(self, t, normalised=normalised)
-        n = self.observable.n_qubits
-        return [
-            PauliSum(
-                x=x[k],
-                z=z[k],
-                coefficients=c[k],
-                count=count[k],
-                dropped=dropped[k],
-                n_qubits=n,
-            )
-            for k in range(self.order + 1)
-        ]
+        return _pauli_levels(self, t, normalised=normalised)
 
 
 @eqx.filter_jit
@@ -244,4 +232,15 @@ def _pauli_levels(hierarchy: PauliHierarchy, t: Array, *, normalised: bool):
         exponents = exponents - log_factorial.astype(real)
         removed = removed * jnp.exp2(-2 * log_factorial).astype(real)
     cs = cs * jnp.exp2(exponents)[:, None].astype(real)
-    return xs, zs, cs, counts, removed
+    # The levels as sums, split inside the program (not slice by slice after it).
+    return [
+        PauliSum(
+            x=xs[k],
+            z=zs[k],
+            coefficients=cs[k],
+            count=counts[k],
+            dropped=removed[k],
+            n_qubits=n,
+        )
+        for k in range(size)
+    ]

@@ -327,52 +327,35 @@ class PauliSum(eqx.Module):
     def norm(self) -> Array:
         """$\\sqrt{(A|A)}$, the normalised Frobenius norm
         $\\sqrt{\\mathrm{Tr}(A^\\dagger A)/2^N}$."""
-        return jnp.sqrt(jnp.sum(jnp.abs(self.coefficients) ** 2))
+        return _norm(self)
 
     def trace(self) -> Array:
         """$\\mathrm{Tr}(A)/2^N$: the coefficient of the identity string."""
-        identity = jnp.all((self.x == 0) & (self.z == 0), axis=1)
-        return jnp.sum(jnp.where(identity, self.coefficients, 0))
+        return _trace(self)
 
     # --- into matrices --------------------------------------------------------
 
     def todense(self) -> Array:
         """The $2^N \\times 2^N$ matrix (site 0 the most significant qubit, as
         [`hierax.site_operator`][] and `kron` order them), for N <= 14."""
-        columns, values = self._rows("todense")
-        n = 2**self.n_qubits
-        rows = jnp.broadcast_to(jnp.arange(n)[:, None], columns.shape)
-        return jnp.zeros((n, n), self.dtype).at[rows, columns].add(values)
+        self._check_dense("todense")
+        return _dense(self)
 
     def to_sparse(self):
         """The matrix as a [`hierax.SparseMatrix`][] (one entry per string and row),
         a way into the hierarchies and solvers for N <= 14."""
         from .._sparse import SparseMatrix
 
-        return SparseMatrix(*self._rows("to_sparse")[::-1])
+        self._check_dense("to_sparse")
+        return SparseMatrix(*_rows(self)[::-1])
 
-    def _rows(self, name: str) -> tuple[Array, Array]:
-        """`(columns, values)`, each `(2^N, capacity)`: row r of string j's matrix
-        has its one entry at column b = r ^ x_j, with value
-        i^{|x&z|} (-1)^{|z&b|} (P(x, z)|b> = i^{|x&z|} (-1)^{|z&b|} |b ^ x>)."""
+    def _check_dense(self, name: str) -> None:
         if self.n_qubits > _DENSE_QUBITS:
             raise ValueError(
                 f"`hierax.PauliSum.{name}`: {self.n_qubits} qubits is a "
                 f"2^{self.n_qubits}-dimensional matrix; matrices are built for at "
                 f"most {_DENSE_QUBITS} qubits."
             )
-        n = self.n_qubits
-        # Masks as integers with site 0 the most significant bit.
-        sites = jnp.arange(n, dtype=jnp.uint32)
-        weights = jnp.asarray(2 ** (n - 1 - np.arange(n)), jnp.int32)
-        bits = (sites % 32)[None, :]
-        xb = ((self.x[:, sites // 32] >> bits) & 1).astype(jnp.int32)
-        zb = ((self.z[:, sites // 32] >> bits) & 1).astype(jnp.int32)
-        xi, zi = xb @ weights, zb @ weights
-        columns = jnp.arange(2**n, dtype=jnp.int32)[:, None] ^ xi[None, :]
-        sign = jax.lax.population_count(columns & zi[None, :]) % 2
-        phase = i_power(jnp.sum(xb & zb, axis=1), self.dtype) * _valid(self)
-        return columns, phase[None, :] * (1 - 2 * sign).astype(self.dtype)
 
     def _bound(self, slots: int) -> int:
         """`slots`, or fewer where the chain has fewer strings (4^N)."""
@@ -431,6 +414,48 @@ def _rebuilt(s: PauliSum, parts: tuple, dropped: Array) -> PauliSum:
         dropped=dropped + removed,
         n_qubits=s.n_qubits,
     )
+
+
+# One compiled program per chain and capacity for each of these (op by op, a
+# first `todense` compiled some twenty small programs).
+
+
+@module_jit
+def _norm(s: PauliSum) -> Array:
+    return jnp.sqrt(jnp.sum(jnp.abs(s.coefficients) ** 2))
+
+
+@module_jit
+def _trace(s: PauliSum) -> Array:
+    identity = jnp.all((s.x == 0) & (s.z == 0), axis=1)
+    return jnp.sum(jnp.where(identity, s.coefficients, 0))
+
+
+@module_jit
+def _rows(s: PauliSum) -> tuple[Array, Array]:
+    """`(columns, values)`, each `(2^N, capacity)`: row r of string j's matrix
+    has its one entry at column b = r ^ x_j, with value
+    i^{|x&z|} (-1)^{|z&b|} (P(x, z)|b> = i^{|x&z|} (-1)^{|z&b|} |b ^ x>)."""
+    n = s.n_qubits
+    # Masks as integers with site 0 the most significant bit.
+    sites = jnp.arange(n, dtype=jnp.uint32)
+    weights = jnp.asarray(2 ** (n - 1 - np.arange(n)), jnp.int32)
+    bits = (sites % 32)[None, :]
+    xb = ((s.x[:, sites // 32] >> bits) & 1).astype(jnp.int32)
+    zb = ((s.z[:, sites // 32] >> bits) & 1).astype(jnp.int32)
+    xi, zi = xb @ weights, zb @ weights
+    columns = jnp.arange(2**n, dtype=jnp.int32)[:, None] ^ xi[None, :]
+    sign = jax.lax.population_count(columns & zi[None, :]) % 2
+    phase = i_power(jnp.sum(xb & zb, axis=1), s.dtype) * _valid(s)
+    return columns, phase[None, :] * (1 - 2 * sign).astype(s.dtype)
+
+
+@module_jit
+def _dense(s: PauliSum) -> Array:
+    columns, values = _rows(s)
+    n = 2**s.n_qubits
+    rows = jnp.broadcast_to(jnp.arange(n)[:, None], columns.shape)
+    return jnp.zeros((n, n), s.dtype).at[rows, columns].add(values)
 
 
 @module_jit
