@@ -12,12 +12,16 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 def _fast_compile_flag() -> None:
     """Compile with XLA:CPU's elemental emitters, which compile the suite's many
     small programs in about two thirds of the time of its default fusion emitters
-    (the whole suite 412 -> 286 s on 2 cores; the same arithmetic). Test-only: the
-    library sets no XLA flag, and the benchmarks run with XLA's defaults. A jaxlib
-    that does not know the flag aborts at start-up, so it is tried in a
-    subprocess first (once per test process; the flag then reaches the scripts
-    the tests run too)."""
-    flag = "--xla_cpu_use_fusion_emitters=false"
+    (the whole suite 412 -> 286 s on 2 cores; the same arithmetic), and each
+    program as one LLVM module: XLA splits it into up to 32 for parallel code
+    generation, which on two busy cores costs more than it gains (the suite's CPU
+    time 657 -> 561 s). Test-only: the library sets no XLA flag, and the
+    benchmarks run with XLA's defaults. A jaxlib that does not know a flag aborts
+    at start-up, so they are tried in a subprocess first (once per test process;
+    the flags then reach the scripts the tests run too)."""
+    flag = (
+        "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
+    )
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_use_fusion_emitters" in flags:
         return
