@@ -9,8 +9,13 @@ loads before any test module imports this one.
 """
 
 import functools
+import json
 import math
+import os
+import pathlib
 import subprocess
+import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -283,24 +288,53 @@ def propagate(h_fn, t0, tau, u0, rtol=1e-13):
 # Scripts in subprocesses (documentation pages, examples)
 # ----------------------------------------------------------------------------------
 
-# XLA:CPU's fusion emitters, its default, take about twice as long to compile a
-# program as its older elemental emitters; scripts that compile dozens of programs
-# and run each briefly spend most of their time compiling (measured on the
-# documentation pages: 58 s -> 42 s for one group; the examples: 26 s -> 17 s).
-# Both emitters are XLA's own, and the scripts check their results themselves.
-FAST_COMPILE_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
+
+def session_folder(tmp_path_factory: Any) -> pathlib.Path:
+    """The test session's temporary folder, shared by its pytest-xdist workers
+    (each worker's own base folder sits inside it)."""
+    shared = tmp_path_factory.getbasetemp()
+    return shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+
+
+def once_per_session(
+    shared: pathlib.Path, name: str, compute: Callable[[], dict], timeout: float
+) -> dict:
+    """`compute()` (a JSON-serialisable dict) run once per test session, not once
+    per pytest-xdist worker: the first process to create the lock folder
+    `shared/<name>.lock` computes and writes `shared/<name>.json`; the others wait
+    up to `timeout` seconds for it and read it."""
+    status = shared / f"{name}.json"
+    try:
+        (shared / f"{name}.lock").mkdir()  # atomic: one process wins
+    except FileExistsError:
+        for _ in range(int(timeout * 10)):
+            if status.exists():
+                break
+            time.sleep(0.1)
+        else:
+            raise TimeoutError(f"the test session's {name} did not finish in time")
+    else:
+        try:
+            report = dict(value=compute())
+        except Exception:
+            report = dict(error=traceback.format_exc())  # for the waiters too
+        written = status.with_suffix(".tmp")
+        written.write_text(json.dumps(report), encoding="utf-8")
+        written.replace(status)  # atomic: waiters never read half a report
+    report = json.loads(status.read_text(encoding="utf-8"))
+    if "error" in report:
+        raise RuntimeError(f"the test session's {name} failed:\n{report['error']}")
+    return report["value"]
 
 
 def run_script(
     args: list[str], *, env: dict[str, str], devices: int, **kwargs: Any
 ) -> subprocess.CompletedProcess:
     """`subprocess.run(args, env=env, ...)` for a Python process that starts JAX on
-    `devices` host devices, compiling with `FAST_COMPILE_XLA_FLAG`; without it if
-    this jaxlib does not know the flag (XLA then exits at start-up naming it)."""
-    devices_flag = f"--xla_force_host_platform_device_count={devices}"
+    `devices` host devices, with the test processes' compile flags (`conftest.py`:
+    scripts that compile dozens of programs and run each briefly spend most of
+    their time compiling)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    flags = f"--xla_force_host_platform_device_count={devices} {flags}".strip()
     kwargs = dict(capture_output=True, text=True, **kwargs)
-    flags = f"{devices_flag} {FAST_COMPILE_XLA_FLAG}"
-    result = subprocess.run(args, env={**env, "XLA_FLAGS": flags}, **kwargs)
-    if result.returncode != 0 and "Unknown flag in XLA_FLAGS" in result.stderr:
-        result = subprocess.run(args, env={**env, "XLA_FLAGS": devices_flag}, **kwargs)
-    return result
+    return subprocess.run(args, env={**env, "XLA_FLAGS": flags}, **kwargs)

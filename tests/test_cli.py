@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -21,7 +22,7 @@ import pytest
 import hierax
 from hierax._cli import _main, _reference, _seed, main
 
-from .helpers import SEED_EXACT
+from .helpers import SEED_EXACT, once_per_session, session_folder
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -212,16 +213,24 @@ sys.exit(status)
 """
 
 
-@pytest.fixture(scope="module")
-def seed_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
-    """`_SEED_IN_PROCESS` run once: the finished process and its JSON path."""
+@pytest.fixture(scope="session")
+def seed_run(tmp_path_factory) -> tuple[types.SimpleNamespace, pathlib.Path]:
+    """`_SEED_IN_PROCESS` run once per test session: the finished process
+    (`returncode`, `stdout`, `stderr`) and its JSON path."""
     # Order 230 reaches past float64's range: levels from 221 on overflow.
-    path = tmp_path_factory.mktemp("seed") / "out" / "seed.json"
-    result = _python(
-        _SEED_IN_PROCESS,
-        *("seed", "--order", "230", "--naive-order", "2", "--json", str(path)),
-    )
-    return result, path
+    shared = session_folder(tmp_path_factory)
+    path = shared / "seed" / "out" / "seed.json"
+
+    def run() -> dict:
+        result = _python(
+            _SEED_IN_PROCESS,
+            *("seed", "--order", "230", "--naive-order", "2", "--json", str(path)),
+        )
+        return dict(
+            returncode=result.returncode, stdout=result.stdout, stderr=result.stderr
+        )
+
+    return types.SimpleNamespace(**once_per_session(shared, "seed-run", run, 300)), path
 
 
 def test_seed_run_agrees_writes_strict_json_and_loads_no_benchmark(seed_run):

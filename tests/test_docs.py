@@ -15,14 +15,13 @@ import posixpath
 import re
 import subprocess
 import sys
-import time
 import urllib.parse
 from typing import Any
 
 import pytest
 import yaml
 
-from .helpers import run_script
+from .helpers import once_per_session, run_script, session_folder
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -74,47 +73,27 @@ class Site:
     pages: dict[str, _Parser]  # by path relative to the root, e.g. "api/operators.html"
 
 
-def _build_once(shared: pathlib.Path) -> pathlib.Path:
-    """Build the site into `shared/site` unless another process of this test session
-    does: the first to create the lock folder builds, the others wait for its
-    result. The site is built once per session, not once per pytest-xdist worker."""
-    out, status = shared / "site", shared / "site-build.json"
-    try:
-        (shared / "site-build.lock").mkdir()  # atomic: one process wins
-    except FileExistsError:
-        for _ in range(6000):  # up to 10 minutes, as the build's own timeout
-            if status.exists():
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the test session's site build did not finish in 10 minutes")
-    else:
-        build = ["mkdocs", "build", "--strict", "--site-dir", str(out)]
-        result = subprocess.run(
-            [sys.executable, "-m", *build],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        )
-        report = dict(returncode=result.returncode, log=result.stdout + result.stderr)
-        written = status.with_suffix(".tmp")
-        written.write_text(json.dumps(report), encoding="utf-8")
-        written.replace(status)  # atomic: waiters never read half a report
-    report = json.loads(status.read_text(encoding="utf-8"))
-    assert report["returncode"] == 0, report["log"]
-    return out
+def _build(out: pathlib.Path) -> dict:
+    """`mkdocs build --strict` into `out`: its exit status and log."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    return dict(returncode=result.returncode, log=result.stdout + result.stderr)
 
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Site:
     """The site built with `mkdocs build --strict`, once per test session, with every
     page parsed."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the session's folder, above each worker's own
-    out = _build_once(shared)
+    shared = session_folder(tmp_path_factory)
+    out = shared / "site"
+    report = once_per_session(shared, "site-build", lambda: _build(out), 600)
+    assert report["returncode"] == 0, report["log"]
     pages = {}
     for path in out.rglob("*.html"):
         parser = _Parser()

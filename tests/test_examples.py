@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from .helpers import SEED_EXACT, run_script
+from .helpers import SEED_EXACT, once_per_session, run_script, session_folder
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -55,10 +55,19 @@ with open(results_path, "w", encoding="utf-8") as file:
 _HAS_OPTAX = importlib.util.find_spec("optax") is not None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> dict:
-    """Every example, run once with `--fast` in one subprocess: its outputs by name."""
-    tmp = tmp_path_factory.mktemp("examples")
+    """Every example, run once per test session with `--fast` in one subprocess:
+    its outputs by name."""
+    shared = session_folder(tmp_path_factory)
+    tmp = shared / "examples"
+    outputs = once_per_session(shared, "examples", lambda: _run_examples(tmp), 900)
+    outputs["plots"] = tmp / "plots"
+    return outputs
+
+
+def _run_examples(tmp: pathlib.Path) -> dict:
+    tmp.mkdir()
     specs = [
         ("seed_problem.py", []),
         ("short_time_evolution.py", ["--out", str(tmp / "plots")]),
@@ -76,9 +85,7 @@ def runs(tmp_path_factory) -> dict:
         timeout=900,
     )
     assert process.returncode == 0, process.stdout + process.stderr
-    outputs = json.loads(results.read_text(encoding="utf-8"))
-    outputs["plots"] = tmp / "plots"
-    return outputs
+    return json.loads(results.read_text(encoding="utf-8"))
 
 
 def example_output(runs: dict, name: str) -> str:

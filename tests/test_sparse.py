@@ -4,7 +4,6 @@ against repeated sparse products and scipy's DOP853, memory, sharding, bad input
 import functools
 import math
 import os
-import subprocess
 import sys
 import textwrap
 from typing import cast
@@ -19,7 +18,7 @@ from jax.experimental import sparse as jsparse
 
 import hierax
 
-from .helpers import relative_errors
+from .helpers import relative_errors, run_script
 
 
 SX = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -403,8 +402,6 @@ def test_bad_sparse_input_names_the_argument():
 
 _SHARDED = textwrap.dedent(
     """
-    import os
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     import jax
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
@@ -451,12 +448,10 @@ _SHARDED = textwrap.dedent(
 
 
 def test_sharded_across_four_devices_equals_one_device():
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    result = subprocess.run(
+    result = run_script(
         [sys.executable, "-c", _SHARDED],
-        capture_output=True,
-        text=True,
-        env=env,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        devices=4,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -12,7 +12,7 @@ import pytest
 
 import hierax
 
-from .helpers import SEED_EXACT, SIGMA_X as sx, SIGMA_Y as sy
+from .helpers import SEED_EXACT, SIGMA_X as sx, SIGMA_Y as sy, run_script
 
 
 H = hierax.Cos() * sy
@@ -240,14 +240,11 @@ except ValueError as error:
 def test_arrays_on_different_devices_are_named():
     """A module and arguments on two devices get a message that says so and how to
     fix it, not only JAX's list of internal argument paths."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    env["JAX_PLATFORMS"] = "cpu"
-    result = subprocess.run(
+    result = run_script(
         [sys.executable, "-c", _TWO_DEVICES],
-        capture_output=True,
-        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        devices=2,
         timeout=300,
-        env=env,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
