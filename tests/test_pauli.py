@@ -406,7 +406,7 @@ def test_matrices_and_norms_are_one_program_each():
     before = compile_count()
     dense = a.todense()
     assert compile_count() == before + 1
-    a.to_sparse(), a.norm(), a.trace()
+    _ = a.to_sparse(), a.norm(), a.trace()
     assert compile_count() == before + 4
     sparse, norm, trace = b.to_sparse(), b.norm(), b.trace()
     assert compile_count() == before + 4  # new values: nothing new
