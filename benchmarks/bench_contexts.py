@@ -98,7 +98,7 @@ def contexts(system):
             out = hierax.sesolve(h, y0, times, rtol=RTOL, atol=ATOL)
         else:
             out = hierax.mesolve(h, jumps, y0, times, rtol=RTOL, atol=ATOL)
-        return out.states[-1]
+        return out.final_state
 
     def loss(amplitude, y0):
         return jnp.sum(jnp.abs(final(amplitude, y0) * jnp.conj(target)) ** 2)

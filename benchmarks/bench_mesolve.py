@@ -123,7 +123,7 @@ def method_hierax(system):
     def solve(tol):
         return hierax.mesolve(
             hamiltonian, jumps, rho, times, rtol=tol, atol=tol * 1e-2, max_steps=10**6
-        ).states[-1]
+        ).final_state
 
     return solve
 
@@ -247,7 +247,7 @@ def converged_reference(system, order=30):
             dt=system["span"] / steps,
             order=order,
             max_steps=steps + 1,
-        ).states[-1]
+        ).final_state
     )
 
 

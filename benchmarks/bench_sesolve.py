@@ -150,7 +150,7 @@ def method_hierax(system):
     def solve(tol):
         return sesolve(
             hamiltonian, state, times, rtol=tol, atol=tol * 1e-2, max_steps=10**6
-        ).states[-1]
+        ).final_state
 
     return solve
 
@@ -272,7 +272,7 @@ def converged_reference(system, order=30):
             dt=system["span"] / steps,
             order=order,
             max_steps=steps + 1,
-        ).states[-1]
+        ).final_state
     )
 
 
@@ -490,7 +490,7 @@ def bench_machinery(system, order=24):
     def fixed(state):
         return sesolve(
             hamiltonian, state, times, dt=dt * (1 + 1e-12), order=order, max_steps=steps
-        ).states[-1]
+        ).final_state
 
     timed(scan_loop, state)
     timed(fixed, state)

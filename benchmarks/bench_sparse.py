@@ -221,7 +221,7 @@ def solvers(sites, span, repeats):
     times = jnp.array([0.0, span])
 
     def run_hierax(tol):
-        return hierax.sesolve(h, psi, times, rtol=tol, atol=tol * 1e-2).states[-1]
+        return hierax.sesolve(h, psi, times, rtol=tol, atol=tol * 1e-2).final_state
 
     xs, zz = scipy_terms(sites)
     dims = [[2] * sites, [2] * sites]

@@ -19,6 +19,8 @@ from hierax._solvers import SchrodingerTerm, Solution, TaylorSolver, sesolve
 from hierax._solvers._rewrites import merge_equal_terms
 from hierax._solvers._sesolve import _term as _sesolve_term
 
+from .helpers import compile_count
+
 
 SX = np.array([[0, 1], [1, 0]], complex)
 SY = np.array([[0, -1j], [1j, 0]])
@@ -478,6 +480,34 @@ def test_vmap_over_parameters_and_states_equals_loop():
     looped = jnp.stack([solve(a, s) for a, s in zip(amplitudes, states)])
     assert batched.shape == (3, 1, 4)
     assert _error(batched, looped) <= 1e-12
+
+
+def test_final_state_comes_out_of_the_solve_and_costs_no_program():
+    """`final_state` is `states[-1]`, taken inside the compiled solve: reading it
+    runs no JAX operation (indexing `states` from Python compiles and runs one), in
+    `sesolve` and `mesolve`, and under `jax.vmap` it has the batch axis."""
+    times = jnp.linspace(0.0, 2.0, 4)
+    ket = sesolve(_qubit(0.7), jnp.array([1.0, 0.0j]), times)
+    rho = hierax.mesolve(
+        _qubit(0.7), [0.3 * jnp.array([[0.0, 1.0], [0.0, 0.0]])], np.diag([1.0, 0]), times
+    )
+    before = compile_count()
+    for solution, shape in ((ket, (2,)), (rho, (2, 2))):
+        final = np.asarray(solution.final_state)
+        assert final.shape == shape
+        assert np.array_equal(final, np.asarray(solution.states)[-1])
+        assert np.abs(final).max() > 0.1
+    assert compile_count() == before
+
+    amplitudes = jnp.array([0.2, 0.7])
+    batched = jax.vmap(
+        lambda a: sesolve(_qubit(a), jnp.array([1.0, 0.0j]), times)
+    )(amplitudes)
+    assert batched.final_state.shape == (2, 2)
+    assert np.array_equal(
+        np.asarray(batched.final_state), np.asarray(batched.states)[:, -1]
+    )
+    assert _error(batched.final_state[1], ket.final_state) <= 1e-12
 
 
 class _CountingHamiltonian(eqx.Module):

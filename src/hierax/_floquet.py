@@ -75,7 +75,7 @@ class FloquetBasis(eqx.Module):
             rtol=self.rtol,
             atol=self.atol,
             order=self.order,
-        ).states[-1]
+        ).final_state
         phases = jnp.exp(1j * self.quasienergies * (local - self.t0))
         return evolved * phases[None, :].astype(evolved.dtype)
 

@@ -393,7 +393,9 @@ def _solve_impl(
         for key in ("num_steps", "num_accepted_steps", "num_rejected_steps")
     }
     stats["max_steps"] = jnp.asarray(max_steps)
-    return Solution(times, states, expects, stats, order, interpolation)
+    return Solution(
+        times, states, expects, stats, order, interpolation, final_state=states[-1]
+    )
 
 
 def _checked(

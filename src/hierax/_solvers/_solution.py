@@ -10,8 +10,9 @@ from .._jit import module_jit
 
 
 class Solution(eqx.Module):
-    """The states of a solve at the requested times, their expectation values, the
-    work it took, and (with `dense=True`) the solution anywhere in between.
+    """The states of a solve at the requested times, the final one apart, their
+    expectation values, the work it took, and (with `dense=True`) the solution
+    anywhere in between.
 
     A `Solution` is a pytree of arrays: it passes through `jax.jit`, and
     `jax.vmap` over a solve gives one with a leading batch axis on every field.
@@ -19,6 +20,7 @@ class Solution(eqx.Module):
 
     times: Real[Array, " times"]
     states: Shaped[Array, "times n *rest"]
+    final_state: Shaped[Array, "n *rest"]
     expects: Shaped[Array, "ops times *kets"] | None
     stats: dict[str, Int[Array, ""]]
     order: int = eqx.field(static=True)
@@ -32,6 +34,7 @@ class Solution(eqx.Module):
         stats: dict[str, Array],
         order: int,
         interpolation: diffrax.DenseInterpolation | None = None,
+        final_state: Array | None = None,
     ):
         """**Arguments:**
 
@@ -44,9 +47,14 @@ class Solution(eqx.Module):
             `num_rejected_steps`, and `max_steps`.
         - `order`: the order of the Taylor series used.
         - `interpolation`: the dense output, or `None` when not requested.
+        - `final_state`: the state at the last time, `states[-1]` when not given.
+            `sesolve` and `mesolve` take it inside their compiled program, so
+            reading it costs nothing (indexing `states[-1]` from Python is an
+            eager JAX operation of its own: 0.1-0.3 ms, as much as a short solve).
         """
         self.times = times
         self.states = states
+        self.final_state = states[-1] if final_state is None else final_state
         self.expects = expects
         self.stats = stats
         self.order = order
