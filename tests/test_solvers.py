@@ -489,7 +489,10 @@ def test_final_state_comes_out_of_the_solve_and_costs_no_program():
     times = jnp.linspace(0.0, 2.0, 4)
     ket = sesolve(_qubit(0.7), jnp.array([1.0, 0.0j]), times)
     rho = hierax.mesolve(
-        _qubit(0.7), [0.3 * jnp.array([[0.0, 1.0], [0.0, 0.0]])], np.diag([1.0, 0]), times
+        _qubit(0.7),
+        [0.3 * jnp.array([[0.0, 1.0], [0.0, 0.0]])],
+        np.diag([1.0, 0]),
+        times,
     )
     before = compile_count()
     for solution, shape in ((ket, (2,)), (rho, (2, 2))):
@@ -500,9 +503,9 @@ def test_final_state_comes_out_of_the_solve_and_costs_no_program():
     assert compile_count() == before
 
     amplitudes = jnp.array([0.2, 0.7])
-    batched = jax.vmap(
-        lambda a: sesolve(_qubit(a), jnp.array([1.0, 0.0j]), times)
-    )(amplitudes)
+    batched = jax.vmap(lambda a: sesolve(_qubit(a), jnp.array([1.0, 0.0j]), times))(
+        amplitudes
+    )
     assert batched.final_state.shape == (2, 2)
     assert np.array_equal(
         np.asarray(batched.final_state), np.asarray(batched.states)[:, -1]

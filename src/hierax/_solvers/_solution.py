@@ -20,7 +20,7 @@ class Solution(eqx.Module):
 
     times: Real[Array, " times"]
     states: Shaped[Array, "times n *rest"]
-    final_state: Shaped[Array, "n *rest"]
+    final_state: Shaped[Array, " n *rest"]
     expects: Shaped[Array, "ops times *kets"] | None
     stats: dict[str, Int[Array, ""]]
     order: int = eqx.field(static=True)
