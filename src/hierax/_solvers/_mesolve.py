@@ -85,8 +85,8 @@ def mesolve(
 
     **Returns:**
 
-    A [`hierax.Solution`][]: `times`, `states` of shape `(T, n, n)`, `expects` of
-    shape `(E, T)`, `stats`.
+    A [`hierax.Solution`][]: `times`, `states` of shape `(T, n, n)`, `final_state`
+    (the last of them), `expects` of shape `(E, T)`, `stats`.
 
     !!! example
 

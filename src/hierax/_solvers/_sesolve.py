@@ -81,7 +81,8 @@ def sesolve(
     **Returns:**
 
     A [`hierax.Solution`][]: `times`, `states` of shape `(T, *state.shape)`,
-    `expects` of shape `(E, T)` (or `(E, T, m)` for m states), `stats`.
+    `final_state` (the last of them), `expects` of shape `(E, T)` (or
+    `(E, T, m)` for m states), `stats`.
 
     !!! example
 
