@@ -408,8 +408,8 @@ def _population(gamma, amplitude=0.4, times=None):
     if times is None:
         times = jnp.array([0.0, 3.0])
     jumps = [jnp.sqrt(gamma) * SM, np.sqrt(0.05) * SZ]
-    states = mesolve(hamiltonian, jumps, RHO, times, rtol=RTOL, atol=ATOL).states
-    return jnp.real(states[-1, 0, 0])
+    final = mesolve(hamiltonian, jumps, RHO, times, rtol=RTOL, atol=ATOL).final_state
+    return jnp.real(final[0, 0])
 
 
 def test_gradient_with_respect_to_a_decay_rate_and_a_pulse_amplitude():

@@ -467,50 +467,29 @@ def test_gradient_with_respect_to_matrix_entries():
 
 
 def test_vmap_over_parameters_and_states_equals_loop():
+    """And `final_state` is `states[-1]`, taken inside the compiled solve: reading
+    it runs no JAX operation (indexing `states` from Python would), and under
+    `jax.vmap` it has the batch axis."""
     amplitudes = jnp.array([0.2, 0.7, 1.1])
     states = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], complex)
     times = jnp.linspace(0.0, 2.0, 4)
 
     def solve(amplitude, state):
-        expects = sesolve(_qubit(amplitude), state, times, exp_ops=[SZ]).expects
-        assert expects is not None
-        return expects
+        return sesolve(_qubit(amplitude), state, times, exp_ops=[SZ])
 
     batched = jax.vmap(solve)(amplitudes, states)
-    looped = jnp.stack([solve(a, s) for a, s in zip(amplitudes, states)])
-    assert batched.shape == (3, 1, 4)
-    assert _error(batched, looped) <= 1e-12
-
-
-def test_final_state_comes_out_of_the_solve_and_costs_no_program():
-    """`final_state` is `states[-1]`, taken inside the compiled solve: reading it
-    runs no JAX operation (indexing `states` from Python compiles and runs one), in
-    `sesolve` and `mesolve`, and under `jax.vmap` it has the batch axis."""
-    times = jnp.linspace(0.0, 2.0, 4)
-    ket = sesolve(_qubit(0.7), jnp.array([1.0, 0.0j]), times)
-    rho = hierax.mesolve(
-        _qubit(0.7),
-        [0.3 * jnp.array([[0.0, 1.0], [0.0, 0.0]])],
-        np.diag([1.0, 0]),
-        times,
-    )
+    looped = [solve(a, s) for a, s in zip(amplitudes, states)]
+    assert batched.expects is not None and batched.expects.shape == (3, 1, 4)
+    assert _error(batched.expects, np.stack([s.expects for s in looped])) <= 1e-12
     before = compile_count()
-    for solution, shape in ((ket, (2,)), (rho, (2, 2))):
-        final = np.asarray(solution.final_state)
-        assert final.shape == shape
-        assert np.array_equal(final, np.asarray(solution.states)[-1])
-        assert np.abs(final).max() > 0.1
-    assert compile_count() == before
-
-    amplitudes = jnp.array([0.2, 0.7])
-    batched = jax.vmap(lambda a: sesolve(_qubit(a), jnp.array([1.0, 0.0j]), times))(
-        amplitudes
-    )
-    assert batched.final_state.shape == (2, 2)
+    finals = np.asarray(batched.final_state)
+    assert finals.shape == (3, 2)
+    assert np.array_equal(finals, np.asarray(batched.states)[:, -1])
     assert np.array_equal(
-        np.asarray(batched.final_state), np.asarray(batched.states)[:, -1]
+        np.asarray(looped[1].final_state), np.asarray(looped[1].states)[-1]
     )
-    assert _error(batched.final_state[1], ket.final_state) <= 1e-12
+    assert compile_count() == before
+    assert _error(finals, np.stack([s.final_state for s in looped])) <= 1e-12
 
 
 class _CountingHamiltonian(eqx.Module):
