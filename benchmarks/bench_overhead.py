@@ -5,9 +5,11 @@ re-solve at a new tolerance (which must not compile).
 
 Short solves (a span of 0.01) so that the solve itself is a few tens of
 microseconds and what remains is the call: a driven qubit (`sesolve`) and a
-4-level oscillator with decay and dephasing (`mesolve`), x64. The two calls
-alternate in one process (medians), so the machine's load moves both alike; the
-load is printed before and after.
+4-level oscillator with decay and dephasing (`mesolve`), x64; then the six
+held-back systems of `systems.py` over 1e-4 of their spans (their operators
+as `bench_systems.py` builds them). Each call returns `final_state` (taken
+inside the solve). The two calls alternate in one process (medians), so the
+machine's load moves both alike; the load is printed before and after.
 """
 
 import argparse
@@ -22,6 +24,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from systems import SYSTEMS  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -43,6 +46,27 @@ def _alternate(first, second, calls: int) -> tuple[float, float]:
     return float(np.median(a)), float(np.median(b))
 
 
+def _held_back(system):
+    """A held-back system's solve over 1e-4 of its span, eager and jitted."""
+    hamiltonian = system.hamiltonian()
+    span = jnp.asarray([0.0, system.span * 1e-4])
+    if system.is_open:
+        jumps = [jnp.asarray(j) for j in system.jumps]
+        state = jnp.asarray(system.rho())
+
+        def solve(y):
+            return hierax.mesolve(hamiltonian, jumps, y, span, rtol=1e-6, atol=1e-8)
+
+    else:
+        state = jnp.asarray(system.state)
+
+        def solve(y):
+            return hierax.sesolve(hamiltonian, y, span, rtol=1e-6, atol=1e-8)
+
+    jitted = jax.jit(lambda y: solve(y).final_state)
+    return lambda: solve(state).final_state.block_until_ready(), jitted, state
+
+
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
@@ -58,18 +82,20 @@ def main():
     rho = jnp.zeros((n, n), complex).at[1, 1].set(1)
     cases = {
         "sesolve": (
-            lambda: hierax.sesolve(qubit, psi, times).states.block_until_ready(),
-            jax.jit(lambda y: hierax.sesolve(qubit, y, times).states),
+            lambda: hierax.sesolve(qubit, psi, times).final_state.block_until_ready(),
+            jax.jit(lambda y: hierax.sesolve(qubit, y, times).final_state),
             psi,
         ),
         "mesolve": (
             lambda: hierax.mesolve(
                 oscillator, jumps, rho, times
-            ).states.block_until_ready(),
-            jax.jit(lambda r: hierax.mesolve(oscillator, jumps, r, times).states),
+            ).final_state.block_until_ready(),
+            jax.jit(lambda r: hierax.mesolve(oscillator, jumps, r, times).final_state),
             rho,
         ),
     }
+    for key, make in SYSTEMS.items():
+        cases[key] = _held_back(make())
     for name, (eager, jitted, state) in cases.items():
         python, inside = _alternate(
             eager, lambda f=jitted, y=state: f(y).block_until_ready(), calls
