@@ -15,9 +15,11 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import hierax
+from hierax._kernels import propagator
 from hierax._solvers import SchrodingerTerm, Solution, TaylorSolver, sesolve
 from hierax._solvers._rewrites import merge_equal_terms
 from hierax._solvers._sesolve import _term as _sesolve_term
+from hierax._solvers._term import schrodinger_terms
 
 from .helpers import compile_count
 
@@ -275,6 +277,53 @@ def test_few_diagonals_step_the_same_series_as_dense_terms():
     )
     assert low.states.dtype == jnp.complex64
     assert _error(low.states, solution.states) <= 1e-4
+
+
+def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
+    """A driven qutrit with two drives (one with complex values): below
+    `SMALL_EMBEDDED_SIZE` a step sums the generator's series first and takes one
+    product an order. One step's series (a backward step; a ket and a propagator)
+    equals the term-by-term loop's to rounding, and the solve equals DOP853, in
+    float64 and float32."""
+    a = np.diag([1.0, np.sqrt(2.0)], 1)
+    hamiltonian = hierax.TimeOperator(
+        [
+            hierax.Constant(1.0),
+            hierax.Gaussian(mean=1.0, width=0.4, amplitude=0.8),
+            hierax.Exp(0.4j) * hierax.Cos(1.1),
+        ],
+        [np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)],
+    )
+    term, _ = _sesolve_term(hamiltonian)
+    rng = np.random.default_rng(5)
+    ket = rng.normal(size=3) + 1j * rng.normal(size=3)
+    states = [jnp.asarray(ket / np.linalg.norm(ket)), jnp.eye(3, dtype=complex)]
+
+    def series(y):
+        return schrodinger_terms(
+            term.hamiltonian, jnp.asarray(0.7), jnp.asarray(-0.45), y, 20
+        )
+
+    tiny = [jax.jit(series)(y) for y in states]
+    monkeypatch.setattr(propagator, "SMALL_EMBEDDED_SIZE", 0)
+    looped = [jax.jit(series)(y) for y in states]
+    for ours, theirs in zip(tiny, looped):
+        assert ours.shape == theirs.shape
+        assert _error(ours, theirs) <= 1e-15 * float(np.max(np.abs(theirs)))
+        assert float(np.max(np.abs(theirs[-1]))) > 0  # a series that reaches order 20
+    monkeypatch.undo()
+    times = np.array([0.0, 1.0, 2.5])
+    reference = _reference(hamiltonian, states[0], times)
+    solution = sesolve(hamiltonian, states[0], times, rtol=RTOL)
+    assert _error(solution.states, reference) <= 10 * RTOL
+    low = sesolve(
+        hamiltonian,
+        states[0].astype(jnp.complex64),
+        times.astype(np.float32),
+        rtol=1e-5,
+    )
+    assert low.states.dtype == jnp.complex64
+    assert _error(low.states, reference) <= 1e-4
 
 
 def test_piecewise_constant_pulse_against_expm_per_segment():
