@@ -67,7 +67,7 @@ def state_series(
     factor: Array,
     y0: Array,
     order: int,
-    embedded: "EmbeddedParts | None" = None,
+    embedded: "EmbeddedParts | DenseEmbedding | None" = None,
 ) -> Array:
     """The terms $v_j$, $j = 0..K$, of $v_{j+1} = \\frac{-i\\,\\phi_{j+1}}{j+1}
     \\sum_m h_m v_{j-m}$, $v_0 = y_0$: the series of $\\dot y = -iH y$ in a time
@@ -306,13 +306,29 @@ class EmbeddedParts(eqx.Module):
     raised: Diagonals
 
 
-def embedded_parts(matrices: np.ndarray) -> EmbeddedParts | None:
-    """`EmbeddedParts` of known `(A, n, n)` matrices, in NumPy, when their
-    diagonals pay: at most `MAX_DIAGONALS` and at most A n / 2 in all, where an
+class DenseEmbedding(eqx.Module):
+    """The real embeddings of each $-iH_a$ (`lowered`) and of each $H_a$
+    (`raised`, for complex coefficients), `(A, 2n, 2n)` each, assembled once
+    before compiling for a tiny state (2n <= `SMALL_EMBEDDED_SIZE`), whose step
+    takes them dense: formed in every step, they cost it a few operations more
+    than the step's own arithmetic."""
+
+    lowered: Any
+    raised: Any
+
+
+def embedded_parts(matrices: np.ndarray) -> "EmbeddedParts | DenseEmbedding | None":
+    """The parts of `_embedded_series` for known `(A, n, n)` matrices, in NumPy: a
+    `DenseEmbedding` for a tiny state; else `EmbeddedParts` when the diagonals pay:
+    at most `MAX_DIAGONALS` and at most A n / 2 in all, where an
     entry of a diagonal (about 0.2 ns) beats the A 2n entries of a row of the
     dense stacked matrix (0.1 ns each) with room to spare. Spin chains and a few
     coupled modes have a few dozen, whatever n (the driven 6-site XXZ chain: 46
     against a dense row of 256); a random dense H has 4n - 2 per term."""
+    if 2 * matrices.shape[-1] <= SMALL_EMBEDDED_SIZE:
+        return DenseEmbedding(
+            real_embedding(-1j * matrices, np), real_embedding(matrices, np)
+        )
     lowered = [Diagonals.from_matrix(real_embedding(-1j * m, np)) for m in matrices]
     count = sum(d.count for d in lowered)
     if count > MAX_DIAGONALS or 2 * count > len(matrices) * matrices.shape[-1]:
@@ -331,7 +347,7 @@ def _embedded_series(
     factor: Array,
     y0: Array,
     order: int,
-    parts: EmbeddedParts | None = None,
+    parts: "EmbeddedParts | DenseEmbedding | None" = None,
 ) -> Array:
     """`state_series` for a small state and dense terms, in real arithmetic: the state
     as $(\\Re y, \\Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
@@ -351,17 +367,24 @@ def _embedded_series(
         coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
     flags = series.constant_flags()
     varying = (1 + rotated) * sum(not flag for flag in flags)
+    count = series.matrices.shape[0]
+    if isinstance(parts, DenseEmbedding) and parts.lowered.shape[0] == count:
+        lowered = jnp.concatenate([parts.lowered, parts.raised][: 1 + rotated])
+    else:
+        lowered = None
     if 2 * n <= SMALL_EMBEDDED_SIZE and varying >= 2:
-        return _small_embedded_series(
-            jnp.concatenate(coefficients), _lowered(series, rotated, dtype), y0, order
-        )
-    if parts is not None and parts.lowered.blocks == series.matrices.shape[0]:
+        if lowered is None:
+            lowered = _lowered(series, rotated, dtype)
+        return _small_embedded_series(jnp.concatenate(coefficients), lowered, y0, order)
+    if isinstance(parts, EmbeddedParts) and parts.lowered.blocks == count:
         stacked = side_by_side([parts.lowered, parts.raised][: 1 + rotated])
     else:
         # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
         # transpose of their stack: formed every step, and XLA's older CPU
         # emitters, with which small states compile, transpose slowly).
-        stacked = jnp.concatenate(list(_lowered(series, rotated, dtype)), axis=1)
+        if lowered is None:
+            lowered = _lowered(series, rotated, dtype)
+        stacked = jnp.concatenate(list(lowered), axis=1)
     y = y0.astype(dtype)
     v = series_loop(
         [(jnp.concatenate(coefficients), stacked, flags * (1 + rotated))],

@@ -15,6 +15,7 @@ from .._arrays import placed, to_jax
 from .._kernels.density import REAL_DENSITY_SIZE, StructuredParts, VectorisedParts
 from .._kernels.propagator import (
     REAL_STATE_SIZE,
+    DenseEmbedding,
     EmbeddedParts,
     embedded_parts,
     state_series,
@@ -127,8 +128,8 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
     def taylor_terms(self, t, step, y0, order, args):
         # `sesolve` hands the terms' real embeddings, assembled before compiling,
-        # as diffrax's `args` (when their diagonals pay).
-        parts = args if isinstance(args, EmbeddedParts) else None
+        # as diffrax's `args` (for tiny states, and when their diagonals pay).
+        parts = args if isinstance(args, EmbeddedParts | DenseEmbedding) else None
         v = _schrodinger_terms(self.hamiltonian, t, step, y0, order, parts)
         # The energy shift, exactly, as the phase e^{-i c h}.
         return v, (-1j * step * self.energy_shift).astype(v.dtype)
@@ -150,7 +151,7 @@ def schrodinger_terms(
     step: Array,
     y0: Array,
     order: int,
-    parts: EmbeddedParts | None = None,
+    parts: EmbeddedParts | DenseEmbedding | None = None,
 ) -> Array:
     """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of $\\dot y = -iH y$,
     $y(t) = y_0$, for a step $h$ of either sign: shape `(order + 1, *y0.shape)`.
@@ -162,7 +163,8 @@ def schrodinger_terms(
     with K; the state's dtype sets the precision. Terms with real matrices (see
     `real_terms`) are applied in real arithmetic, to the real and imaginary parts
     of the state side by side: half the work of complex products. `parts`: the
-    terms' real embeddings held by their diagonals (`known_embedded_parts`).
+    terms' real embeddings, dense for a tiny state or held by their diagonals
+    (`known_embedded_parts`).
     """
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
@@ -175,10 +177,11 @@ def schrodinger_terms(
 
 def known_embedded_parts(
     hamiltonian: AbstractTimeOperator, dtype: Any
-) -> EmbeddedParts | None:
-    """The `EmbeddedParts` of the small-state kernel (`_embedded_series`), in NumPy
-    before compiling, placed in the real dtype of `dtype`: for a Hamiltonian of
-    known dense terms below `REAL_STATE_SIZE` whose diagonals pay (else `None`).
+) -> EmbeddedParts | DenseEmbedding | None:
+    """The parts of the small-state kernel (`_embedded_series`), in NumPy before
+    compiling, placed in the real dtype of `dtype`, for a Hamiltonian of known
+    dense terms below `REAL_STATE_SIZE`: dense for a tiny state, else when their
+    diagonals pay (`embedded_parts`; else `None`).
     The terms are in the order of the step's series (the summands' in turn)."""
     ops = time_operators(hamiltonian)
     if ops is None or hamiltonian.size >= REAL_STATE_SIZE:
