@@ -294,17 +294,21 @@ def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
         ],
         [np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)],
     )
-    term, _ = _sesolve_term(hamiltonian)
+    term, parts = _sesolve_term(hamiltonian)
+    known = parts(jnp.complex128)  # the dense embeddings, assembled in NumPy
+    assert isinstance(known, propagator.DenseEmbedding)
     rng = np.random.default_rng(5)
     ket = rng.normal(size=3) + 1j * rng.normal(size=3)
     states = [jnp.asarray(ket / np.linalg.norm(ket)), jnp.eye(3, dtype=complex)]
 
-    def series(y):
+    def series(y, parts=None):
         return schrodinger_terms(
-            term.hamiltonian, jnp.asarray(0.7), jnp.asarray(-0.45), y, 20
+            term.hamiltonian, jnp.asarray(0.7), jnp.asarray(-0.45), y, 20, parts
         )
 
     tiny = [jax.jit(series)(y) for y in states]
+    assembled = jax.jit(series)(states[1], known)
+    assert _error(assembled, tiny[1]) <= 1e-15 * float(np.max(np.abs(tiny[1])))
     monkeypatch.setattr(propagator, "SMALL_EMBEDDED_SIZE", 0)
     looped = [jax.jit(series)(y) for y in states]
     for ours, theirs in zip(tiny, looped):
