@@ -153,12 +153,15 @@ def test_callable_module_with_python_int_field():
 
 
 def test_functions_of_one_structure_share_one_series():
-    """A `TimeOperator`'s time functions of one structure (here three `Cos`, two
-    Gaussian envelopes times a cosine) are expanded together under `jax.vmap`;
-    each series equals the function's own, at a real and a complex time, with
-    functions of other structures (a polynomial, a constant, a callable) beside
-    them, and the operator's gradient with respect to a drive's amplitude equals
-    a central difference."""
+    """A `TimeOperator`'s time functions of one structure (here `Cos` drives and
+    Gaussians) are expanded together under `jax.vmap`, sums and products taken
+    apart into their factors (two Gaussian envelopes times a cosine, a DRAG
+    pulse's Gaussian and its slope, a Gaussian plus a cosine): all the Gaussians
+    are one series (one recurrence in the program). Each series equals the
+    function's own, at a real and a complex time, with functions of other
+    structures (a polynomial, a constant, a callable) beside them, and the
+    operator's gradient with respect to a drive's amplitude equals a central
+    difference."""
     from hierax._operators import function_series
 
     def functions(amplitude):
@@ -171,6 +174,9 @@ def test_functions_of_one_structure_share_one_series():
             hierax.Constant(0.8),
             hierax.Cos(2.9, 1.1, amplitude=0.5),
             hierax.CallableTimeFunction(lambda t: jnp.tanh(t)),
+            hierax.Gaussian(1.0, 0.4, amplitude=amplitude),
+            hierax.Polynomial(jnp.array([0.3, -0.5])) * hierax.Gaussian(1.0, 0.4),
+            hierax.Gaussian(0.2, 0.9) + 0.5 * hierax.Sin(1.0),
         ]
 
     # Compiled as one program each (op by op, each operation compiles alone).
@@ -180,6 +186,11 @@ def test_functions_of_one_structure_share_one_series():
     alone_at = jax.jit(
         lambda t: [f.series(t, 12, jnp.asarray(0.9)) for f in functions(0.6)]
     )
+    program = jax.make_jaxpr(together_at)(jnp.asarray(0.37))
+    # One recurrence for the five Gaussians, one per polynomial (two lengths) and
+    # one in the callable's Taylor transform (taken apart, the products and the
+    # sum had four more).
+    assert str(program).count("scan[") == 4
     for t in (jnp.asarray(0.37), jnp.asarray(0.37 + 0.2j)):
         for series, alone in zip(together_at(t), alone_at(t), strict=True):
             np.testing.assert_allclose(
@@ -187,7 +198,7 @@ def test_functions_of_one_structure_share_one_series():
             )
 
     def first(amplitude):
-        matrices = jnp.eye(2)[None].repeat(8, axis=0)
+        matrices = jnp.eye(2)[None].repeat(11, axis=0)
         op = hierax.TimeOperator(functions(amplitude), matrices)
         return jnp.real(op.sparse_series(jnp.asarray(0.37), 6, None).coefficients[0, 3])
 

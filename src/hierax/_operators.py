@@ -34,6 +34,8 @@ from ._sparse import (
 from ._time_functions import (
     AbstractTimeFunction,
     Constant,
+    TimeFunctionProduct,
+    TimeFunctionSum,
     as_time_function,
     register_operator_product,
 )
@@ -325,6 +327,32 @@ def function_series(
     drives, two Gaussian envelopes) computed together as one vectorised series
     (`jax.vmap` over their stacked parameters): one computation where there were
     as many, each of which costs XLA a few operations per order."""
+    # Sums and products are taken apart (a Gaussian envelope times a cosine, a DRAG
+    # pulse's Gaussian and its slope): their factors join the groups, and each
+    # sum or product is formed from its factors' series after.
+    leaves: list[AbstractTimeFunction] = []
+
+    def plan(function: AbstractTimeFunction) -> Any:
+        if isinstance(function, TimeFunctionSum | TimeFunctionProduct):
+            return function, [plan(f) for f in function.factors]
+        leaves.append(function)
+        return len(leaves) - 1
+
+    def formed(step: Any, series: list[Array]) -> Array:
+        if isinstance(step, int):
+            return series[step]
+        function, steps = step
+        return function.combine([formed(s, series) for s in steps])
+
+    plans = [plan(f) for f in functions]
+    series = _grouped_series(leaves, t, order, time_scale)
+    return [formed(p, series) for p in plans]
+
+
+def _grouped_series(
+    functions: Sequence[AbstractTimeFunction], t: Any, order: int, time_scale: Any
+) -> list[Array]:
+    """The series of each function, those of one structure as one vmapped series."""
     out: list[Any] = [None] * len(functions)
     groups: dict[Any, list[int]] = {}
     flat = []

@@ -499,9 +499,19 @@ class TimeFunctionSum(AbstractTimeFunction):
         return all(term.is_constant for term in self.terms)
 
     def series(self, t, order, time_scale):
-        parts = [term.series(t, order, time_scale) for term in self.terms]
+        return self.combine([term.series(t, order, time_scale) for term in self.terms])
+
+    @property
+    def factors(self) -> tuple[AbstractTimeFunction, ...]:
+        """The functions whose series `combine` takes (see
+        `_operators.function_series`)."""
+        return self.terms
+
+    def combine(self, parts: list[Array]) -> Array:
+        """The series of the sum from those of its terms."""
         dtype = jnp.result_type(*parts)
-        return sum((p.astype(dtype) for p in parts), jnp.zeros((order + 1,), dtype))
+        zero = jnp.zeros(parts[0].shape, dtype)
+        return sum((p.astype(dtype) for p in parts), zero)
 
 
 class TimeFunctionProduct(AbstractTimeFunction):
@@ -527,8 +537,22 @@ class TimeFunctionProduct(AbstractTimeFunction):
         return self.left.is_constant and self.right.is_constant
 
     def series(self, t, order, time_scale):
-        a = self.left.series(t, order, time_scale)
-        b = self.right.series(t, order, time_scale)
+        return self.combine(
+            [
+                self.left.series(t, order, time_scale),
+                self.right.series(t, order, time_scale),
+            ]
+        )
+
+    @property
+    def factors(self) -> tuple[AbstractTimeFunction, ...]:
+        """The functions whose series `combine` takes (see
+        `_operators.function_series`)."""
+        return (self.left, self.right)
+
+    def combine(self, parts: list[Array]) -> Array:
+        """The series of the product from those of its two factors."""
+        a, b = parts
         if isinstance(self.left, Constant):
             return a[0] * b
         if isinstance(self.right, Constant):
