@@ -420,9 +420,9 @@ def _small_embedded_series(
     coefficients: Array, lowered: Array, y0: Array, order: int
 ) -> Array:
     """`_embedded_series` for a tiny state, with the step's generator summed
-    first: $G_m = \sum_a c_{a,m} E_a$ (one product a step), and then each order
+    first: $G_m = \\sum_a c_{a,m} E_a$ (one product a step), and then each order
     one product of the stacked $G_m$ with the past terms, latest first,
-    $v_{j+1} = \frac{1}{j+1} \sum_{m \le j} G_m v_{j-m}$, where the term-by-term
+    $v_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} G_m v_{j-m}$, where the term-by-term
     loop spends each order on a dozen operations whose dispatch costs more than
     their arithmetic. The same sums in another order: each term is a sum of
     products whose largest has the size of the result."""
