@@ -17,6 +17,7 @@ import hierax
 from hierax import LindbladTerm, TaylorSolver, mesolve, sesolve
 from hierax._kernels.density import StructuredParts, VectorisedParts
 from hierax._kernels.propagator import Diagonals
+from hierax._solvers import _density
 from hierax._solvers._density import (
     density_step_terms,
     generic_density_terms,
@@ -348,6 +349,45 @@ def test_numpy_operators_inside_jit_keep_the_step_parts():
     assert _error(again, final(0.7, rho)) <= 1e-12
     # Traced once inside the jit, once per eager call: the same layout each time.
     assert layouts == ["diagonals"] * 3
+
+
+def test_traced_operators_assemble_their_parts_once_per_solve(monkeypatch):
+    """Jump operators made inside a user's `jax.jit` from a traced rate cannot be
+    read before compiling: the solve assembles their parts once, at its start
+    inside the program (not in every step), and equals the eager solve with
+    known operators, value and gradient (against a central difference)."""
+    n = 10
+    a = np.diag(np.sqrt(np.arange(1.0, n)), 1)
+    number = a.T @ a
+    times = jnp.array([0.0, 1.5])
+    psi = np.zeros(n)
+    psi[:2] = 1 / np.sqrt(2)
+    rho = jnp.asarray(np.outer(psi, psi), complex)
+    hamiltonian = 0.3 * number + 0.4 * hierax.Cos(1.1) * (a + a.T)
+    assemblies = []
+    assemble = _density.traced_density_parts
+
+    def counted(operators, hamiltonian_series, jump_series, dtype):
+        # The length of the series it reads: 1 (values) at the program's start,
+        # K + 1 in a step.
+        assemblies.append(max(len(s) for s in hamiltonian_series if s is not None))
+        return assemble(operators, hamiltonian_series, jump_series, dtype)
+
+    monkeypatch.setattr(_density, "traced_density_parts", counted)
+
+    def population(rate):
+        jumps = [jnp.sqrt(rate) * jnp.asarray(a), np.sqrt(0.1) * number]
+        final = mesolve(hamiltonian, jumps, rho, times, rtol=RTOL, atol=ATOL)
+        return jnp.real(final.final_state[1, 1])
+
+    traced = jax.jit(jax.value_and_grad(population))
+    value, slope = traced(0.2)
+    assert assemblies == [1]  # once, at the program's start; none in the step
+    eager = float(population(0.2))  # known operators: assembled in NumPy
+    assert abs(float(value) - eager) <= 1e-12
+    step = 1e-5
+    difference = (population(0.2 + step) - population(0.2 - step)) / (2 * step)
+    assert float(slope) == pytest.approx(float(difference), rel=1e-6)
 
 
 def test_numpy_operators_are_kept_by_their_values(monkeypatch):

@@ -26,7 +26,7 @@ from .._kernels.density import (
 )
 from .._kernels.propagator import step_signs
 from .._operators import AbstractTimeOperator, TimeOperator, time_operators
-from .._series import TermSeries
+from .._series import TermSeries, real_dtype
 from .._sparse import SparseMatrix
 from ._rewrites import known_value
 
@@ -156,6 +156,34 @@ def traced_density_parts(
     known = cast(list[list[Term]], terms)
     parts = density_parts(known[0], known[1:], operators[0].size, jnp)
     return cast_parts(parts, dtype, lambda x, d: x.astype(d))
+
+
+def program_density_parts(
+    hamiltonian: AbstractTimeOperator,
+    jump_operators: Sequence[AbstractTimeOperator],
+    t: Array,
+    dtype: Any,
+) -> DensityParts | None:
+    """`density_parts` in JAX, once per solve inside its program, for operators
+    whose parts could not be assembled before compiling (matrices or constants
+    traced: built inside a user's `jax.jit`, or differentiated): the steps then
+    take them as they take known parts, instead of assembling them in every step
+    (XLA does not hoist that work out of diffrax's loop: the open transmon pair
+    with `jnp` matrices inside a jit, 15 ms against 4.7 ms from NumPy ones).
+    Only the values of constant terms are read, from their series at `t`; `None`
+    for operators the structured kernels do not take."""
+    one = jnp.ones((), real_dtype(dtype))
+    signs = step_signs(one, 0)
+    series = [
+        operator_series(op, t, 0, one, signs, True)
+        for op in (hamiltonian, *jump_operators)
+    ]
+    if any(s is None for s in series):
+        return None
+    known = cast(list[list[Array | None]], series)
+    return traced_density_parts(
+        (hamiltonian, *jump_operators), known[0], known[1:], dtype
+    )
 
 
 def density_step_terms(

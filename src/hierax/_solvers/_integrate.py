@@ -342,6 +342,8 @@ def _solve_impl(
     # there diffrax steps to just after each knot, which a rescaled knot could
     # miss by an ULP.
     unit = knots is None
+    if args is None:  # nothing assembled before compiling: once here, not per step
+        args = term.program_parts(t0, state.dtype)
     controller, dt0 = _step_control(term, t0, t1, rtol, atol, dt, norms, knots, order)
     ends = times.shape[0] == 2
     if unit:

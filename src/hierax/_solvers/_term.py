@@ -32,7 +32,7 @@ from .._operators import (
     to_operator,
 )
 from .._series import TermSeries, real_dtype
-from ._density import density_step_terms
+from ._density import density_step_terms, program_density_parts
 from ._rewrites import (
     merge_equal_terms,
     operator_bound,
@@ -77,6 +77,14 @@ class AbstractTaylorTerm(_TimeControl):
         series for a step $h$ = `step` of either sign from $y(t) = $ `y0`, shape
         `(order + 1, *y0.shape)`, and the rate $r$ of an exact phase $e^{r}$
         applied to their sum (zero when there is none). `args`: diffrax's."""
+
+    def program_parts(self, t: Array, dtype: Any) -> PyTree:
+        """The step's parts (diffrax's `args`) assembled once inside the solve's
+        program, at its start `t`, for a solve given none before compiling
+        (traced operators); `None` (the default) where the step assembles what it
+        needs."""
+        del t, dtype
+        return None
 
     @abc.abstractmethod
     def generator_bound(self, t: Array, norms: tuple[Any, ...]) -> Array:
@@ -284,6 +292,9 @@ class LindbladTerm(AbstractTaylorTerm):
             self.hamiltonian, self.jump_operators, t, step, y0, order, parts
         )
         return v, jnp.zeros((), v.dtype)
+
+    def program_parts(self, t, dtype):
+        return program_density_parts(self.hamiltonian, self.jump_operators, t, dtype)
 
     def generator_bound(self, t, norms):
         # The commutator's 2|H| and the dissipator's 2 sum_j |L_j|^2.
