@@ -16,7 +16,13 @@ from scipy.integrate import solve_ivp
 
 import hierax
 from hierax._kernels import propagator
-from hierax._solvers import SchrodingerTerm, Solution, TaylorSolver, sesolve
+from hierax._solvers import (
+    SchrodingerTerm,
+    Solution,
+    TaylorSolver,
+    _term as term_module,
+    sesolve,
+)
 from hierax._solvers._rewrites import merge_equal_terms
 from hierax._solvers._sesolve import _term as _sesolve_term
 from hierax._solvers._term import schrodinger_terms
@@ -286,14 +292,13 @@ def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     equals the term-by-term loop's to rounding, and the solve equals DOP853, in
     float64 and float32."""
     a = np.diag([1.0, np.sqrt(2.0)], 1)
-    hamiltonian = hierax.TimeOperator(
-        [
-            hierax.Constant(1.0),
-            hierax.Gaussian(mean=1.0, width=0.4, amplitude=0.8),
-            hierax.Exp(0.4j) * hierax.Cos(1.1),
-        ],
-        [np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)],
-    )
+    functions = [
+        hierax.Constant(1.0),
+        hierax.Gaussian(mean=1.0, width=0.4, amplitude=0.8),
+        hierax.Exp(0.4j) * hierax.Cos(1.1),
+    ]
+    matrices = np.stack([np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)])
+    hamiltonian = hierax.TimeOperator(functions, matrices)
     term, parts = _sesolve_term(hamiltonian)
     known = parts(jnp.complex128)  # the dense embeddings, assembled in NumPy
     assert isinstance(known, propagator.DenseEmbedding)
@@ -328,6 +333,24 @@ def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     )
     assert low.states.dtype == jnp.complex64
     assert _error(low.states, reference) <= 1e-4
+    # Matrices made inside a user's jit (traced, unreadable before compiling):
+    # their embeddings are formed once, at the solve's start in the program.
+    formed = []
+    form = term_module.traced_embedded_parts
+
+    def spied(*args):
+        formed.append(form(*args))
+        return formed[-1]
+
+    monkeypatch.setattr(term_module, "traced_embedded_parts", spied)
+
+    @jax.jit
+    def inside(scale):
+        traced = hierax.TimeOperator(functions, scale * jnp.asarray(matrices))
+        return sesolve(traced, states[0], times, rtol=RTOL).states
+
+    assert _error(inside(1.0), reference) <= 10 * RTOL
+    assert len(formed) == 1 and isinstance(formed[0], propagator.DenseEmbedding)
 
 
 def test_piecewise_constant_pulse_against_expm_per_segment():

@@ -15,9 +15,11 @@ from .._arrays import placed, to_jax
 from .._kernels.density import REAL_DENSITY_SIZE, StructuredParts, VectorisedParts
 from .._kernels.propagator import (
     REAL_STATE_SIZE,
+    SMALL_EMBEDDED_SIZE,
     DenseEmbedding,
     EmbeddedParts,
     embedded_parts,
+    real_embedding,
     state_series,
     step_signs,
 )
@@ -142,6 +144,10 @@ class SchrodingerTerm(AbstractTaylorTerm):
         # The energy shift, exactly, as the phase e^{-i c h}.
         return v, (-1j * step * self.energy_shift).astype(v.dtype)
 
+    def program_parts(self, t, dtype):
+        del t
+        return traced_embedded_parts(self.hamiltonian, dtype)
+
     def generator_bound(self, t, norms):
         return operator_bound(self.hamiltonian, t, norms[0])
 
@@ -202,6 +208,25 @@ def known_embedded_parts(
         return None
     rdtype = real_dtype(dtype)
     return jax.tree.map(lambda x: to_jax(np.asarray(x, rdtype)), parts)
+
+
+def traced_embedded_parts(
+    hamiltonian: AbstractTimeOperator, dtype: Any
+) -> DenseEmbedding | None:
+    """The `DenseEmbedding` of a tiny state's dense terms whose matrices could not
+    be read before compiling (made inside a user's `jax.jit`), formed once inside
+    the solve's program instead of in every step; `None` for any other."""
+    ops = time_operators(hamiltonian)
+    if ops is None or 2 * hamiltonian.size > SMALL_EMBEDDED_SIZE:
+        return None
+    if any(op.is_sparse for op in ops):
+        return None
+    matrices = jnp.concatenate([op.matrices for op in ops]).astype(dtype)
+    rdtype = real_dtype(dtype)
+    return DenseEmbedding(
+        real_embedding(-1j * matrices).astype(rdtype),
+        real_embedding(matrices).astype(rdtype),
+    )
 
 
 def _real_and_other_series(
