@@ -2,7 +2,7 @@
 steps through one method, `AbstractTaylorTerm.taylor_terms`."""
 
 import abc
-from typing import Any
+from typing import Any, cast
 
 import diffrax
 import equinox as eqx
@@ -221,7 +221,8 @@ def traced_embedded_parts(
         return None
     if any(op.is_sparse for op in ops):
         return None
-    matrices = jnp.concatenate([op.matrices for op in ops]).astype(dtype)
+    dense = [cast(Array, op.matrices) for op in ops]  # not sparse: checked above
+    matrices = jnp.concatenate(dense).astype(dtype)
     rdtype = real_dtype(dtype)
     return DenseEmbedding(
         real_embedding(-1j * matrices).astype(rdtype),
