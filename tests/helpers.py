@@ -62,6 +62,20 @@ def compile_count() -> int:
     return len(_COMPILES)
 
 
+def recorded_returns(monkeypatch: Any, module: Any, name: str) -> list:
+    """Replace `module.name` for the test by a wrapper that records what each call
+    returns (in order) in the list returned here."""
+    returns: list = []
+    real = getattr(module, name)
+
+    def recording(*args, **kwargs):
+        returns.append(real(*args, **kwargs))
+        return returns[-1]
+
+    monkeypatch.setattr(module, name, recording)
+    return returns
+
+
 def relative_error(computed: Any, reference: Any, *, per_level: bool = False) -> Any:
     """`||computed - reference|| / ||reference||` in the Frobenius norm: one float,
     or with `per_level=True` an array with one entry per index of the leading axis.

@@ -318,19 +318,23 @@ def test_expectation_values_dense_output_and_progress(capsys):
     assert "100.00%" in capsys.readouterr().out
 
 
+def _oscillator(n=10):
+    """The lowering and number operators of n levels, a span, and the density
+    matrix of (|0> + |1>) / sqrt(2)."""
+    a = np.diag(np.sqrt(np.arange(1.0, n)), 1)
+    psi = np.zeros(n)
+    psi[:2] = 1 / np.sqrt(2)
+    rho = jnp.asarray(np.outer(psi, psi), complex)
+    return a, a.T @ a, jnp.array([0.0, 1.5]), rho
+
+
 def test_numpy_operators_inside_jit_keep_the_step_parts():
     """Operators built inside a user's `jax.jit` from NumPy matrices, with a traced
     drive amplitude: their matrices stay concrete, so the step's parts are
     assembled before compiling (here the superoperators' diagonals) as for an
     eager call; the solve equals the eager one, and a new amplitude compiles
     nothing."""
-    n = 10
-    a = np.diag(np.sqrt(np.arange(1.0, n)), 1)
-    number = a.T @ a
-    times = jnp.array([0.0, 1.5])
-    psi = np.zeros(n)
-    psi[:2] = 1 / np.sqrt(2)
-    rho = jnp.asarray(np.outer(psi, psi), complex)
+    a, number, times, rho = _oscillator()
     layouts = []
 
     def final(amplitude, rho):
@@ -356,13 +360,7 @@ def test_traced_operators_assemble_their_parts_once_per_solve(monkeypatch):
     read before compiling: the solve assembles their parts once, at its start
     inside the program (not in every step), and equals the eager solve with
     known operators, value and gradient (against a central difference)."""
-    n = 10
-    a = np.diag(np.sqrt(np.arange(1.0, n)), 1)
-    number = a.T @ a
-    times = jnp.array([0.0, 1.5])
-    psi = np.zeros(n)
-    psi[:2] = 1 / np.sqrt(2)
-    rho = jnp.asarray(np.outer(psi, psi), complex)
+    a, number, times, rho = _oscillator()
     hamiltonian = 0.3 * number + 0.4 * hierax.Cos(1.1) * (a + a.T)
     assemblies = []
     assemble = _density.traced_density_parts

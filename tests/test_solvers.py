@@ -27,7 +27,7 @@ from hierax._solvers._rewrites import merge_equal_terms
 from hierax._solvers._sesolve import _term as _sesolve_term
 from hierax._solvers._term import schrodinger_terms
 
-from .helpers import compile_count
+from .helpers import compile_count, recorded_returns
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
@@ -335,14 +335,7 @@ def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     assert _error(low.states, reference) <= 1e-4
     # Matrices made inside a user's jit (traced, unreadable before compiling):
     # their embeddings are formed once, at the solve's start in the program.
-    formed = []
-    form = term_module.traced_embedded_parts
-
-    def spied(*args):
-        formed.append(form(*args))
-        return formed[-1]
-
-    monkeypatch.setattr(term_module, "traced_embedded_parts", spied)
+    formed = recorded_returns(monkeypatch, term_module, "traced_embedded_parts")
 
     @jax.jit
     def inside(scale):

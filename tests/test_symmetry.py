@@ -10,6 +10,8 @@ import pytest
 import hierax
 from hierax._symmetry import is_mirrored, mirror_center, mirror_sign
 
+from .helpers import recorded_returns
+
 
 TOLERANCE = 4 * float(np.finfo(np.float64).eps)
 SX = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -120,15 +122,7 @@ def _decisions(monkeypatch):
     (0.5: the middle of the period), `None` for the whole period."""
     import hierax._floquet as module
 
-    decisions = []
-    real = module._mirror_shift
-
-    def recording(*args):
-        decisions.append(real(*args))
-        return decisions[-1]
-
-    monkeypatch.setattr(module, "_mirror_shift", recording)
-    return decisions
+    return recorded_returns(monkeypatch, module, "_mirror_shift")
 
 
 # Drives and where their mirror centre lies: the middle of the period (0.5),
