@@ -423,9 +423,9 @@ def test_bad_foreign_input_names_the_argument():
 
 def test_time_function_plus_matrix_names_both_and_the_fix():
     with pytest.raises(TypeError, match=r"`hierax\.Cos \+ \.\.\.`.*ArrayImpl.*\* "):
-        hierax.Cos(2.0) + jnp.asarray(Y)
+        _ = hierax.Cos(2.0) + jnp.asarray(Y)
     with pytest.raises(TypeError, match=r"`\.\.\. - hierax\.Sin`.*ndarray"):
-        Y - hierax.Sin(2.0)
+        _ = Y - hierax.Sin(2.0)
 
 
 def test_time_dependent_object_gets_a_function_error():

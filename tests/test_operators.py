@@ -93,7 +93,7 @@ def test_arithmetic_builds_the_expected_structure():
     np.testing.assert_allclose((2.0 * op)(0.7), 2 * np.asarray(op(0.7)))
     np.testing.assert_allclose((op / 4.0)(0.7), np.asarray(op(0.7)) / 4, rtol=1e-15)
     with pytest.raises(TypeError):
-        op / op  # pyright: ignore[reportOperatorIssue]
+        _ = op / op  # pyright: ignore[reportOperatorIssue]
     scaled = hierax.Gaussian() * op
     np.testing.assert_allclose(
         scaled(0.7), np.exp(-(0.7**2) / 2) * np.asarray(op(0.7)), rtol=1e-13
