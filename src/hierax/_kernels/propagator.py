@@ -31,7 +31,11 @@ def real_embedding(matrix: Any, xp: ModuleType = jnp) -> Any:
     """The real matrix $\\begin{pmatrix} P & -Q \\\\ Q & P \\end{pmatrix}$ of
     $M = P + iQ$ acting on $(\\Re x, \\Im x)$; for a stack of matrices, one per
     matrix."""
-    p, q = xp.real(matrix), xp.imag(matrix)
+    return _embedding(xp.real(matrix), xp.imag(matrix), xp)
+
+
+def _embedding(p: Any, q: Any, xp: ModuleType) -> Any:
+    """`real_embedding` of $P + iQ$ from its parts."""
     top = xp.concatenate([p, -q], axis=-1)
     bottom = xp.concatenate([q, p], axis=-1)
     return xp.concatenate([top, bottom], axis=-2)
@@ -317,6 +321,14 @@ class DenseEmbedding(eqx.Module):
     raised: Any
 
 
+def dense_embedding(matrices: Any, xp: ModuleType = jnp) -> DenseEmbedding:
+    """The `DenseEmbedding` of `(A, n, n)` matrices, in `xp` (NumPy before
+    compiling, JAX inside the program)."""
+    p, q = xp.real(matrices), xp.imag(matrices)
+    # -iH = Q - iP: formed from the parts (no product with -1j).
+    return DenseEmbedding(_embedding(q, -p, xp), _embedding(p, q, xp))
+
+
 def embedded_parts(matrices: np.ndarray) -> "EmbeddedParts | DenseEmbedding | None":
     """The parts of `_embedded_series` for known `(A, n, n)` matrices, in NumPy: a
     `DenseEmbedding` for a tiny state; else `EmbeddedParts` when the diagonals pay:
@@ -326,9 +338,7 @@ def embedded_parts(matrices: np.ndarray) -> "EmbeddedParts | DenseEmbedding | No
     coupled modes have a few dozen, whatever n (the driven 6-site XXZ chain: 46
     against a dense row of 256); a random dense H has 4n - 2 per term."""
     if 2 * matrices.shape[-1] <= SMALL_EMBEDDED_SIZE:
-        return DenseEmbedding(
-            real_embedding(-1j * matrices, np), real_embedding(matrices, np)
-        )
+        return dense_embedding(matrices, np)
     lowered = [Diagonals.from_matrix(real_embedding(-1j * m, np)) for m in matrices]
     count = sum(d.count for d in lowered)
     if count > MAX_DIAGONALS or 2 * count > len(matrices) * matrices.shape[-1]:
@@ -368,22 +378,21 @@ def _embedded_series(
     flags = series.constant_flags()
     varying = (1 + rotated) * sum(not flag for flag in flags)
     count = series.matrices.shape[0]
-    if isinstance(parts, DenseEmbedding) and parts.lowered.shape[0] == count:
-        lowered = jnp.concatenate([parts.lowered, parts.raised][: 1 + rotated])
-    else:
-        lowered = None
-    if 2 * n <= SMALL_EMBEDDED_SIZE and varying >= 2:
-        if lowered is None:
-            lowered = _lowered(series, rotated, dtype)
-        return _small_embedded_series(jnp.concatenate(coefficients), lowered, y0, order)
-    if isinstance(parts, EmbeddedParts) and parts.lowered.blocks == count:
+    tiny = 2 * n <= SMALL_EMBEDDED_SIZE and varying >= 2
+    if isinstance(parts, EmbeddedParts) and parts.lowered.blocks == count and not tiny:
         stacked = side_by_side([parts.lowered, parts.raised][: 1 + rotated])
     else:
+        if not (isinstance(parts, DenseEmbedding) and parts.lowered.shape[0] == count):
+            parts = dense_embedding(series.matrices.astype(dtype))
+        blocks = [parts.lowered, parts.raised][: 1 + rotated]
+        lowered = jnp.concatenate(blocks).astype(rdtype)
+        if tiny:
+            return _small_embedded_series(
+                jnp.concatenate(coefficients), lowered, y0, order
+            )
         # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
         # transpose of their stack: formed every step, and XLA's older CPU
         # emitters, with which small states compile, transpose slowly).
-        if lowered is None:
-            lowered = _lowered(series, rotated, dtype)
         stacked = jnp.concatenate(list(lowered), axis=1)
     y = y0.astype(dtype)
     v = series_loop(
@@ -394,17 +403,6 @@ def _embedded_series(
         order,
     )
     return lax.complex(v[:, :n], v[:, n:])
-
-
-def _lowered(series: TermSeries, rotated: bool, dtype: Any) -> Array:
-    """The real embeddings of each $-iH_a$ and, for complex coefficients, of each
-    $H_a$ after them, in the real dtype of the complex `dtype`: `(A', 2n, 2n)`."""
-    matrices = series.matrices.astype(dtype)
-    # -iH = I - iR, formed part by part (no product with -1j).
-    blocks = [real_embedding(lax.complex(matrices.imag, -matrices.real))]
-    if rotated:
-        blocks.append(real_embedding(matrices))
-    return jnp.concatenate(blocks)
 
 
 # Up to this many real rows (2n: a qubit to a ququart), a step with two or more

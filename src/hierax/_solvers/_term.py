@@ -18,8 +18,8 @@ from .._kernels.propagator import (
     SMALL_EMBEDDED_SIZE,
     DenseEmbedding,
     EmbeddedParts,
+    dense_embedding,
     embedded_parts,
-    real_embedding,
     state_series,
     step_signs,
 )
@@ -222,12 +222,8 @@ def traced_embedded_parts(
     if any(op.is_sparse for op in ops):
         return None
     dense = [cast(Array, op.matrices) for op in ops]  # not sparse: checked above
-    matrices = jnp.concatenate(dense).astype(dtype)
-    rdtype = real_dtype(dtype)
-    return DenseEmbedding(
-        real_embedding(-1j * matrices).astype(rdtype),
-        real_embedding(matrices).astype(rdtype),
-    )
+    embedding = dense_embedding(jnp.concatenate(dense).astype(dtype))
+    return jax.tree.map(lambda x: x.astype(real_dtype(dtype)), embedding)
 
 
 def _real_and_other_series(
