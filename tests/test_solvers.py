@@ -333,6 +333,26 @@ def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     )
     assert low.states.dtype == jnp.complex64
     assert _error(low.states, reference) <= 1e-4
+    # H + 5 I: the same states times the phase e^{-5it}.
+    shifted = matrices.copy()
+    shifted[0] += 5.0 * np.eye(3)
+    moved = sesolve(hierax.TimeOperator(functions, shifted), states[0], times)
+    phases = np.exp(-5j * times)[:, None]
+    assert _error(moved.states, phases * np.asarray(solution.states)) <= 10 * RTOL
+
+    # The gradient at an exact zero (the Gaussian's amplitude) against a central
+    # difference.
+    def population(amplitude):
+        pulse = hierax.Gaussian(mean=1.0, width=0.4, amplitude=amplitude)
+        drives = hierax.TimeOperator([functions[0], pulse, functions[2]], matrices)
+        final = sesolve(drives, states[0], times, rtol=RTOL).final_state
+        return jnp.abs(final[1]) ** 2
+
+    slope = float(jax.jit(jax.grad(population))(0.0))
+    step = 1e-5
+    difference = float(population(step) - population(-step)) / (2 * step)
+    assert np.isfinite(slope) and abs(difference) > 1e-3
+    assert slope == pytest.approx(difference, rel=1e-6)
     # Matrices made inside a user's jit (traced, unreadable before compiling):
     # their embeddings are formed once, at the solve's start in the program.
     formed = recorded_returns(monkeypatch, term_module, "traced_embedded_parts")
