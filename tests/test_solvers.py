@@ -177,11 +177,20 @@ def test_real_and_imaginary_parts_in_real_arithmetic():
     )
     term = SchrodingerTerm(hamiltonian)
     assert isinstance(term.hamiltonian, hierax.OperatorSum)
-    real = term.hamiltonian.operators[0]
+    real, sparse = term.hamiltonian.operators[:2]
     assert isinstance(real, hierax.TimeOperator)
+    assert isinstance(sparse, hierax.TimeOperator)
     matrices = jnp.asarray(real.matrices)
-    # general: both parts; sy: imaginary only; sz x sx: real only.
-    assert matrices.shape[0] == 4 and not jnp.iscomplexobj(matrices)
+    # general: both parts, dense; sy: imaginary only, sz x sx: real only, each
+    # with one nonzero per row, so applied by its nonzeros (in real arithmetic).
+    assert matrices.shape[0] == 2 and not jnp.iscomplexobj(matrices)
+    assert isinstance(sparse.matrices, tuple) and len(sparse.matrices) == 2
+    assert all(
+        isinstance(m, hierax.SparseMatrix)
+        and m.values.shape[1] == 1
+        and not jnp.iscomplexobj(m.values)
+        for m in sparse.matrices
+    )
     state = rng.normal(size=n) + 1j * rng.normal(size=n)
     state = state / np.linalg.norm(state)
     times = np.array([0.0, 0.5, 1.0])

@@ -18,7 +18,13 @@ from jax.experimental import sparse as jsparse
 
 import hierax
 
-from .helpers import relative_errors, run_script
+from .helpers import (
+    propagate,
+    recorded_returns,
+    relative_error,
+    relative_errors,
+    run_script,
+)
 
 
 SX = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -180,6 +186,56 @@ def test_sesolve_12_qubit_chain_against_dop853():
     assert memory is not None
     dense_term = n * n * 16
     assert memory.temp_size_in_bytes + memory.argument_size_in_bytes < dense_term / 50
+
+
+def test_known_dense_many_body_terms_step_by_their_nonzeros(monkeypatch):
+    """A driven 8-site XXZ chain given as dense NumPy matrices (n = 256, a few
+    nonzeros per row) steps its terms by their nonzeros: the step's operator holds
+    `SparseMatrix` terms, and the states equal DOP853's for one ket, for kets as
+    columns (there the terms are dense again) and under `jax.vmap` (dense again, by
+    the batching rule: equal to a loop of single solves). The gradient with respect
+    to a traced scale of the known matrices (`a * H`, whose terms are read too)
+    matches a central difference."""
+    from hierax._solvers import _term
+
+    sites = 8
+    n = 2**sites
+    bonds = sum(
+        _chain(p, k, sites) @ _chain(p, k + 1, sites)
+        for p in (SX, SY, SZ)
+        for k in range(sites - 1)
+    ).real  # Y Y is real
+    field = sum(_chain(SX, k, sites) for k in range(sites))
+    hamiltonian = hierax.Cos(2.0, amplitude=0.3) * field + bonds
+    # Both terms by their nonzeros: 8 and 1 + 7 per row at most.
+    stepped = _term.SchrodingerTerm(hamiltonian).hamiltonian
+    assert isinstance(stepped, hierax.TimeOperator)
+    assert isinstance(stepped.matrices, tuple)
+    assert [m.values.shape[1] for m in stepped.matrices] == [8, 8]
+    rng = np.random.default_rng(5)
+    kets = rng.normal(size=(n, 2)) + 1j * rng.normal(size=(n, 2))
+    kets /= np.linalg.norm(kets, axis=0)
+    times = np.array([0.0, 0.1])
+    reference = propagate(
+        lambda t: bonds + 0.3 * np.cos(2.0 * t) * field, 0.0, 0.1, kets, 1e-12
+    )
+    solve = lambda h, y: hierax.sesolve(h, y, times, rtol=1e-10).final_state
+    made_dense = recorded_returns(monkeypatch, _term, "_wide_sparse_made_dense")
+    one = solve(hamiltonian, kets[:, 0])
+    assert relative_error(one, reference[:, 0]) < 1e-8 and not made_dense
+    mapped = jax.vmap(lambda y: solve(hamiltonian, y), 1, 1)(kets)
+    assert relative_error(mapped, reference) < 1e-8 and made_dense
+    made_dense.clear()
+    assert relative_error(solve(hamiltonian, kets), reference) < 1e-8 and made_dense
+    np.testing.assert_allclose(mapped[:, 0], one, rtol=0, atol=1e-12)
+
+    def population(a):
+        return jnp.abs(solve(a * hamiltonian, kets[:, 0])[3]) ** 2
+
+    gradient = jax.grad(population)(1.0)
+    eps = 1e-5
+    central = (population(1.0 + eps) - population(1.0 - eps)) / (2 * eps)
+    assert abs(gradient - central) <= 1e-6 * abs(central) + 1e-10, (gradient, central)
 
 
 @pytest.mark.parametrize(

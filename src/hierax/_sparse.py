@@ -368,7 +368,7 @@ def _check_values(values: np.ndarray, name: str, api: str) -> None:
         )
 
 
-def dense_to_sparse(matrix: Array) -> SparseMatrix:
+def dense_to_sparse(matrix: Array | np.ndarray) -> SparseMatrix:
     """A dense matrix in the sparse layout: its nonzero structure when concrete;
     every entry (width n) when traced."""
     n = matrix.shape[0]
