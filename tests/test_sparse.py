@@ -189,13 +189,14 @@ def test_sesolve_12_qubit_chain_against_dop853():
 
 
 def test_known_dense_many_body_terms_step_by_their_nonzeros(monkeypatch):
-    """A driven 8-site XXZ chain given as dense NumPy matrices (n = 256, a few
-    nonzeros per row) steps its terms by their nonzeros: the step's operator holds
-    `SparseMatrix` terms, and the states equal DOP853's for one ket, for kets as
-    columns (there the terms are dense again) and under `jax.vmap` (dense again, by
-    the batching rule: equal to a loop of single solves). The gradient with respect
-    to a traced scale of the known matrices (`a * H`, whose terms are read too)
-    matches a central difference."""
+    """A driven 8-site XXZ chain given as dense NumPy matrices (n = 256, 8 nonzeros
+    a row), with a random coupling of 8% nonzeros, steps all three terms by their
+    nonzeros: the step's operator holds `SparseMatrix` terms, and the states equal
+    DOP853's for one ket. For kets as columns and under `jax.vmap` the coupling
+    (up to 12% of a row) is taken dense again, the chain's terms are not; the
+    mapped solve equals the single one. The gradient with respect to a traced
+    scale of the known matrices (`a * H`, whose terms are read too) matches a
+    central difference."""
     from hierax._solvers import _term
 
     sites = 8
@@ -206,28 +207,43 @@ def test_known_dense_many_body_terms_step_by_their_nonzeros(monkeypatch):
         for k in range(sites - 1)
     ).real  # Y Y is real
     field = sum(_chain(SX, k, sites) for k in range(sites))
-    hamiltonian = hierax.Cos(2.0, amplitude=0.3) * field + bonds
-    # Both terms by their nonzeros: 8 and 1 + 7 per row at most.
+    rng = np.random.default_rng(5)
+    coupling = (rng.random((n, n)) < 0.04) * rng.normal(size=(n, n)) / n
+    coupling = coupling + coupling.T
+    hamiltonian = (
+        hierax.Cos(2.0, amplitude=0.3) * field + hierax.Sin(1.0) * coupling + bonds
+    )
     stepped = _term.SchrodingerTerm(hamiltonian).hamiltonian
     assert isinstance(stepped, hierax.TimeOperator)
     assert isinstance(stepped.matrices, tuple)
-    assert [m.values.shape[1] for m in stepped.matrices] == [8, 8]
-    rng = np.random.default_rng(5)
+    widths = [m.values.shape[1] for m in stepped.matrices]
+    assert widths[0] == widths[2] == 8 and 0.08 * n < widths[1] <= 0.2 * n
     kets = rng.normal(size=(n, 2)) + 1j * rng.normal(size=(n, 2))
     kets /= np.linalg.norm(kets, axis=0)
     times = np.array([0.0, 0.1])
     reference = propagate(
-        lambda t: bonds + 0.3 * np.cos(2.0 * t) * field, 0.0, 0.1, kets, 1e-12
+        lambda t: bonds + 0.3 * np.cos(2.0 * t) * field + np.sin(t) * coupling,
+        0.0,
+        0.1,
+        kets,
+        1e-12,
     )
     solve = lambda h, y: hierax.sesolve(h, y, times, rtol=1e-10).final_state
     made_dense = recorded_returns(monkeypatch, _term, "_wide_sparse_made_dense")
     one = solve(hamiltonian, kets[:, 0])
     assert relative_error(one, reference[:, 0]) < 1e-8 and not made_dense
     mapped = jax.vmap(lambda y: solve(hamiltonian, y), 1, 1)(kets)
-    assert relative_error(mapped, reference) < 1e-8 and made_dense
-    made_dense.clear()
-    assert relative_error(solve(hamiltonian, kets), reference) < 1e-8 and made_dense
+    assert relative_error(mapped, reference) < 1e-8
     np.testing.assert_allclose(mapped[:, 0], one, rtol=0, atol=1e-12)
+    under_vmap = list(made_dense)
+    made_dense.clear()
+    assert relative_error(solve(hamiltonian, kets), reference) < 1e-8
+    # Each time (a step is traced more than once by diffrax): one term, the
+    # coupling, made dense; the chain's two kept sparse.
+    assert under_vmap and made_dense
+    for real, series in under_vmap + made_dense:
+        assert real.matrices.shape[0] + series.matrices.shape[0] == 1
+        assert len(series.sparse.matrices) == 2
 
     def population(a):
         return jnp.abs(solve(a * hamiltonian, kets[:, 0])[3]) ** 2

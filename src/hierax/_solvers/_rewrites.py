@@ -106,8 +106,8 @@ def sparse_known_terms(operator: AbstractTimeOperator) -> AbstractTimeOperator:
     `SparseMatrix` term (a many-body Hamiltonian given as NumPy arrays: a few
     nonzeros per row). Its structure is read from the values, so a matrix whose
     zeros change compiles a new program. For a state of several columns, or
-    states mapped by `jax.vmap`, the step takes such terms dense again
-    (`schrodinger_terms`)."""
+    states mapped by `jax.vmap`, the step takes those with more nonzeros in a row
+    dense again (`schrodinger_terms`)."""
     dense_functions, dense, sparse_functions, sparse, rest = [], [], [], [], []
     rescaled = False
     for op in summands(operator):

@@ -217,10 +217,12 @@ def schrodinger_terms(
 
 # Sparse terms with more nonzeros per row than this share of n are applied dense to
 # a state of several columns or to states mapped by `jax.vmap` (up to n =
-# `_WIDE_SPARSE_SIZE`): there a dense product reads each entry once for all
-# columns, where a sparse one gathers per column. Measured (n = 256, x64, 8
-# columns): at 2% of entries 0.96x, at 6% 0.65x, at 19% 0.52x the dense time.
-_WIDE_SPARSE_DENSITY = 0.02
+# `_WIDE_SPARSE_SIZE`): there one dense product serves every column, where a sparse
+# one gathers per column. Measured (x64, 2 cores, 8 columns / a vmap of 16 kets,
+# sparse against dense time): random terms at n = 256 with at most 6% a row
+# 0.92 / 0.90, with 12% 1.7 / 2.3; n = 1024 with 5% 0.58 / 0.95, with 10% 1.7 /
+# 2.5; the 8-site XXZ chain (3%) 0.28 / 0.67.
+_WIDE_SPARSE_DENSITY = 0.08
 _WIDE_SPARSE_SIZE = 4096
 
 
