@@ -254,6 +254,51 @@ def test_known_dense_many_body_terms_step_by_their_nonzeros(monkeypatch):
     assert abs(gradient - central) <= 1e-6 * abs(central) + 1e-10, (gradient, central)
 
 
+def test_wide_sparse_terms_made_dense_keep_every_term():
+    """The dense layout of a step's series (`_wide_sparse_made_dense`) moves each
+    sparse term with many nonzeros a row to the dense terms (real values to the
+    real part, complex ones to the other) and keeps the rest: the operator the
+    series sums to is unchanged, with no dense term to start from too."""
+    from hierax._series import TermSeries
+    from hierax._solvers._term import _wide_sparse_made_dense
+    from hierax._sparse import SparseTerms
+
+    n, width = 300, 40
+    rng = np.random.default_rng(2)
+
+    def sparse(count, dtype):
+        m = np.zeros((n, n), dtype)
+        for r in range(n):
+            columns = rng.choice(n, count, replace=False)
+            values = rng.normal(size=count)
+            m[r, columns] = values + 1j if dtype is complex else values
+        return hierax.SparseMatrix.from_matrix(m)
+
+    matrices = (sparse(width, complex), sparse(2, float), sparse(width, float))
+    coefficients = jnp.asarray(rng.normal(size=(3, 5)) + 1j * rng.normal(size=(3, 5)))
+    terms = SparseTerms(coefficients, matrices, (False, True, False))
+    empty = TermSeries(jnp.zeros((0, 5), complex), jnp.zeros((0, n, n)), None)
+
+    def total(real, series):
+        parts = [p for p in (real, series) if p is not None]
+        out = sum(
+            jnp.einsum("ak,aij->kij", p.coefficients, p.matrices.astype(complex))
+            for p in parts
+        )
+        if series.sparse is not None:
+            for c, m in zip(series.sparse.coefficients, series.sparse.matrices):
+                out = out + c[:, None, None] * m.todense()[None]
+        return out
+
+    expected = total(None, empty._replace(sparse=terms))
+    real, series = _wide_sparse_made_dense(None, empty._replace(sparse=terms))
+    assert real is not None and real.matrices.shape[0] == 1
+    assert series.matrices.shape[0] == 1 and jnp.iscomplexobj(series.matrices)
+    assert series.sparse is not None and series.sparse.matrices == (matrices[1],)
+    assert series.sparse.constant == (True,)
+    np.testing.assert_allclose(total(real, series), expected, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "carried, uniform",
     [(False, False), (True, False), (False, True)],

@@ -254,8 +254,10 @@ def _wide_sparse_made_dense(
         coefficients = jnp.stack([sparse.coefficients[s] for s in chosen])
         matrices = jnp.stack([sparse.matrices[s].todense() for s in chosen])
         flags = tuple(sparse.constant[s] for s in chosen)
-        if part is None or part.coefficients.shape[0] == 0:
+        if part is None:
             return TermSeries(coefficients, matrices, None, flags)
+        if part.coefficients.shape[0] == 0:
+            return TermSeries(coefficients, matrices, part.dense, flags, part.sparse)
         dtype = jnp.result_type(part.coefficients, coefficients)
         mdtype = jnp.result_type(part.matrices, matrices)
         return TermSeries(
