@@ -37,15 +37,9 @@ def _precision() -> str:
 
 jax.config.update("jax_enable_x64", _precision() == "x64")
 
-import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from bench_systems import (  # noqa: E402
-    generators,
-    median_time,
-    real_embedding,
-    relative_error,
-)
+from bench_systems import diffrax_final, median_time, relative_error  # noqa: E402
 from systems import xxz  # noqa: E402
 from timing import timed  # noqa: E402
 
@@ -69,34 +63,10 @@ def _hierax(system, rtol, atol):
 
 
 def _dopri8(system, rtol, atol):
-    """Dopri8 as in `bench_systems.method_diffrax`, as a function of the initial
-    ket (a complex vector) so that it can be mapped over states."""
-    g0, gk = generators(system)
-    g0 = jnp.asarray(real_embedding(g0))
-    gk = jnp.asarray(np.stack([real_embedding(g) for g in gk]))
-
-    def vector_field(t, y, args):
-        del args
-        return g0 @ y + system.coefficients(t, jnp) @ (gk @ y)
-
-    term = diffrax.ODETerm(vector_field)
-    half = system.size
-
-    def solve(psi):
-        y0 = jnp.concatenate([jnp.real(psi), jnp.imag(psi)])
-        y = diffrax.diffeqsolve(
-            term,
-            diffrax.Dopri8(),
-            0.0,
-            system.span,
-            None,
-            y0,
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-            max_steps=10**6,
-        ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
-        return y[:half] + 1j * y[half:]
-
-    return solve
+    """Dopri8 as in `bench_systems.py`, as a function of the initial ket (so that it
+    can be mapped over states)."""
+    final = diffrax_final(system)
+    return lambda psi: final(psi, rtol, atol)
 
 
 def _first_and_median(fn, *args) -> tuple[float, float, np.ndarray]:
