@@ -19,6 +19,7 @@ from jax.experimental import sparse as jsparse
 import hierax
 
 from .helpers import (
+    compile_count,
     propagate,
     recorded_returns,
     relative_error,
@@ -232,6 +233,15 @@ def test_known_dense_many_body_terms_step_by_their_nonzeros(monkeypatch):
     made_dense = recorded_returns(monkeypatch, _term, "_wide_sparse_made_dense")
     one = solve(hamiltonian, kets[:, 0])
     assert relative_error(one, reference[:, 0]) < 1e-8 and not made_dense
+    # New values with the same zeros: the same program.
+    compiles = compile_count()
+    solve(
+        hierax.Cos(2.0, amplitude=0.3) * field
+        + hierax.Sin(1.0) * (0.5 * coupling)
+        + 0.5 * bonds,
+        kets[:, 1],
+    )
+    assert compile_count() == compiles
     mapped = jax.vmap(lambda y: solve(hamiltonian, y), 1, 1)(kets)
     assert relative_error(mapped, reference) < 1e-8
     np.testing.assert_allclose(mapped[:, 0], one, rtol=0, atol=1e-12)
