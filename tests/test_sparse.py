@@ -242,6 +242,20 @@ def test_known_dense_many_body_terms_step_by_their_nonzeros(monkeypatch):
         kets[:, 1],
     )
     assert compile_count() == compiles
+    # float32 matrices and a complex64 ket: float32 nonzeros, complex64 answer.
+    f32 = lambda m: np.asarray(m, np.float32)
+    single = (
+        hierax.Cos(2.0, amplitude=0.3) * f32(field)
+        + hierax.Sin(1.0) * f32(coupling)
+        + f32(bonds)
+    )
+    stepped = _term.SchrodingerTerm(single).hamiltonian
+    assert isinstance(stepped, hierax.TimeOperator)
+    assert all(m.values.dtype == np.float32 for m in stepped.matrices)
+    low = hierax.sesolve(
+        single, kets[:, 0].astype(np.complex64), times.astype(np.float32), rtol=1e-5
+    ).final_state
+    assert low.dtype == jnp.complex64 and relative_error(low, one) < 1e-5
     mapped = jax.vmap(lambda y: solve(hamiltonian, y), 1, 1)(kets)
     assert relative_error(mapped, reference) < 1e-8
     np.testing.assert_allclose(mapped[:, 0], one, rtol=0, atol=1e-12)
