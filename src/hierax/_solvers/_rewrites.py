@@ -31,8 +31,21 @@ from .._time_functions import AbstractTimeFunction, Constant
 from .._validation import is_traced
 
 
+# The largest share of nonzero entries with which a known dense matrix of a state's
+# step (n >= `REAL_STATE_SIZE`) is applied by its nonzeros (`real_terms` with
+# `sparse`). A dense product reads all n^2 entries for every order; a sparse one
+# reads the nonzeros with a gather. Measured (`sesolve` of one ket, x64, 2 cores, a
+# constant and a driven term): n = 256 at 1-10% 6.4-2.5x faster, at 18-27%
+# 1.6-2.4x; n = 1024 at 1-10% 8.6-3.6x (complex 13-3.2x at 2-19%), at 28%
+# 0.6-0.9x; the driven 8-site XXZ chain 23 -> 2.9 ms, 10 sites 253 -> 10 ms.
+SPARSE_DENSITY = 0.1
+
+
 def real_terms(
-    operator: AbstractTimeOperator, diagonal: bool = False, split: bool = True
+    operator: AbstractTimeOperator,
+    diagonal: bool = False,
+    split: bool = True,
+    sparse: bool = False,
 ) -> AbstractTimeOperator:
     """The same operator with every dense term's matrix in real arithmetic: a known
     (not traced) complex matrix $M = R + iI$ becomes the terms $f R$ and $(if) I$,
@@ -42,12 +55,29 @@ def real_terms(
     Pauli and ladder operators) steps in half the work, and no product costs more.
     With `diagonal`, known diagonal matrices become diagonal `SparseMatrix` terms
     (gathered into a second `TimeOperator`), which the density kernel applies
-    elementwise. Without `split`, matrices keep their dtype: below a few dozen
-    rows, the real and imaginary halves cost more to assemble than they save.
-    Traced matrices (a gradient with respect to them) are left as they are."""
+    elementwise. With `sparse`, each known matrix (after the split, and not placed
+    on a device) with at most `SPARSE_DENSITY` nonzero entries becomes a
+    `SparseMatrix` term, also inside a scaled operator $f(t) H$ (a traced scale of
+    a known H, under `jax.grad`): a many-body Hamiltonian given as NumPy arrays has
+    a few nonzeros per row. Its structure is read from the values, so a matrix
+    whose zeros change compiles a new program; for a state of several columns, or
+    states mapped by `jax.vmap`, the step takes those with more nonzeros in a row
+    dense again (`schrodinger_terms`). Without `split`, matrices keep their dtype:
+    below a few dozen rows, the real and imaginary halves cost more to assemble
+    than they save. Traced matrices (a gradient with respect to them) are left as
+    they are."""
     functions, matrices, rest = [], [], []
     diagonal_functions, diagonals = [], []
+    sparse_functions, sparse_matrices = [], []
+    rescaled = False
     for op in summands(operator):
+        if sparse and isinstance(op, ScaledOperator):
+            inner = real_terms(op.operator, diagonal, split, sparse)
+            rescaled = rescaled or inner is not op.operator
+            rest.append(
+                op if inner is op.operator else ScaledOperator(op.function, inner)
+            )
+            continue
         terms = as_time_operator(op)
         if terms is None or terms.is_sparse or is_traced(terms.matrices):
             rest.append(op)
@@ -56,87 +86,46 @@ def real_terms(
         stacked = np.asarray(op.matrices)
         n = stacked.shape[-1]
         off_diagonal = ~np.eye(n, dtype=bool)
+        by_nonzeros = sparse and not placed(op.matrices)
+
+        def add(
+            function: AbstractTimeFunction, matrix: np.ndarray, by_nonzeros=by_nonzeros
+        ) -> None:
+            if by_nonzeros and np.count_nonzero(matrix) <= SPARSE_DENSITY * matrix.size:
+                sparse_functions.append(function)
+                sparse_matrices.append(dense_to_sparse(matrix))
+            else:
+                functions.append(function)
+                matrices.append(matrix)
+
         for function, matrix in zip(op.functions, stacked):
             if diagonal and not np.any(matrix[off_diagonal]):
                 diagonal_functions.append(function)
                 diagonals.append(np.diagonal(matrix))
                 continue
             if not split:
-                functions.append(function)
-                matrices.append(matrix)
+                add(function, matrix)
                 continue
             real, imaginary = matrix.real, matrix.imag
             if np.any(real) or not np.any(imaginary):
-                functions.append(function)
-                matrices.append(real)
+                add(function, real)
             if np.any(imaginary):
-                functions.append(1j * function)
-                matrices.append(imaginary)
+                add(1j * function, imaginary)
     gathered = []
     if matrices:
         gathered.append(TimeOperator(functions, [to_jax(m) for m in matrices]))
     if diagonals:
         n = diagonals[0].shape[0]
         columns = np.arange(n)[:, None]
-        sparse = [
+        diagonal_matrices = [
             SparseMatrix(to_jax(np.asarray(d)[:, None]), columns, diagonal=True)
             for d in diagonals
         ]
-        gathered.append(TimeOperator(diagonal_functions, sparse))
-    if not gathered:
+        gathered.append(TimeOperator(diagonal_functions, diagonal_matrices))
+    if sparse_matrices:
+        gathered.append(TimeOperator(sparse_functions, sparse_matrices))
+    if not gathered and not rescaled:
         return operator
-    if len(gathered) == 1 and not rest:
-        return gathered[0]
-    return OperatorSum([*gathered, *rest])
-
-
-# The largest share of nonzero entries with which a known dense matrix of a state's
-# step (n >= `REAL_STATE_SIZE`) is applied by its nonzeros. A dense product reads
-# all n^2 entries for every order; a sparse one reads the nonzeros with a gather.
-# Measured (`sesolve` of one ket, x64, 2 cores, a constant and a driven term):
-# n = 256 at 1-10% 6.4-2.5x faster, at 18-27% 1.6-2.4x; n = 1024 at 1-10% 8.6-3.6x
-# (complex 13-3.2x at 2-19%), at 28% 0.6-0.9x; the driven 8-site XXZ chain
-# 23 -> 2.9 ms, 10 sites 253 -> 10 ms.
-SPARSE_DENSITY = 0.1
-
-
-def sparse_known_terms(operator: AbstractTimeOperator) -> AbstractTimeOperator:
-    """The same operator with each known (not traced, not placed on a device) dense
-    matrix whose nonzero entries are at most `SPARSE_DENSITY` of its entries made a
-    `SparseMatrix` term (a many-body Hamiltonian given as NumPy arrays: a few
-    nonzeros per row). Its structure is read from the values, so a matrix whose
-    zeros change compiles a new program. For a state of several columns, or
-    states mapped by `jax.vmap`, the step takes those with more nonzeros in a row
-    dense again (`schrodinger_terms`)."""
-    dense_functions, dense, sparse_functions, sparse, rest = [], [], [], [], []
-    rescaled = False
-    for op in summands(operator):
-        if isinstance(op, ScaledOperator):
-            # f(t) H (a traced scale of a known H, under `jax.grad`): H's terms.
-            inner = sparse_known_terms(real_terms(op.operator))
-            rescaled = rescaled or inner is not op.operator
-            rest.append(
-                op if inner is op.operator else ScaledOperator(op.function, inner)
-            )
-            continue
-        terms = as_time_operator(op)
-        if terms is None or terms.is_sparse or placed(terms.matrices):
-            rest.append(op)
-            continue
-        for function, matrix in zip(terms.functions, np.asarray(terms.matrices)):
-            if np.count_nonzero(matrix) <= SPARSE_DENSITY * matrix.size:
-                sparse_functions.append(function)
-                sparse.append(dense_to_sparse(matrix))
-            else:
-                dense_functions.append(function)
-                dense.append(matrix)
-    if not sparse and not rescaled:
-        return operator
-    gathered = []
-    if dense:
-        gathered.append(TimeOperator(dense_functions, to_jax(np.stack(dense))))
-    if sparse:
-        gathered.append(TimeOperator(sparse_functions, sparse))
     parts = [*gathered, *rest]
     return parts[0] if len(parts) == 1 else OperatorSum(parts)
 

@@ -41,7 +41,6 @@ from ._rewrites import (
     merge_equal_terms,
     operator_bound,
     real_terms,
-    sparse_known_terms,
     split_constant_trace,
 )
 
@@ -131,12 +130,12 @@ class SchrodingerTerm(AbstractTaylorTerm):
         """
         operator = to_operator(hamiltonian, "hamiltonian", "hierax.SchrodingerTerm")
         operator = merge_equal_terms(operator)
-        large = operator.size >= REAL_STATE_SIZE
-        if large:
-            operator = real_terms(operator)
-        hamiltonian, self.energy_shift = split_constant_trace(operator)
-        # Known matrices with few nonzeros per row are applied by their nonzeros.
-        self.hamiltonian = sparse_known_terms(hamiltonian) if large else hamiltonian
+        # The trace first, from the known dense matrices (in NumPy), then the terms
+        # in real arithmetic, those with few nonzeros a row by their nonzeros.
+        operator, self.energy_shift = split_constant_trace(operator)
+        if operator.size >= REAL_STATE_SIZE:
+            operator = real_terms(operator, sparse=True)
+        self.hamiltonian = operator
 
     @property
     def operators(self) -> tuple[AbstractTimeOperator, ...]:
@@ -185,7 +184,7 @@ def schrodinger_terms(
     of the state side by side: half the work of complex products. `parts`: the
     terms' real embeddings, dense for a tiny state or held by their diagonals
     (`known_embedded_parts`). Sparse terms with more than a few nonzeros per row
-    (`_is_wide`: known dense matrices made sparse by `sparse_known_terms`) are
+    (`_is_wide`: known dense matrices made sparse by `real_terms`) are
     applied dense to a state of several columns, and to states mapped by
     `jax.vmap` (`by_batching`).
     """
