@@ -242,6 +242,17 @@ def test_known_dense_many_body_terms_step_by_their_nonzeros(monkeypatch):
         kets[:, 1],
     )
     assert compile_count() == compiles
+    # H + 5 I: the trace is taken out before the nonzeros are read (the same
+    # widths, so the same program), and the states gain the phase e^{-5it}.
+    shifted = (
+        hierax.Cos(2.0, amplitude=0.3) * field
+        + hierax.Sin(1.0) * coupling
+        + (bonds + 5.0 * np.eye(n))
+    )
+    assert _term.SchrodingerTerm(shifted).energy_shift == pytest.approx(5.0)
+    moved = solve(shifted, kets[:, 0])
+    assert compile_count() == compiles
+    assert relative_error(moved, np.exp(-5j * times[-1]) * one) < 1e-9
     # float32 matrices and a complex64 ket: float32 nonzeros, complex64 answer.
     f32 = lambda m: np.asarray(m, np.float32)
     single = (
