@@ -156,3 +156,98 @@ def test_series_at_complex_time(name, make, expr):
     series = np.asarray(make().taylor(0.3 + 0.2j, order))
     expected = _sympy_series(expr, order, t0)
     np.testing.assert_allclose(series, expected, rtol=1e-12, atol=1e-14)
+
+
+FOLDED = [
+    ("constant", lambda: hierax.Constant(2.5 - 1j)),
+    ("polynomial", lambda: hierax.Polynomial(jnp.array([1.0, -2.0, 0.5]))),
+    ("cos", lambda: hierax.Cos(1.7, 0.3, 0.5)),
+    ("sin", lambda: hierax.Sin(-2.0, 1.0, 1.5j)),
+    ("exp", lambda: hierax.Exp(-0.5 + 2j, 0.75)),
+    ("gaussian", lambda: hierax.Gaussian(0.2, 0.4, 2.0)),
+    (
+        "piecewise-linear",
+        lambda: hierax.PiecewiseLinear(
+            jnp.array([0.0, 1.0, 2.0]), jnp.array([0.0, 1, 3])
+        ),
+    ),
+    (
+        "piecewise-constant",
+        lambda: hierax.PiecewiseConstant(
+            jnp.array([0.0, 1.0, 2.0]), jnp.array([2.0, 1])
+        ),
+    ),
+    (
+        "cubic-spline",
+        lambda: hierax.CubicSpline(
+            jnp.linspace(0.0, 2.0, 5), jnp.array([0.0, 1, 3, 2, 1])
+        ),
+    ),
+    ("sum", lambda: hierax.Cos(1.7) + hierax.Gaussian(0.1, 0.5)),
+    ("product", lambda: hierax.Gaussian(0.0, 1.0) * hierax.Sin(3.0)),
+]
+
+
+def _constant_factors(f: hierax.AbstractTimeFunction) -> list:
+    return [
+        leaf
+        for leaf in jax.tree_util.tree_leaves(
+            f, is_leaf=lambda x: isinstance(x, hierax.Constant) and x is not f
+        )
+        if isinstance(leaf, hierax.Constant)
+    ]
+
+
+@pytest.mark.parametrize("name,make", FOLDED, ids=[c[0] for c in FOLDED])
+def test_constant_factors_fold_into_the_amplitude(name, make):
+    """`c * f`, `f * c` and `-f` are functions of f's kind (the amplitude, values or
+    coefficients times c), with the series c times f's: a solve then computes one
+    series where a product is two and their product, and drives of one kind
+    scaled by different numbers stay one vectorised series."""
+    f = make()
+    series = np.asarray(f.taylor(0.7, 10))
+    for c, scaled in [
+        (-1.5 + 0.25j, (-1.5 + 0.25j) * f),
+        (3.0, f * 3.0),
+        (2.0, f * hierax.Constant(2.0)),
+        (-1.0, -f),
+    ]:
+        assert type(scaled) is type(f)
+        if name != "constant":
+            assert not _constant_factors(scaled), scaled
+        np.testing.assert_allclose(
+            np.asarray(scaled.taylor(0.7, 10)), c * series, rtol=1e-14, atol=1e-15
+        )
+
+
+def test_folded_factor_is_traced_differentiable_and_keeps_precision():
+    """A traced factor (`a * Cos(w)` inside a user's jit) folds too: new values
+    reuse the program, its derivative is f's series, and a Python number never
+    widens float32 parameters."""
+    traces = []
+
+    @jax.jit
+    def series(a):
+        traces.append(None)
+        return (a * hierax.Cos(1.3, 0.2)).taylor(0.4, 6)
+
+    reference = np.asarray(hierax.Cos(1.3, 0.2).taylor(0.4, 6))
+    np.testing.assert_allclose(series(2.0), 2.0 * reference, rtol=1e-14)
+    np.testing.assert_allclose(series(-0.5), -0.5 * reference, rtol=1e-14)
+    assert len(traces) == 1
+    derivative = jax.jacfwd(series)(0.7)
+    np.testing.assert_allclose(derivative, reference, rtol=1e-14)
+    gradient = jax.grad(lambda a: series(a)[3])(0.7)
+    np.testing.assert_allclose(gradient, reference[3], rtol=1e-14)
+
+    single = 2.0 * hierax.Cos(np.float32(1.3), amplitude=np.float32(0.5))
+    assert single.amplitude.dtype == jnp.float32
+    assert single.taylor(np.float32(0.4), 4).dtype == jnp.float32
+    weak = 2.0 * hierax.Gaussian(0.0, 1.0)
+    assert weak.amplitude.weak_type  # still widened by nothing
+    # A function with no amplitude of its own stays a product.
+    g = hierax.CallableTimeFunction(jnp.tanh)
+    assert isinstance(2.0 * g, hierax.TimeFunctionProduct)
+    np.testing.assert_allclose(
+        (2.0 * g).taylor(0.4, 5), 2.0 * np.asarray(g.taylor(0.4, 5)), rtol=1e-14
+    )

@@ -18,7 +18,7 @@ from jaxtyping import Array, ArrayLike, Inexact, Real, ScalarLike
 
 from ._custom_types import Time
 from ._series import real_dtype
-from ._time_functions import AbstractTimeFunction
+from ._time_functions import AbstractTimeFunction, scaled_field
 from ._validation import as_numeric_array, is_traced
 
 
@@ -235,6 +235,9 @@ class CubicSpline(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return False
 
+    def _scaled(self, factor):
+        return scaled_field(self, "values", factor)
+
     def series(self, t, order, time_scale):
         dtype = jnp.result_type(self.times, self.values, t)
         x = self.times.astype(real_dtype(dtype))
@@ -291,6 +294,9 @@ class PiecewiseLinear(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return False
 
+    def _scaled(self, factor):
+        return scaled_field(self, "values", factor)
+
     def series(self, t, order, time_scale):
         dtype = jnp.result_type(self.times, self.values, t)
         x = self.times.astype(real_dtype(dtype))
@@ -339,6 +345,9 @@ class PiecewiseConstant(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return False
+
+    def _scaled(self, factor):
+        return scaled_field(self, "values", factor)
 
     def series(self, t, order, time_scale):
         dtype = jnp.result_type(self.edges, self.values, t)

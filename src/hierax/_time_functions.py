@@ -14,8 +14,10 @@ import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact
 
+from ._arrays import placed, to_jax
 from ._custom_types import OrderLike, ScalarSeries, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._jit import module_jit
@@ -127,7 +129,7 @@ class AbstractTimeFunction(eqx.Module):
         return TimeFunctionSum((term, self))
 
     def __neg__(self) -> "AbstractTimeFunction":
-        return TimeFunctionProduct(Constant(-1.0), self)
+        return _times(Constant(-1.0), self)
 
     def __sub__(self, other: Any) -> "AbstractTimeFunction":
         term = _as_time_function_or_none(other)
@@ -144,14 +146,54 @@ class AbstractTimeFunction(eqx.Module):
     def __mul__(self, other: Any) -> Any:
         factor = _as_time_function_or_none(other)
         if factor is not None:
-            return TimeFunctionProduct(self, factor)
+            return _times(self, factor)
         return _times_operator(self, other)
 
     def __rmul__(self, other: Any) -> Any:
         factor = _as_time_function_or_none(other)
         if factor is not None:
-            return TimeFunctionProduct(factor, self)
+            return _times(factor, self)
         return _times_operator(self, other)
+
+    def _scaled(self, factor: Array) -> "AbstractTimeFunction | None":
+        """$c f$ for a constant $c$ (a 0-d array) as a function of this kind (its
+        amplitude times $c$), or `None` where there is none: then `c * f` is a
+        `TimeFunctionProduct`."""
+        return None
+
+
+def _times(left: AbstractTimeFunction, right: AbstractTimeFunction) -> Any:
+    """`left * right`, a constant factor folded into the other's amplitude where it
+    has one (`2 * Cos(w)` is `Cos(w, amplitude=2)`): a solve computes one series
+    per step where a product is two series and their product, and functions of
+    one kind are summed as one vectorised series (`_operators.function_series`),
+    so a drive scaled by a traced number, `a * Cos(w)`, costs what `Cos(w)` does."""
+    if isinstance(right, Constant):
+        folded = left._scaled(right.value)
+        if folded is not None:
+            return folded
+    if isinstance(left, Constant):
+        folded = right._scaled(left.value)
+        if folded is not None:
+            return folded
+    return TimeFunctionProduct(left, right)
+
+
+def scaled_field(function: Any, name: str, factor: Array) -> Any:
+    """`function` with its array field `name` times `factor`: in NumPy where both
+    are known (no eager JAX operation, which compiles a small program the first
+    time), in the dtype JAX's promotion gives, weakly typed where both are."""
+    value = getattr(function, name)
+    if placed(value) or placed(factor):
+        product = factor * value
+    else:
+        dtype = jnp.result_type(factor, value)
+        product = np.asarray(factor).astype(dtype) * np.asarray(value).astype(dtype)
+        weak = getattr(factor, "weak_type", False) and getattr(
+            value, "weak_type", False
+        )
+        product = to_jax(product.item() if weak and product.ndim == 0 else product)
+    return eqx.tree_at(lambda f: getattr(f, name), function, product)
 
 
 # `f * M` for a matrix or operator M is an operator. The operators module, which comes
@@ -230,6 +272,9 @@ class Constant(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return True
 
+    def _scaled(self, factor):
+        return scaled_field(self, "value", factor)
+
     def series(self, t, order, time_scale):
         value = jnp.asarray(self.value, jnp.result_type(self.value, t))
         # One pad, not a scatter into zeros: a program holds one of these per
@@ -260,6 +305,9 @@ class Polynomial(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return self.coefficients.shape[0] == 1
+
+    def _scaled(self, factor):
+        return scaled_field(self, "coefficients", factor)
 
     def series(self, t, order, time_scale):
         a = self.coefficients
@@ -335,6 +383,9 @@ class Cos(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return False
 
+    def _scaled(self, factor):
+        return scaled_field(self, "amplitude", factor)
+
     def series(self, t, order, time_scale):
         return _sinusoid(self, t, order, time_scale, 0)
 
@@ -367,6 +418,9 @@ class Sin(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return False
 
+    def _scaled(self, factor):
+        return scaled_field(self, "amplitude", factor)
+
     def series(self, t, order, time_scale):
         # sin(x) = cos(x - pi/2): three quarter turns ahead.
         return _sinusoid(self, t, order, time_scale, 3)
@@ -391,6 +445,9 @@ class Exp(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return False
+
+    def _scaled(self, factor):
+        return scaled_field(self, "amplitude", factor)
 
     def series(self, t, order, time_scale):
         dtype = jnp.result_type(self.rate, self.amplitude, t, 1.0)
@@ -438,6 +495,9 @@ class Gaussian(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return False
+
+    def _scaled(self, factor):
+        return scaled_field(self, "amplitude", factor)
 
     def series(self, t, order, time_scale):
         dtype = jnp.result_type(self.mean, self.width, t, 1.0)
@@ -498,6 +558,12 @@ class TimeFunctionSum(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return all(term.is_constant for term in self.terms)
 
+    def _scaled(self, factor):
+        terms = [term._scaled(factor) for term in self.terms]
+        if any(term is None for term in terms):
+            return None
+        return TimeFunctionSum(terms)
+
     def series(self, t, order, time_scale):
         return self.combine([term.series(t, order, time_scale) for term in self.terms])
 
@@ -535,6 +601,13 @@ class TimeFunctionProduct(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return self.left.is_constant and self.right.is_constant
+
+    def _scaled(self, factor):
+        left = self.left._scaled(factor)
+        if left is not None:
+            return TimeFunctionProduct(left, self.right)
+        right = self.right._scaled(factor)
+        return None if right is None else TimeFunctionProduct(self.left, right)
 
     def series(self, t, order, time_scale):
         return self.combine(
