@@ -581,8 +581,9 @@ class TimeFunctionSum(AbstractTimeFunction):
 
 
 class TimeFunctionProduct(AbstractTimeFunction):
-    """The product $f(t) = g(t)\\,h(t)$ of two time functions (what `g * h` builds);
-    its series is the Cauchy product of theirs.
+    """The product $f(t) = g(t)\\,h(t)$ of two time functions (what `g * h` builds;
+    a number times a function with an amplitude, values or coefficients is instead
+    that function with them scaled); its series is the Cauchy product of theirs.
 
     """
 
