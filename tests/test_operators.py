@@ -102,6 +102,53 @@ def test_arithmetic_builds_the_expected_structure():
     assert not op.is_constant and hierax.as_operator(sx).is_constant
 
 
+def test_numbers_times_operators_scale_the_terms_functions():
+    """A number (traced or not) times an operator with terms scales each term's
+    function (`2 * (Cos(w) * sx)` is `Cos(w, amplitude=2) * sx`): a sum
+    distributes it, a scaled operator merges it, a callable operator stays scaled.
+    The series are the number times the operator's, to the last digit, and a
+    traced number changes the values, not the structure (one trace)."""
+    callable_part = hierax.as_operator(lambda t: jnp.sin(t) * jnp.asarray(sz))
+    op = hierax.Cos(1.3, 0.2) * sx + hierax.Gaussian(0.1, 0.5) * (1j * sy) + 0.5 * sz
+    total = op + callable_part
+    reference = np.asarray(total.taylor(0.7, 6))
+    for c, scaled in [
+        (2.5, 2.5 * total),
+        (-1.0, -total),
+        (0.25, total / 4.0),
+        (1.5j, total * 1.5j),
+        (0.0, 0.0 * total),
+    ]:
+        assert isinstance(scaled, hierax.OperatorSum)
+        terms, rest = scaled.operators
+        assert isinstance(terms, hierax.TimeOperator)
+        assert [type(f) for f in terms.functions] == [
+            hierax.Cos,
+            hierax.Gaussian,
+            hierax.Constant,
+        ]
+        assert isinstance(rest, hierax.ScaledOperator)
+        series = np.asarray(scaled.taylor(0.7, 6))
+        assert np.all(np.isfinite(series))
+        np.testing.assert_allclose(series, c * reference, rtol=1e-14, atol=1e-15)
+    twice = 3.0 * (2.0 * callable_part)  # one scaled operator, its factor 6
+    assert isinstance(twice, hierax.ScaledOperator)
+    assert not isinstance(twice.operator, hierax.ScaledOperator)
+    np.testing.assert_allclose(twice(0.4), 6 * np.asarray(callable_part(0.4)))
+    traces = []
+
+    @jax.jit
+    def series(a):
+        traces.append(None)
+        return (a * op).taylor(0.7, 6)
+
+    for a in (0.5, -2.0):
+        np.testing.assert_allclose(
+            series(a), a * np.asarray(op.taylor(0.7, 6)), rtol=1e-14, atol=1e-15
+        )
+    assert len(traces) == 1
+
+
 def test_function_operator_with_equinox_module_is_trainable():
     import equinox as eqx
 

@@ -245,6 +245,22 @@ def test_folded_factor_is_traced_differentiable_and_keeps_precision():
     assert single.taylor(np.float32(0.4), 4).dtype == jnp.float32
     weak = 2.0 * hierax.Gaussian(0.0, 1.0)
     assert weak.amplitude.weak_type  # still widened by nothing
+    # A traced number times an operator scales each term's function in place:
+    # the drives of `a * H` keep their kinds (one vectorised series in a solve).
+    sx = np.array([[0.0, 1.0], [1.0, 0.0]])
+    h = hierax.Cos(1.0) * sx + hierax.Gaussian(0.0, 1.0) * (1j * sx)
+
+    @jax.jit
+    def kinds(a):
+        scaled = a * h
+        assert isinstance(scaled, hierax.TimeOperator)
+        traces.append([type(f) for f in scaled.functions])
+        return scaled.taylor(0.3, 4)
+
+    np.testing.assert_allclose(
+        kinds(0.5), 0.5 * np.asarray(h.taylor(0.3, 4)), rtol=1e-14
+    )
+    assert traces[-1] == [hierax.Cos, hierax.Gaussian]
     # A function with no amplitude of its own stays a product.
     g = hierax.CallableTimeFunction(jnp.tanh)
     assert isinstance(2.0 * g, hierax.TimeFunctionProduct)

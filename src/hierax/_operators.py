@@ -166,7 +166,7 @@ class AbstractTimeOperator(eqx.Module):
 
     def __mul__(self, other: Any) -> "AbstractTimeOperator":
         if isinstance(other, AbstractTimeFunction) or _is_number(other):
-            return ScaledOperator(other, self)
+            return _scaled(other, self)
         return NotImplemented
 
     def __rmul__(self, other: Any) -> "AbstractTimeOperator":
@@ -174,8 +174,24 @@ class AbstractTimeOperator(eqx.Module):
 
     def __truediv__(self, other: Any) -> "AbstractTimeOperator":
         if _is_number(other):
-            return ScaledOperator(1 / other, self)
+            return _scaled(1 / other, self)
         return NotImplemented
+
+    def _times_constant(self, factor: "Constant") -> "AbstractTimeOperator":
+        """`factor * self` for a constant factor; operators with terms fold it into
+        their terms' functions."""
+        return ScaledOperator(factor, self)
+
+
+def _scaled(factor: Any, operator: AbstractTimeOperator) -> AbstractTimeOperator:
+    """`factor * operator`: a number (a traced one too) folded into the terms'
+    functions where the operator has terms (`2 * (Cos(w) * sx)` is
+    `Cos(w, amplitude=2) * sx`), so that a solve's step computes no product of
+    series for it; a time function otherwise scales the whole operator."""
+    function = as_time_function(factor, "factor", f"{type(operator).__name__} * ...")
+    if isinstance(function, Constant):
+        return operator._times_constant(function)
+    return ScaledOperator(function, operator)
 
 
 def _is_number(x: Any) -> bool:
@@ -299,6 +315,9 @@ class TimeOperator(AbstractTimeOperator):
     @property
     def is_constant(self) -> bool:
         return all(f.is_constant for f in self.functions)
+
+    def _times_constant(self, factor):
+        return times_terms(factor, self)
 
     def term_series(self, t, order, time_scale):
         return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
@@ -491,7 +510,8 @@ def check_callable_operator(fn: Callable, name: str, api: str) -> int:
 
 class ScaledOperator(AbstractTimeOperator):
     """$f(t)\\,H(t)$: an operator times a time function (what `f * H` builds when $H$
-    is not a plain [`hierax.TimeOperator`][])."""
+    is not a plain [`hierax.TimeOperator`][]; a number times an operator with terms
+    scales their functions instead)."""
 
     function: AbstractTimeFunction
     operator: AbstractTimeOperator
@@ -513,6 +533,9 @@ class ScaledOperator(AbstractTimeOperator):
     @property
     def is_constant(self) -> bool:
         return self.function.is_constant and self.operator.is_constant
+
+    def _times_constant(self, factor):
+        return ScaledOperator(factor * self.function, self.operator)
 
     def term_series(self, t, order, time_scale):
         return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
@@ -579,6 +602,9 @@ class OperatorSum(AbstractTimeOperator):
     @property
     def is_constant(self) -> bool:
         return all(op.is_constant for op in self.operators)
+
+    def _times_constant(self, factor):
+        return OperatorSum([op._times_constant(factor) for op in self.operators])
 
     def term_series(self, t, order, time_scale):
         return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
@@ -687,7 +713,10 @@ def times_terms(function: AbstractTimeFunction, operator: AbstractTimeOperator) 
     operator = terms
     functions = [
         function
-        if isinstance(g, Constant) and not is_traced(g.value) and g.value == 1
+        # (Compared in NumPy: a JAX comparison inside a user's trace is traced.)
+        if isinstance(g, Constant)
+        and not is_traced(g.value)
+        and np.asarray(g.value) == 1
         else function * g
         for g in operator.functions
     ]
