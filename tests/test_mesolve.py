@@ -388,6 +388,50 @@ def test_traced_operators_assemble_their_parts_once_per_solve(monkeypatch):
     assert float(slope) == pytest.approx(float(difference), rel=1e-6)
 
 
+def test_traced_rates_of_known_matrices_keep_the_step_parts(monkeypatch):
+    """A traced rate or coupling times a known matrix as an operator
+    (`jnp.sqrt(rate) * hierax.as_operator(a)`: the matrix stays known, the value
+    is the term's traced constant) keeps the parts assembled before compiling:
+    the traced constants step as time-dependent terms, nothing is assembled in
+    the program, and the solve equals the one with known numbers, value and
+    gradient (against a central difference), with no compile for a new rate."""
+    a, number, times, rho = _oscillator()
+    layouts, assemblies = [], []
+    assemble = _density.traced_density_parts
+
+    def counted(*args):
+        assemblies.append(None)
+        return assemble(*args)
+
+    monkeypatch.setattr(_density, "traced_density_parts", counted)
+
+    def population(rate, coupling=0.4):
+        hamiltonian = 0.3 * number + coupling * hierax.as_operator(a + a.T)
+        jumps = [jnp.sqrt(rate) * hierax.as_operator(a), np.sqrt(0.1) * number]
+        term = LindbladTerm(hamiltonian, jumps)
+        operators = (term.hamiltonian, term.jump_operators)
+        layouts.append(_layout(known_density_parts(*operators, jnp.complex128)))
+        final = mesolve(hamiltonian, jumps, rho, times, rtol=RTOL, atol=ATOL)
+        return jnp.real(final.final_state[1, 1])
+
+    traced = jax.jit(jax.value_and_grad(population, argnums=(0, 1)))
+    value, slopes = traced(0.2, 0.4)
+    assert layouts == ["diagonals"] and not assemblies
+    eager = float(population(0.2))  # known numbers: constant terms
+    assert abs(float(value) - eager) <= 1e-12
+    step = 1e-5
+    differences = (
+        (population(0.2 + step) - population(0.2 - step)) / (2 * step),
+        (population(0.2, 0.4 + step) - population(0.2, 0.4 - step)) / (2 * step),
+    )
+    for slope, difference in zip(slopes, differences):
+        assert float(slope) == pytest.approx(float(difference), rel=1e-6)
+    before = compile_count()
+    again, _ = traced(0.3, 0.5)
+    assert compile_count() == before
+    assert abs(float(again) - float(population(0.3, 0.5))) <= 1e-12
+
+
 def test_numpy_operators_are_kept_by_their_values(monkeypatch):
     """NumPy Hamiltonians and jump operators passed again with the same entries
     reuse the term built for them (its Lindblad parts are not assembled again);

@@ -720,7 +720,10 @@ def times_terms(function: AbstractTimeFunction, operator: AbstractTimeOperator) 
         else function * g
         for g in operator.functions
     ]
-    return TimeOperator(functions, list(operator.matrices))
+    matrices = operator.matrices  # the checked stack itself: kept as it is
+    return TimeOperator(
+        functions, list(matrices) if isinstance(matrices, tuple) else matrices
+    )
 
 
 def _is_function(x: Any) -> bool:

@@ -104,15 +104,19 @@ def operator_terms(
             )
         for function, matrix in zip(op.functions, matrices):
             value = None
-            if function.is_constant:
-                if series is None:
-                    value = known_value(function)
-                    if value is None:
-                        return None
-                    value = np.reshape(value, (1,))
-                else:
-                    value = cast(Array, series[index])[:1]
-            terms.append(Term(value, matrix, sparse, function.is_constant))
+            constant = function.is_constant
+            if constant and series is None:
+                value = known_value(function)
+                # A constant whose value is traced (a rate or a coupling under
+                # `jax.grad`, `a * L` inside a user's jit) is stepped as a
+                # time-dependent term: its matrix is known, its value comes from
+                # its series in each step (`density_step_terms` computes the
+                # series of every term).
+                constant = value is not None
+                value = None if value is None else np.reshape(value, (1,))
+            elif constant:
+                value = cast(Array, series[index])[:1]
+            terms.append(Term(value, matrix, sparse, constant))
             index += 1
     return terms
 
@@ -205,13 +209,12 @@ def density_step_terms(
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
     signs = step_signs(step, order)  # once for every operator
-    # With parts, only the time-dependent terms' series (and all of a
-    # time-dependent jump operator's) are needed.
-    h = operator_series(hamiltonian, t, order, scale, signs, parts is None)
-    jumps = [
-        operator_series(op, t, order, scale, signs, parts is None or not _constant(op))
-        for op in jump_operators
-    ]
+    # Every term's series: parts assembled before compiling take only those of
+    # the terms they hold as time-dependent (constants whose values were traced
+    # among them, see `operator_terms`), and the rest is never computed (a series
+    # the kernels do not read is left out of the program).
+    h = operator_series(hamiltonian, t, order, scale, signs, True)
+    jumps = [operator_series(op, t, order, scale, signs, True) for op in jump_operators]
     if h is not None and all(j is not None for j in jumps):
         jumps = [j for j in jumps if j is not None]
         if parts is None:
