@@ -294,6 +294,52 @@ def test_few_diagonals_step_the_same_series_as_dense_terms():
     assert _error(low.states, solution.states) <= 1e-4
 
 
+def test_diagonal_terms_are_differentiated_through_the_dense_embedding(monkeypatch):
+    """Terms held by their diagonals run fast and differentiate slowly (reverse
+    mode turns each diagonal's slice into a pad of the state), so a derivative of
+    the step takes the dense embedding (`by_differentiation`): the driven 5-site
+    chain solved in a jit steps with `Diagonals`, its gradient with respect to
+    the drive's amplitude with dense matrices only, and equals a central
+    difference and forward mode."""
+    sites = 5
+    n = 2**sites
+    hopping = sum(
+        _kron_at(SX, k, sites) @ _kron_at(SX, k + 1, sites)
+        + _kron_at(SY, k, sites) @ _kron_at(SY, k + 1, sites)
+        for k in range(sites - 1)
+    )
+    field = sum(_kron_at(SY, k, sites) for k in range(sites))
+    state = jnp.zeros(n, complex).at[5].set(1.0)
+    times = jnp.array([0.0, 0.6])
+    layouts = []
+    loop = propagator.series_loop
+
+    def recorded(parts, *args):
+        layouts.extend(type(stacked).__name__ for _, stacked, _ in parts)
+        return loop(parts, *args)
+
+    monkeypatch.setattr(propagator, "series_loop", recorded)
+
+    def population(amplitude, adjoint=None):
+        drive = amplitude * (hierax.Exp(0.4j) + hierax.Cos(1.1))
+        hamiltonian = hierax.Constant(1.0) * hopping + drive * field
+        final = sesolve(hamiltonian, state, times, rtol=RTOL, adjoint=adjoint)
+        return jnp.abs(final.final_state[9]) ** 2
+
+    solve = jax.jit(population)
+    value = solve(0.7)
+    assert layouts and set(layouts) == {"Diagonals"}
+    layouts.clear()
+    gradient = jax.jit(jax.grad(population))(0.7)
+    assert layouts and "Diagonals" not in layouts
+    step = 1e-5
+    central = (solve(0.7 + step) - solve(0.7 - step)) / (2 * step)
+    assert abs(float(gradient - central)) <= 1e-7 * abs(float(central)) + 1e-12
+    forward = jax.jacfwd(lambda a: population(a, diffrax.ForwardMode()))(0.7)
+    assert abs(float(forward - gradient)) <= 1e-10 * abs(float(gradient))
+    assert 0 < float(value) < 1
+
+
 def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     """A driven qutrit with two drives (one with complex values): below
     `SMALL_EMBEDDED_SIZE` a step sums the generator's series first and takes one

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from .._jit import by_differentiation
 from .._series import TermSeries, frobenius, real_dtype
 from .._sparse import sparse_products
 
@@ -379,29 +380,42 @@ def _embedded_series(
     varying = (1 + rotated) * sum(not flag for flag in flags)
     count = series.matrices.shape[0]
     tiny = 2 * n <= SMALL_EMBEDDED_SIZE and varying >= 2
-    if isinstance(parts, EmbeddedParts) and parts.lowered.blocks == count and not tiny:
-        stacked = side_by_side([parts.lowered, parts.raised][: 1 + rotated])
-    else:
+    y = y0.astype(dtype)
+    start = jnp.concatenate([y.real, y.imag])
+
+    def by_dense(coefficients: Array, matrices: Array, start: Array, parts: Any):
         if not (isinstance(parts, DenseEmbedding) and parts.lowered.shape[0] == count):
-            parts = dense_embedding(series.matrices.astype(dtype))
+            parts = dense_embedding(matrices.astype(dtype))
         blocks = [parts.lowered, parts.raised][: 1 + rotated]
         lowered = jnp.concatenate(blocks).astype(rdtype)
-        if tiny:
-            return _small_embedded_series(
-                jnp.concatenate(coefficients), lowered, y0, order
-            )
         # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
         # transpose of their stack: formed every step, and XLA's older CPU
         # emitters, with which small states compile, transpose slowly).
         stacked = jnp.concatenate(list(lowered), axis=1)
-    y = y0.astype(dtype)
-    v = series_loop(
-        [(jnp.concatenate(coefficients), stacked, flags * (1 + rotated))],
-        None,
-        None,
-        jnp.concatenate([y.real, y.imag]),
-        order,
-    )
+        parts = [(coefficients, stacked, flags * (1 + rotated))]
+        return series_loop(parts, None, None, start, order)
+
+    def by_diagonals(coefficients: Array, matrices: Array, start: Array, parts: Any):
+        del matrices
+        stacked = side_by_side([parts.lowered, parts.raised][: 1 + rotated])
+        parts = [(coefficients, stacked, flags * (1 + rotated))]
+        return series_loop(parts, None, None, start, order)
+
+    coefficients = jnp.concatenate(coefficients)
+    if isinstance(parts, EmbeddedParts) and parts.lowered.blocks == count and not tiny:
+        # Held by their diagonals: fast to run, slow to differentiate (reverse mode
+        # turns each diagonal's slice into a pad of the whole state: the gradient
+        # of the driven 6-site XXZ chain took 103 ms, 20 ms with the dense
+        # embedding), so a derivative takes the dense embedding.
+        series_of = by_differentiation(by_diagonals, by_dense)
+        v = series_of(coefficients, series.matrices, start, parts)
+    elif tiny:
+        if not (isinstance(parts, DenseEmbedding) and parts.lowered.shape[0] == count):
+            parts = dense_embedding(series.matrices.astype(dtype))
+        lowered = jnp.concatenate([parts.lowered, parts.raised][: 1 + rotated])
+        return _small_embedded_series(coefficients, lowered.astype(rdtype), y0, order)
+    else:
+        v = by_dense(coefficients, series.matrices, start, parts)
     return lax.complex(v[:, :n], v[:, n:])
 
 

@@ -1,0 +1,128 @@
+"""Parameters traced the ways users write them: a solve inside a user's `jax.jit`,
+and its gradient, with an amplitude, a rate or a coupling as the traced argument.
+
+    .venv/bin/python benchmarks/bench_traced_parameters.py [--repeats 15]
+
+The held-back systems of `systems.py`, x64, rtol 1e-8 (atol 1e-10), medians of
+`--repeats` calls after a first one (which compiles); the load is printed.
+
+- `sesolve` systems: H with no traced parameter (closed over by the jit), each
+  drive scaled by the traced number (`scale * c(t) * M`), and the whole operator
+  scaled (`scale * H`), each inside a jit and as `jax.grad` of a population.
+- The open transmon pair (`mesolve`): the four rates traced, as a number times a
+  matrix (`jnp.sqrt(r) * M`: traced matrices) and as a number times the matrix's
+  operator (`jnp.sqrt(r) * hierax.as_operator(M)`: known matrices, traced
+  constants), against the rates as NumPy numbers.
+"""
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from systems import SYSTEMS  # noqa: E402
+
+import hierax  # noqa: E402
+
+
+warnings.filterwarnings("ignore", message="Complex dtype support")
+
+RTOL, ATOL = 1e-8, 1e-10
+
+
+def median_ms(fn, args, repeats: int) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def closed_system_rows(key: str, repeats: int) -> list[str]:
+    system = SYSTEMS[key]()
+    span = jnp.asarray([0.0, system.span])
+    y0 = jnp.asarray(system.state)
+    plain = system.hamiltonian()
+    forms = {
+        "no traced parameter": lambda a: plain,
+        "scale * c(t) * M per drive": lambda a: system.hamiltonian(a),
+        "scale * H": lambda a: a * plain,
+    }
+    rows = []
+    for name, build in forms.items():
+
+        def final(a, y, build=build):
+            return hierax.sesolve(build(a), y, span, rtol=RTOL, atol=ATOL).final_state
+
+        def population(a, y, final=final):
+            return jnp.abs(final(a, y)[0]) ** 2
+
+        one = jnp.asarray(1.0)
+        solve = median_ms(jax.jit(final), (one, y0), repeats)
+        gradient = median_ms(jax.jit(jax.grad(population)), (one, y0), repeats)
+        rows.append(f"| `{key}` | {name} | {solve:.2f} ms | {gradient:.2f} ms |")
+    return rows
+
+
+def open_system_rows(repeats: int) -> list[str]:
+    system = SYSTEMS["open_pair"]()
+    span = jnp.asarray([0.0, system.span])
+    rho = jnp.asarray(system.rho())
+    hamiltonian = system.hamiltonian()
+    matrices = [np.asarray(j) for j in system.jumps]
+    forms = {
+        "rates as NumPy numbers": lambda r: matrices,
+        "jnp.sqrt(r) * M (traced matrices)": lambda r: [
+            jnp.sqrt(r) * m for m in matrices
+        ],
+        "jnp.sqrt(r) * as_operator(M)": lambda r: [
+            jnp.sqrt(r) * hierax.as_operator(m) for m in matrices
+        ],
+    }
+    rows = []
+    for name, build in forms.items():
+
+        def final(r, build=build):
+            jumps = build(r)
+            return hierax.mesolve(
+                hamiltonian, jumps, rho, span, rtol=RTOL, atol=ATOL
+            ).final_state
+
+        def population(r, final=final):
+            return jnp.real(final(r)[1, 1])
+
+        one = jnp.asarray(1.0)
+        solve = median_ms(jax.jit(final), (one,), repeats)
+        gradient = median_ms(jax.jit(jax.grad(population)), (one,), repeats)
+        rows.append(f"| `open_pair` | {name} | {solve:.2f} ms | {gradient:.2f} ms |")
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--systems", default="drag,pair,xxz,random")
+    args = parser.parse_args()
+    print(f"load before: {os.getloadavg()}")
+    print("| system | form | inside `jax.jit` | `jax.grad` inside a jit |")
+    print("|---|---|---:|---:|")
+    for key in args.systems.split(","):
+        for row in closed_system_rows(key, args.repeats):
+            print(row, flush=True)
+    for row in open_system_rows(args.repeats):
+        print(row, flush=True)
+    print(f"load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
