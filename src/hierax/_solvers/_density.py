@@ -261,9 +261,3 @@ def _signed(series: TermSeries, step: Array) -> TermSeries:
         dense,
         series.constant,
     )
-
-
-def _constant(operator: AbstractTimeOperator) -> bool:
-    """Whether every term of an operator has a constant time function."""
-    ops = time_operators(operator)
-    return ops is not None and all(f.is_constant for op in ops for f in op.functions)
