@@ -138,13 +138,13 @@ def test_numbers_times_operators_scale_the_terms_functions():
     traces = []
 
     @jax.jit
-    def series(a):
+    def scaled_series(a):
         traces.append(None)
         return (a * op).taylor(0.7, 6)
 
     for a in (0.5, -2.0):
         np.testing.assert_allclose(
-            series(a), a * np.asarray(op.taylor(0.7, 6)), rtol=1e-14, atol=1e-15
+            scaled_series(a), a * np.asarray(op.taylor(0.7, 6)), rtol=1e-14, atol=1e-15
         )
     assert len(traces) == 1
 

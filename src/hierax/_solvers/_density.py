@@ -114,7 +114,7 @@ def operator_terms(
                 # series of every term).
                 constant = value is not None
                 value = None if value is None else np.reshape(value, (1,))
-            elif constant:
+            elif constant and series is not None:
                 value = cast(Array, series[index])[:1]
             terms.append(Term(value, matrix, sparse, constant))
             index += 1
