@@ -16,8 +16,6 @@ n = 5). Medians of `--repeats` calls after a first one; the load is printed.
 
 import argparse
 import os
-import statistics
-import time
 import warnings
 
 import jax
@@ -27,6 +25,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import median_time  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -114,16 +113,6 @@ def contexts(system):
     }
 
 
-def median(fn, args, repeats):
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -135,8 +124,8 @@ def main():
     print("|---|---|---|---|---|")
     for name, system in SYSTEMS.items():
         for context, (eager, jitted, args) in contexts(system).items():
-            python = median(eager, args, repeats)
-            inside = median(jitted, args, repeats)
+            python = median_time(eager, args, repeats)
+            inside = median_time(jitted, args, repeats)
             print(
                 f"| {name} | {context} | {python * 1e3:.2f} | {inside * 1e3:.2f} | "
                 f"{inside / python:.2f} |"

@@ -17,8 +17,6 @@ The held-back systems of `systems.py`, x64, rtol 1e-8 (atol 1e-10), medians of
 
 import argparse
 import os
-import statistics
-import time
 import warnings
 
 import jax
@@ -29,6 +27,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
+from timing import median_time  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -38,14 +37,16 @@ warnings.filterwarnings("ignore", message="Complex dtype support")
 RTOL, ATOL = 1e-8, 1e-10
 
 
-def median_ms(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+def row(key: str, name: str, final, population, args: tuple, repeats: int) -> str:
+    """A table row: `final` inside a jit and `jax.grad(population)` inside a jit,
+    with the traced parameter first in `args` (no gradient where nothing depends
+    on it: `population` is `None`)."""
+    solve = median_time(jax.jit(final), args, repeats) * 1e3
+    gradient = "-"
+    if population is not None:
+        grad = jax.jit(jax.grad(population))
+        gradient = f"{median_time(grad, args, repeats) * 1e3:.2f} ms"
+    return f"| `{key}` | {name} | {solve:.2f} ms | {gradient} |"
 
 
 def closed_system_rows(key: str, repeats: int) -> list[str]:
@@ -67,13 +68,11 @@ def closed_system_rows(key: str, repeats: int) -> list[str]:
         def population(a, y, final=final):
             return jnp.abs(final(a, y)[0]) ** 2
 
-        one = jnp.asarray(1.0)
-        solve = median_ms(jax.jit(final), (one, y0), repeats)
-        gradient = "-"  # nothing depends on the argument
-        if name != "no traced parameter":
-            grad = jax.jit(jax.grad(population))
-            gradient = f"{median_ms(grad, (one, y0), repeats):.2f} ms"
-        rows.append(f"| `{key}` | {name} | {solve:.2f} ms | {gradient} |")
+        depends = name != "no traced parameter"
+        args = (jnp.asarray(1.0), y0)
+        rows.append(
+            row(key, name, final, population if depends else None, args, repeats)
+        )
     return rows
 
 
@@ -104,13 +103,13 @@ def open_system_rows(repeats: int) -> list[str]:
         def population(r, final=final):
             return jnp.real(final(r)[1, 1])
 
-        one = jnp.asarray(1.0)
-        solve = median_ms(jax.jit(final), (one,), repeats)
-        gradient = "-"  # nothing depends on the argument
-        if name != "rates as NumPy numbers":
-            grad = jax.jit(jax.grad(population))
-            gradient = f"{median_ms(grad, (one,), repeats):.2f} ms"
-        rows.append(f"| `open_pair` | {name} | {solve:.2f} ms | {gradient} |")
+        depends = name != "rates as NumPy numbers"
+        args = (jnp.asarray(1.0),)
+        rows.append(
+            row(
+                "open_pair", name, final, population if depends else None, args, repeats
+            )
+        )
     return rows
 
 

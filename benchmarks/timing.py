@@ -1,5 +1,6 @@
 """The one clock of the benchmark scripts: a call timed to its result's arrival."""
 
+import statistics
 import time
 
 import jax
@@ -12,3 +13,15 @@ def timed(fn, *args) -> tuple[float, np.ndarray]:
     start = time.perf_counter()
     out = np.asarray(jax.block_until_ready(fn(*args)))
     return time.perf_counter() - start, out
+
+
+def median_time(fn, args: tuple, repeats: int) -> float:
+    """The median wall time in seconds of `repeats` calls `fn(*args)`, each until
+    its result is ready, after a first call (which compiles)."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

@@ -241,20 +241,25 @@ def test_terms_with_equal_matrices_step_as_one():
     assert merge_equal_terms(plain) is plain
 
 
-def test_few_diagonals_step_the_same_series_as_dense_terms():
-    """A driven 5-site chain (n = 32, nearest-neighbour XX + YY, a complex time
-    function on sum Y_k): its terms' real embeddings have few nonzero diagonals, so
-    `sesolve` assembles them before compiling and steps with them. One step's
-    series (a backward step, complex coefficients) equals the dense layout's, the
-    solve equals DOP853, and for a propagator state (columns) too."""
-    sites = 5
-    n = 2**sites
+def _xy_chain(sites: int) -> tuple[np.ndarray, np.ndarray]:
+    """A chain's nearest-neighbour XX + YY hopping and its field sum Y_k."""
     hopping = sum(
         _kron_at(SX, k, sites) @ _kron_at(SX, k + 1, sites)
         + _kron_at(SY, k, sites) @ _kron_at(SY, k + 1, sites)
         for k in range(sites - 1)
     )
     field = sum(_kron_at(SY, k, sites) for k in range(sites))
+    return np.asarray(hopping), np.asarray(field)
+
+
+def test_few_diagonals_step_the_same_series_as_dense_terms():
+    """A driven 5-site chain (n = 32, nearest-neighbour XX + YY, a complex time
+    function on sum Y_k): its terms' real embeddings have few nonzero diagonals, so
+    `sesolve` assembles them before compiling and steps with them. One step's
+    series (a backward step, complex coefficients) equals the dense layout's, the
+    solve equals DOP853, and for a propagator state (columns) too."""
+    hopping, field = _xy_chain(5)
+    n = hopping.shape[0]
     hamiltonian = hierax.TimeOperator(
         [hierax.Constant(1.0), hierax.Exp(0.4j) + hierax.Cos(1.1)], [hopping, field]
     )
@@ -301,14 +306,8 @@ def test_diagonal_terms_are_differentiated_through_the_dense_embedding(monkeypat
     chain solved in a jit steps with `Diagonals`, its gradient with respect to
     the drive's amplitude with dense matrices only, and equals a central
     difference and forward mode."""
-    sites = 5
-    n = 2**sites
-    hopping = sum(
-        _kron_at(SX, k, sites) @ _kron_at(SX, k + 1, sites)
-        + _kron_at(SY, k, sites) @ _kron_at(SY, k + 1, sites)
-        for k in range(sites - 1)
-    )
-    field = sum(_kron_at(SY, k, sites) for k in range(sites))
+    hopping, field = _xy_chain(5)
+    n = hopping.shape[0]
     state = jnp.zeros(n, complex).at[5].set(1.0)
     times = jnp.array([0.0, 0.6])
     layouts = []
