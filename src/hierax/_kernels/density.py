@@ -417,8 +417,8 @@ def _structured_parts(
 
 def structured_density_terms(
     parts: StructuredParts,
-    hamiltonian: list[Array | None],
-    jumps: list[list[Array | None]],
+    hamiltonian: list[Array],
+    jumps: list[list[Array]],
     step: Array,
     rho: Array,
     order: int,
@@ -610,8 +610,8 @@ def _vectorised_parts(
 
 def vectorised_density_terms(
     parts: VectorisedParts,
-    hamiltonian: list[Array | None],
-    jumps: list[list[Array | None]],
+    hamiltonian: list[Array],
+    jumps: list[list[Array]],
     step: Array,
     rho: Array,
     order: int,

@@ -52,34 +52,29 @@ def operator_series(
     order: int,
     scale: Array,
     signs: Array,
-    constants: bool,
-) -> list[Array | None] | None:
+) -> list[Array] | None:
     """The series at scale $h$ of each term's time function (in the order of
-    `operator_terms`; `scale` $= |h|$, `signs` from `step_signs`), `None` for
-    constant terms unless `constants`; `None` for an operator the structured
-    kernels do not take."""
+    `operator_terms`; `scale` $= |h|$, `signs` from `step_signs`); `None` for an
+    operator the structured kernels do not take."""
     ops = _time_operators(operator)
     if ops is None:
         return None
-    out: list[Array | None] = []
+    out: list[Array] = []
     for op in ops:
         for function in op.functions:
-            if function.is_constant and not constants:
-                out.append(None)
-                continue
             c = function.series(t, order, scale)
             out.append(c * signs.astype(c.dtype))
     return out
 
 
 def operator_terms(
-    operator: AbstractTimeOperator, series: list[Array | None] | None = None
+    operator: AbstractTimeOperator, series: list[Array] | None = None
 ) -> list[Term] | None:
     """The terms of an operator of `TimeOperator`s with dense or diagonal matrices.
     Without `series`: in NumPy, for known (not traced, not placed on a device)
     matrices and constant terms that are known `Constant`s, else `None`. With the
-    step's `series` (`operator_series` with `constants`): in JAX, the values of
-    constant terms from their series."""
+    step's `series` (`operator_series`): in JAX, the values of constant terms from
+    their series."""
     ops = _time_operators(operator)
     if ops is None:
         return None
@@ -115,7 +110,7 @@ def operator_terms(
                 constant = value is not None
                 value = None if value is None else np.reshape(value, (1,))
             elif constant and series is not None:
-                value = cast(Array, series[index])[:1]
+                value = series[index][:1]
             terms.append(Term(value, matrix, sparse, constant))
             index += 1
     return terms
@@ -146,12 +141,12 @@ def known_density_parts(
 
 def traced_density_parts(
     operators: Sequence[AbstractTimeOperator],
-    hamiltonian: list[Array | None],
-    jumps: list[list[Array | None]],
+    hamiltonian: list[Array],
+    jumps: list[list[Array]],
     dtype: Any,
 ) -> DensityParts:
     """`density_parts` inside the step, in JAX, from the step's series of every
-    term of the `operators` (H first; `operator_series` with `constants`)."""
+    term of the `operators` (H first; `operator_series`)."""
     terms = [
         operator_terms(op, series)
         for op, series in zip(operators, (hamiltonian, *jumps))
@@ -179,12 +174,11 @@ def program_density_parts(
     one = jnp.ones((), real_dtype(dtype))
     signs = step_signs(one, 0)
     series = [
-        operator_series(op, t, 0, one, signs, True)
-        for op in (hamiltonian, *jump_operators)
+        operator_series(op, t, 0, one, signs) for op in (hamiltonian, *jump_operators)
     ]
     if any(s is None for s in series):
         return None
-    known = cast(list[list[Array | None]], series)
+    known = cast(list[list[Array]], series)
     return traced_density_parts(
         (hamiltonian, *jump_operators), known[0], known[1:], dtype
     )
@@ -213,8 +207,8 @@ def density_step_terms(
     # the terms they hold as time-dependent (constants whose values were traced
     # among them, see `operator_terms`), and the rest is never computed (a series
     # the kernels do not read is left out of the program).
-    h = operator_series(hamiltonian, t, order, scale, signs, True)
-    jumps = [operator_series(op, t, order, scale, signs, True) for op in jump_operators]
+    h = operator_series(hamiltonian, t, order, scale, signs)
+    jumps = [operator_series(op, t, order, scale, signs) for op in jump_operators]
     if h is not None and all(j is not None for j in jumps):
         jumps = [j for j in jumps if j is not None]
         if parts is None:
