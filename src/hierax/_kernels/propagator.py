@@ -383,23 +383,28 @@ def _embedded_series(
     y = y0.astype(dtype)
     start = jnp.concatenate([y.real, y.imag])
 
-    def by_dense(coefficients: Array, matrices: Array, start: Array, parts: Any):
+    def lowered_of(matrices: Array, parts: Any) -> Array:
+        """The real embeddings `(A', 2n, 2n)`, from `parts` when they are a
+        `DenseEmbedding` of these terms, else formed here."""
         if not (isinstance(parts, DenseEmbedding) and parts.lowered.shape[0] == count):
             parts = dense_embedding(matrices.astype(dtype))
-        blocks = [parts.lowered, parts.raised][: 1 + rotated]
-        lowered = jnp.concatenate(blocks).astype(rdtype)
+        return jnp.concatenate([parts.lowered, parts.raised][: 1 + rotated])
+
+    def loop(coefficients: Array, stacked: Any, start: Array) -> Array:
+        parts = [(coefficients, stacked, flags * (1 + rotated))]
+        return series_loop(parts, None, None, start, order)
+
+    def by_dense(coefficients: Array, matrices: Array, start: Array, parts: Any):
         # Side by side, (2n, A' 2n), as one concatenation of the blocks (not a
         # transpose of their stack: formed every step, and XLA's older CPU
         # emitters, with which small states compile, transpose slowly).
-        stacked = jnp.concatenate(list(lowered), axis=1)
-        parts = [(coefficients, stacked, flags * (1 + rotated))]
-        return series_loop(parts, None, None, start, order)
+        lowered = lowered_of(matrices, parts).astype(rdtype)
+        return loop(coefficients, jnp.concatenate(list(lowered), axis=1), start)
 
     def by_diagonals(coefficients: Array, matrices: Array, start: Array, parts: Any):
         del matrices
         stacked = side_by_side([parts.lowered, parts.raised][: 1 + rotated])
-        parts = [(coefficients, stacked, flags * (1 + rotated))]
-        return series_loop(parts, None, None, start, order)
+        return loop(coefficients, stacked, start)
 
     coefficients = jnp.concatenate(coefficients)
     if isinstance(parts, EmbeddedParts) and parts.lowered.blocks == count and not tiny:
@@ -410,10 +415,8 @@ def _embedded_series(
         series_of = by_differentiation(by_diagonals, by_dense)
         v = series_of(coefficients, series.matrices, start, parts)
     elif tiny:
-        if not (isinstance(parts, DenseEmbedding) and parts.lowered.shape[0] == count):
-            parts = dense_embedding(series.matrices.astype(dtype))
-        lowered = jnp.concatenate([parts.lowered, parts.raised][: 1 + rotated])
-        return _small_embedded_series(coefficients, lowered.astype(rdtype), y0, order)
+        lowered = lowered_of(series.matrices, parts).astype(rdtype)
+        return _small_embedded_series(coefficients, lowered, y0, order)
     else:
         v = by_dense(coefficients, series.matrices, start, parts)
     return lax.complex(v[:, :n], v[:, n:])
