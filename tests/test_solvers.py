@@ -341,6 +341,37 @@ def test_diagonal_terms_are_differentiated_through_the_dense_embedding(monkeypat
     assert 0 < float(value) < 1
 
 
+def test_traced_scale_of_a_shifted_hamiltonian_and_its_zero():
+    """`a * (H + 5 I)` with a traced `a` is a `TimeOperator` whose constant terms
+    carry the traced value: the step still takes their trace out as an exact phase,
+    so the state is the unshifted solve's times e^{-5 i a t}; at a = 0 the state
+    stays put, and the gradient there is finite and equals a central difference."""
+    h = hierax.Cos(1.3) * SX + 0.4 * SZ
+    shifted = h + 5.0 * np.eye(2)
+    psi = jnp.array([0.6, 0.8j])
+    times = jnp.array([0.0, 0.7])
+
+    def final(a, operator):
+        return sesolve(a * operator, psi, times, rtol=RTOL).final_state
+
+    solve = jax.jit(final)
+    for a in (1.5, 0.0):
+        expected = np.exp(-5j * a * 0.7) * np.asarray(solve(a, h))
+        assert _error(solve(a, shifted), expected) <= 10 * RTOL
+    assert _error(solve(0.0, shifted), psi) == 0.0
+    shift = jax.jit(lambda a: hierax.SchrodingerTerm(a * shifted).energy_shift)
+    assert complex(shift(1.5)) == pytest.approx(7.5, abs=1e-14)
+
+    def population(a):
+        return jnp.abs(final(a, shifted)[0]) ** 2
+
+    gradient = jax.jit(jax.grad(population))(0.0)
+    step = 1e-5
+    central = (population(step) - population(-step)) / (2 * step)
+    assert np.isfinite(float(gradient))
+    assert abs(float(gradient - central)) <= 1e-8
+
+
 def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     """A driven qutrit with two drives (one with complex values): below
     `SMALL_EMBEDDED_SIZE` a step sums the generator's series first and takes one
