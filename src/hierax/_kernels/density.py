@@ -615,6 +615,7 @@ def vectorised_density_terms(
     step: Array,
     rho: Array,
     order: int,
+    adjoint: bool = False,
 ) -> Array:
     """The terms of `structured_density_terms` for small n, on vec(rho) with the
     Liouvillian's own term structure: $\\mathcal{L} = h C + \\sum_p g_p(\\sigma)
@@ -625,6 +626,8 @@ def vectorised_density_terms(
     \\Im\\, \\mathrm{vec}(r))$: XLA's CPU products of small complex matrices cost
     several times real ones of twice the size; a complex series
     $g = g_r + i g_i$ adds the term $g_i\\, (iS)$.
+
+    `adjoint`: see `series_loop`.
 
     **Returns:** shape `(order + 1, n, n)`, in `rho`'s dtype.
     """
@@ -667,5 +670,6 @@ def vectorised_density_terms(
         None,
         jnp.concatenate([flat.real, flat.imag]),
         order,
+        adjoint,
     )
     return lax.complex(v[:, : n * n], v[:, n * n :]).reshape(width, n, n)

@@ -192,13 +192,15 @@ def density_step_terms(
     rho: Array,
     order: int,
     parts: DensityParts | None = None,
+    adjoint: bool = False,
 ) -> Array:
     """The terms $v_j = \\rho^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the Lindblad
     equation with $\\rho(t) = $ `rho`, for a step $h$ of either sign: shape
     `(order + 1, n, n)`. Operators of `TimeOperator`s with dense or diagonal
     matrices go to the structured kernels, with `parts` (`known_density_parts`) or,
     without, parts assembled here; the rest to `generic_density_terms`. The state's
-    dtype sets the precision."""
+    dtype sets the precision. `adjoint`: see `series_loop` (the vectorised
+    kernel's loop)."""
     dtype = jnp.result_type(rho, 1j)
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
@@ -217,7 +219,9 @@ def density_step_terms(
         rho = rho.astype(dtype)
         # Small systems on vec(rho): one product per order beats a dozen tiny ones.
         if isinstance(parts, VectorisedParts):
-            return vectorised_density_terms(parts, h, jumps, step, rho, order)
+            return vectorised_density_terms(
+                parts, h, jumps, step, rho, order, adjoint
+            )
         return structured_density_terms(parts, h, jumps, step, rho, order)
     return generic_density_terms(hamiltonian, jump_operators, t, step, rho, order)
 

@@ -369,7 +369,13 @@ def _solve_impl(
         warnings.filterwarnings("ignore", message="Complex dtype support")
         solution = diffrax.diffeqsolve(
             solved,
-            TaylorSolver(order),
+            # The default adjoint differentiates in reverse mode only.
+            TaylorSolver(
+                order,
+                adjoint_steps=isinstance(
+                    adjoint.value, diffrax.RecursiveCheckpointAdjoint
+                ),
+            ),
             start,
             end,
             dt0,

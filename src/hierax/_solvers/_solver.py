@@ -89,19 +89,33 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
     """
 
     taylor_order: int = eqx.field(static=True)
+    adjoint_steps: bool = eqx.field(static=True)
 
     # Any `AbstractTaylorTerm`: `_unwrap` checks, with a message.
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = TaylorInterpolation
 
-    def __init__(self, order: int):
+    def __init__(self, order: int, adjoint_steps: bool = False):
         """**Arguments:**
 
         - `order`: the order $K$ of the series, a Python int >= 1. It also sets the
             order of the error estimate; [`hierax.sesolve`][] uses 28 in float64 and
             16 in float32 unless told.
+        - `adjoint_steps`: differentiate each step in reverse mode by the adjoint
+            of its recursion (one backward loop of the forward loop's size, where
+            JAX's transpose of the loop costs about four forward loops), for
+            `diffrax.RecursiveCheckpointAdjoint`, which [`hierax.sesolve`][] and
+            [`hierax.mesolve`][] then use. Forward mode (`jax.jvp`,
+            `diffrax.ForwardMode`) through such a step is refused, so it is off
+            by default.
         """
         self.taylor_order = check_taylor_order(order, "hierax.TaylorSolver")
+        if not isinstance(adjoint_steps, bool):
+            raise TypeError(
+                "`hierax.TaylorSolver`: `adjoint_steps` must be a bool, got "
+                f"{type(adjoint_steps).__name__}."
+            )
+        self.adjoint_steps = adjoint_steps
 
     def order(self, terms: PyTree) -> int:
         del terms
@@ -122,7 +136,9 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         # `UnitTimeTerm`); the series is in physical time.
         time = start + span * (direction * t0)
         step = span * (direction * (t1 - t0))
-        v, rate = term.taylor_terms(time, step, y0, self.taylor_order, args)
+        v, rate = term.taylor_terms(
+            time, step, y0, self.taylor_order, args, self.adjoint_steps
+        )
         phase = jnp.exp(rate)
         y1 = phase * jnp.sum(v, axis=0)
         y_error = truncation_estimate(v) * jnp.abs(phase)

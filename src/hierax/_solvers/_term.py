@@ -75,12 +75,20 @@ class AbstractTaylorTerm(_TimeControl):
 
     @abc.abstractmethod
     def taylor_terms(
-        self, t: Array, step: Array, y0: Array, order: int, args: PyTree
+        self,
+        t: Array,
+        step: Array,
+        y0: Array,
+        order: int,
+        args: PyTree,
+        adjoint: bool = False,
     ) -> tuple[Array, Array]:
         """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the state's
         series for a step $h$ = `step` of either sign from $y(t) = $ `y0`, shape
         `(order + 1, *y0.shape)`, and the rate $r$ of an exact phase $e^{r}$
-        applied to their sum (zero when there is none). `args`: diffrax's."""
+        applied to their sum (zero when there is none). `args`: diffrax's.
+        `adjoint`: reverse mode differentiates the recursion by its adjoint
+        recursion, and forward mode is refused (see `TaylorSolver`)."""
 
     def program_parts(self, t: Array, dtype: Any) -> PyTree:
         """The step's parts (diffrax's `args`) assembled once inside the solve's
@@ -141,11 +149,11 @@ class SchrodingerTerm(AbstractTaylorTerm):
     def operators(self) -> tuple[AbstractTimeOperator, ...]:
         return (self.hamiltonian,)
 
-    def taylor_terms(self, t, step, y0, order, args):
+    def taylor_terms(self, t, step, y0, order, args, adjoint=False):
         # `sesolve` hands the terms' real embeddings, assembled before compiling,
         # as diffrax's `args` (for tiny states, and when their diagonals pay).
         parts = args if isinstance(args, EmbeddedParts | DenseEmbedding) else None
-        v = _schrodinger_terms(self.hamiltonian, t, step, y0, order, parts)
+        v = _schrodinger_terms(self.hamiltonian, t, step, y0, order, parts, adjoint)
         # The energy shift, exactly, as the phase e^{-i c h}.
         return v, (-1j * step * self.energy_shift).astype(v.dtype)
 
@@ -171,6 +179,7 @@ def schrodinger_terms(
     y0: Array,
     order: int,
     parts: EmbeddedParts | DenseEmbedding | None = None,
+    adjoint: bool = False,
 ) -> Array:
     """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of $\\dot y = -iH y$,
     $y(t) = y_0$, for a step $h$ of either sign: shape `(order + 1, *y0.shape)`.
@@ -186,7 +195,7 @@ def schrodinger_terms(
     (`known_embedded_parts`). Sparse terms with more than a few nonzeros per row
     (`_is_wide`: known dense matrices made sparse by `real_terms`) are
     applied dense to a state of several columns, and to states mapped by
-    `jax.vmap` (`by_batching`).
+    `jax.vmap` (`by_batching`). `adjoint`: see `series_loop`.
     """
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
@@ -195,10 +204,10 @@ def schrodinger_terms(
     )
     factor = step_signs(step, order) * step
     if series is None or not _has_wide_sparse_terms(series):
-        return state_series(real, series, factor, y0, order, parts)
+        return state_series(real, series, factor, y0, order, parts, adjoint)
     if y0.ndim > 1:
         real, series = _wide_sparse_made_dense(real, series)
-        return state_series(real, series, factor, y0, order, parts)
+        return state_series(real, series, factor, y0, order, parts, adjoint)
     # One state: sparse products; a batch of them under `jax.vmap`: dense ones.
     arrays, static = eqx.partition((real, series, factor, y0), eqx.is_array)
 
@@ -207,7 +216,7 @@ def schrodinger_terms(
             real, series, factor, y0 = eqx.combine(arrays, static)
             if dense:
                 real, series = _wide_sparse_made_dense(real, series)
-            return state_series(real, series, factor, y0, order, parts)
+            return state_series(real, series, factor, y0, order, parts, adjoint)
 
         return run
 
@@ -398,12 +407,12 @@ class LindbladTerm(AbstractTaylorTerm):
     def operators(self) -> tuple[AbstractTimeOperator, ...]:
         return (self.hamiltonian, *self.jump_operators)
 
-    def taylor_terms(self, t, step, y0, order, args):
+    def taylor_terms(self, t, step, y0, order, args, adjoint=False):
         # `mesolve` hands the generator's parts, assembled before compiling, as
         # diffrax's `args`; without them the step assembles its own.
         parts = args if isinstance(args, StructuredParts | VectorisedParts) else None
         v = _lindblad_terms(
-            self.hamiltonian, self.jump_operators, t, step, y0, order, parts
+            self.hamiltonian, self.jump_operators, t, step, y0, order, parts, adjoint
         )
         return v, jnp.zeros((), v.dtype)
 
