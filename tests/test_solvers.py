@@ -791,6 +791,8 @@ def test_taylor_solver_in_diffeqsolve_equals_sesolve():
     # t1 < t0: diffrax runs a reversed time variable, and the series must follow.
     back = solve(forward[-1], times[::-1])
     assert _error(back, reference[::-1]) <= 10 * RTOL
+    with pytest.raises(TypeError, match="adjoint_steps"):
+        TaylorSolver(ours.order, adjoint_steps=cast(Any, "yes"))
 
 
 def test_several_kets_and_expectation_values():
@@ -908,6 +910,130 @@ def test_times_as_a_list_or_numpy_array_like_the_state():
     assert _error(from_list.states, reference) <= 1e-8
     with pytest.raises(ValueError, match="`times`"):
         sesolve(_qubit(), state, ["a", "b"])
+
+
+def _vjps(function, inputs, cotangent):
+    """The output and every input's cotangent of `function(*inputs)`, compiled."""
+
+    def run(inputs, cotangent):
+        out, back = jax.vjp(function, *inputs)
+        return (out, *back(cotangent))
+
+    return jax.jit(run)(inputs, cotangent)
+
+
+@pytest.mark.parametrize("layout", ["real matrices", "complex", "diagonals", "tiny"])
+def test_the_steps_adjoint_recursion_equals_the_transposed_loop(layout):
+    """Reverse mode through a step's recursion by its adjoint (`adjoint=True`:
+    one backward loop and a few contractions) gives what JAX's transpose of the
+    loop gives, to rounding, for every input: the coefficients (time-dependent and
+    constant rows), the matrices (dense real or complex, or their diagonals'
+    values), the state (one column or several); and the tiny-state loop, whose
+    generator is summed first."""
+    rng = np.random.default_rng(3)
+    order = 7
+
+    def normal(*shape, complex_=True):
+        x = rng.normal(size=shape)
+        return jnp.asarray(x + 1j * rng.normal(size=shape) if complex_ else x)
+
+    n, count, columns = (3, 3, 2) if layout == "tiny" else (5, 3, 2)
+    flags = (True, False, True) if layout != "complex" else ()
+    diagonal = None
+    if layout == "tiny":
+        # Coefficients (real) and the real embeddings of the terms, (A, 2n, 2n).
+        inputs = (normal(count, order + 1, complex_=False),)
+        inputs += (normal(count, 2 * n, 2 * n, complex_=False),)
+    elif layout == "diagonals":
+        blocks = [
+            np.diag(rng.normal(size=n)) + np.diag(rng.normal(size=n - 2), 2)
+            for _ in range(count)
+        ]
+        blocks[1] += np.diag(rng.normal(size=n - 1), -1)
+        diagonal = propagator.side_by_side(
+            [propagator.Diagonals.from_matrix(b) for b in blocks]
+        )
+        inputs = (normal(count, order + 1), jnp.asarray(diagonal.values))
+    else:
+        columns = 1 if layout == "real matrices" else 2
+        matrices = normal(n, count * n, complex_=layout == "complex")
+        inputs = (normal(count, order + 1), matrices)
+    inputs += (normal(n, columns),)
+
+    def function(coefficients, matrices, state, adjoint):
+        if layout == "tiny":
+            return propagator._small_embedded_series(
+                coefficients, matrices, state, order, adjoint
+            )
+        if diagonal is not None:
+            matrices = propagator.Diagonals(matrices, diagonal.offsets, diagonal.blocks)
+        parts = [(coefficients, matrices, flags)]
+        return propagator.series_loop(parts, None, None, state, order, adjoint)
+
+    shape = (order + 1, n, columns)
+    cotangent = normal(*shape)
+    transposed = _vjps(lambda a, b, c: function(a, b, c, False), inputs, cotangent)
+    adjoint = _vjps(lambda a, b, c: function(a, b, c, True), inputs, cotangent)
+    for expected, got in zip(transposed, adjoint):
+        assert got.dtype == expected.dtype
+        error = float(jnp.max(jnp.abs(got - expected)) / jnp.max(jnp.abs(expected)))
+        assert error <= 1e-13
+
+
+def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch):
+    """`sesolve`'s default (reverse-mode) gradient goes through the steps'
+    adjoint recursions, forward mode (`diffrax.ForwardMode`) does not; one solve
+    of a tiny and of a small state, differentiated with respect to a drive's
+    amplitude and then to a matrix's scale (the program traced once, differentiated
+    again with other inputs perturbed), gives each gradient equal to forward
+    mode's and to a central difference."""
+    adjoints = []
+    series, small = propagator._by_adjoint, propagator._small_by_adjoint
+    monkeypatch.setattr(
+        propagator, "_by_adjoint", lambda *a: adjoints.append(1) or series(*a)
+    )
+    monkeypatch.setattr(
+        propagator, "_small_by_adjoint", lambda *a: adjoints.append(1) or small(*a)
+    )
+    for n in (3, 5):
+        ladder = np.diag(np.sqrt(np.arange(1.0, n)), 1)
+        drift = np.diag(np.arange(n) * 0.9 - 0.1 * np.arange(n) ** 2)
+        state = np.eye(n)[0].astype(complex)
+
+        def population(
+            amplitude, scale, adjoint=None, ladder=ladder, drift=drift, state=state
+        ):
+            hamiltonian = (
+                hierax.Constant(1.0) * drift
+                + hierax.Cos(1.1, amplitude=amplitude) * (scale * (ladder + ladder.T))
+                + hierax.Sin(0.6, amplitude=0.3)
+                * (scale * (1j * ladder - 1j * ladder.T))
+            )
+            # (An order of its own: a program no other test has traced.)
+            final = sesolve(
+                hamiltonian, state, [0.0, 1.5], rtol=1e-12, order=21, adjoint=adjoint
+            )
+            return jnp.abs(final.final_state[1]) ** 2
+
+        point, step = (0.8, 1.2), 1e-5
+        for argnum in (0, 1):
+            adjoints.clear()
+            gradient = jax.grad(population, argnum)(*point)
+            # The matrices are the compiled solve's arguments either way: the
+            # second gradient differentiates the first one's trace again.
+            assert bool(adjoints) == (argnum == 0)
+            adjoints.clear()
+            forward = jax.jacfwd(
+                lambda *x: population(*x, adjoint=diffrax.ForwardMode()), argnum
+            )(*point)
+            assert not adjoints
+            shift = np.eye(2)[argnum] * step
+            central = (
+                population(*(np.asarray(point) + shift))
+                - population(*(np.asarray(point) - shift))
+            ) / (2 * step)
+            assert abs(float(gradient - forward)) <= 1e-10 * abs(float(forward))
+            assert abs(float(gradient - central)) <= 1e-6 * abs(float(central))
 
 
 def test_forward_mode_through_the_default_adjoint_says_what_to_pass():

@@ -437,9 +437,10 @@ def _by_adjoint(
                     "kji,ix->kjx", window[:, :order].astype(v.dtype), flat
                 )
             if values is not None:
-                u_fixed = values.astype(v.dtype)[:, None, None] * (
-                    past * scale[:, None]
-                )[None]
+                u_fixed = (
+                    values.astype(v.dtype)[:, None, None]
+                    * (past * scale[:, None])[None]
+                )
             # u[a, j] = u_{a,j}: the columns of S are the terms' blocks.
             u = by_rows(rows, u_varying, u_fixed).reshape(-1, order, n, columns)
             later = g[1:].reshape(order, n, columns)
@@ -657,7 +658,9 @@ def _small_embedded_series(
 
     def body(generator, j, past):
         window = lax.dynamic_slice_in_dim(past, order - j, order + 1)
-        term = generator @ window.reshape((order + 1) * rows, -1) * jnp.asarray(inverse)[j]
+        term = (
+            generator @ window.reshape((order + 1) * rows, -1) * jnp.asarray(inverse)[j]
+        )
         return lax.dynamic_update_index_in_dim(past, term, order - j - 1, 0)
 
     def run(generator, past):

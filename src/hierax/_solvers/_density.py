@@ -219,9 +219,7 @@ def density_step_terms(
         rho = rho.astype(dtype)
         # Small systems on vec(rho): one product per order beats a dozen tiny ones.
         if isinstance(parts, VectorisedParts):
-            return vectorised_density_terms(
-                parts, h, jumps, step, rho, order, adjoint
-            )
+            return vectorised_density_terms(parts, h, jumps, step, rho, order, adjoint)
         return structured_density_terms(parts, h, jumps, step, rho, order)
     return generic_density_terms(hamiltonian, jump_operators, t, step, rho, order)
 

@@ -110,11 +110,6 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
             by default.
         """
         self.taylor_order = check_taylor_order(order, "hierax.TaylorSolver")
-        if not isinstance(adjoint_steps, bool):
-            raise TypeError(
-                "`hierax.TaylorSolver`: `adjoint_steps` must be a bool, got "
-                f"{type(adjoint_steps).__name__}."
-            )
         self.adjoint_steps = adjoint_steps
 
     def order(self, terms: PyTree) -> int:
