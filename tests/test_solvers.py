@@ -26,6 +26,7 @@ from hierax._solvers import (
 from hierax._solvers._rewrites import merge_equal_terms
 from hierax._solvers._sesolve import _term as _sesolve_term
 from hierax._solvers._term import schrodinger_terms
+from hierax._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix
 
 from .helpers import compile_count, recorded_returns
 
@@ -980,13 +981,66 @@ def test_the_steps_adjoint_recursion_equals_the_transposed_loop(layout):
         assert error <= 1e-13
 
 
+def test_the_adjoint_recursion_with_sparse_terms_equals_the_transposed_loop():
+    """The same with sparse terms beside a dense part (`SparseTerms`): a general
+    real and a complex sparse matrix, a diagonal one and one of equal entries
+    (`UniformSparseMatrix`, whose one value takes the whole cotangent), constant
+    and time-dependent; one state and three columns."""
+    rng = np.random.default_rng(4)
+    order, n = 7, 6
+
+    def sparse(kind):
+        if kind == "diagonal":
+            values = jnp.asarray(rng.normal(size=(n, 1)))
+            return SparseMatrix(values, jnp.arange(n)[:, None], diagonal=True)
+        mask = rng.random((n, n)) < 0.35
+        dense = rng.normal(size=(n, n)) * mask
+        if kind == "complex":
+            dense = dense + 1j * rng.normal(size=(n, n)) * mask
+        matrix = hierax.SparseMatrix.from_matrix(
+            mask * 1.0 if kind == "ones" else dense
+        )
+        if kind == "ones":
+            return UniformSparseMatrix(matrix.values, matrix.columns, diagonal=False)
+        return matrix
+
+    matrices = tuple(sparse(k) for k in ("real", "complex", "diagonal", "ones"))
+    flags = (True, False, False, True)
+
+    def function(coefficients, values, stacked, state, adjoint):
+        rebuilt = tuple(
+            eqx.tree_at(lambda m: m.values, m, x) for m, x in zip(matrices, values)
+        )
+        terms = SparseTerms(coefficients, rebuilt, flags)
+        parts = [(0.5 * coefficients[:2], stacked, (False, True))]
+        return propagator.series_loop(parts, None, terms, state, order, adjoint)
+
+    def normal(*shape):
+        return jnp.asarray(rng.normal(size=shape) + 1j * rng.normal(size=shape))
+
+    for columns in ((), (3,)):
+        inputs = (normal(4, order + 1), tuple(m.values for m in matrices))
+        inputs += (jnp.asarray(rng.normal(size=(n, 2 * n))), normal(n, *columns))
+        cotangent = normal(order + 1, n, *columns)
+        transposed = _vjps(
+            lambda a, b, c, d: function(a, b, c, d, False), inputs, cotangent
+        )
+        adjoint = _vjps(
+            lambda a, b, c, d: function(a, b, c, d, True), inputs, cotangent
+        )
+        for expected, got in zip(jax.tree.leaves(transposed), jax.tree.leaves(adjoint)):
+            assert got.dtype == expected.dtype
+            scale = float(jnp.max(jnp.abs(expected)))
+            assert float(jnp.max(jnp.abs(got - expected))) <= 1e-13 * scale
+
+
 def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch):
     """`sesolve`'s default (reverse-mode) gradient goes through the steps'
     adjoint recursions, forward mode (`diffrax.ForwardMode`) does not; one solve
-    of a tiny and of a small state, differentiated with respect to a drive's
-    amplitude and then to a matrix's scale (the program traced once, differentiated
-    again with other inputs perturbed), gives each gradient equal to forward
-    mode's and to a central difference."""
+    of a tiny state, of a small one and of sparse terms, differentiated with
+    respect to a drive's amplitude and then to a matrix's scale (the program
+    traced once, differentiated again with other inputs perturbed), gives each
+    gradient equal to forward mode's and to a central difference."""
     adjoints = []
     series, small = propagator._by_adjoint, propagator._small_by_adjoint
     monkeypatch.setattr(
@@ -995,9 +1049,13 @@ def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch)
     monkeypatch.setattr(
         propagator, "_small_by_adjoint", lambda *a: adjoints.append(1) or small(*a)
     )
-    for n in (3, 5):
+    for n in (3, 5, 8):
         ladder = np.diag(np.sqrt(np.arange(1.0, n)), 1)
         drift = np.diag(np.arange(n) * 0.9 - 0.1 * np.arange(n) ** 2)
+        if n == 8:  # three spins, sparse terms (`SparseTerms`)
+            sites = [hierax.site_operator(SX / 2, k, 3) for k in range(3)]
+            ladder = sites[0] + sites[1] + sites[2]
+            drift = hierax.site_operator(SZ, 0, 3) @ hierax.site_operator(SZ, 1, 3)
         state = np.eye(n)[0].astype(complex)
 
         def population(
@@ -1019,9 +1077,10 @@ def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch)
         for argnum in (0, 1):
             adjoints.clear()
             gradient = jax.grad(population, argnum)(*point)
-            # The matrices are the compiled solve's arguments either way: the
+            # Dense matrices are the compiled solve's arguments either way: the
             # second gradient differentiates the first one's trace again.
-            assert bool(adjoints) == (argnum == 0)
+            # (Sparse ones with traced values take another layout.)
+            assert adjoints if argnum == 0 else (not adjoints or n == 8)
             adjoints.clear()
             forward = jax.jacfwd(
                 lambda *x: population(*x, adjoint=diffrax.ForwardMode()), argnum

@@ -20,7 +20,7 @@ from jaxtyping import Array
 
 from .._jit import by_differentiation
 from .._series import TermSeries, frobenius, real_dtype
-from .._sparse import sparse_products
+from .._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix, sparse_products
 
 
 def step_signs(step: Array, order: int) -> Array:
@@ -223,7 +223,7 @@ def series_loop(
     dtype = y0.dtype
     n = y0.shape[0]
     columns = math.prod(y0.shape[1:])
-    lags = jnp.arange(order + 1)
+    lags = np.arange(order + 1)
     rdtype = real_dtype(dtype)
     # The Cauchy product's window of each order (with its 1 / (j + 1)), formed once,
     # for the time-dependent rows; a constant row needs only its value times v_j
@@ -261,7 +261,7 @@ def series_loop(
         rows = [pieces[a] for a in range(len(pieces))]
         return rows[0] if len(rows) == 1 else jnp.concatenate(rows)
 
-    def body(arrays, j, v, current):
+    def body(arrays, sparse, j, v, current):
         out = jnp.zeros((n, columns), dtype)
         for (window, values, stacked), rows in zip(arrays, rows_of):
             inner = inner_of(window, values, rows, v, j, current)
@@ -282,36 +282,35 @@ def series_loop(
             out = out + rest * (1 / (j + 1)).astype(real_dtype(dtype))
         return out
 
-    def loop(arrays, y0):
+    def loop(arrays, sparse, y0):
         v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
-        return lax.fori_loop(
-            0,
-            order,
-            lambda j, v: lax.dynamic_update_index_in_dim(
-                v, body(arrays, j, v, None), j + 1, 0
-            ),
-            v,
-        )
+        if sparse is None or n * columns < _PARALLEL_STATE_SIZE:
+            return lax.fori_loop(
+                0,
+                order,
+                lambda j, v: lax.dynamic_update_index_in_dim(
+                    v, body(arrays, sparse, j, v, None), j + 1, 0
+                ),
+                v,
+            )
 
-    if adjoint and dense is None and sparse is None:
-        return _by_adjoint(loop, arrays, rows_of, y0, order)
-    if sparse is None or n * columns < _PARALLEL_STATE_SIZE:
-        return loop(arrays, y0)
+        # XLA:CPU fuses the computation of an order into the in-place update of
+        # `v`, which it runs on one thread. For a large state the order is also
+        # carried beside `v` (read by the next order's constant terms, and written
+        # once more after the loop, so that the carry stays live whatever the
+        # terms): the products then form a loop fusion of their own, which XLA
+        # splits across threads.
+        def carried(j, state):
+            v, current = state
+            out = body(arrays, sparse, j, v, current)
+            return lax.dynamic_update_index_in_dim(v, out, j + 1, 0), out
 
-    # XLA:CPU fuses the computation of an order into the in-place update of `v`,
-    # which it runs on one thread. For a large state the order is also carried
-    # beside `v` (read by the next order's constant terms, and written once more
-    # after the loop, so that the carry stays live whatever the terms): the
-    # products then form a loop fusion of their own, which XLA splits across
-    # threads.
-    def carried(j, state):
-        v, current = state
-        out = body(arrays, j, v, current)
-        return lax.dynamic_update_index_in_dim(v, out, j + 1, 0), out
+        v, last = lax.fori_loop(0, order, carried, (v, v[0]))
+        return lax.dynamic_update_index_in_dim(v, last, order, 0)
 
-    v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
-    v, last = lax.fori_loop(0, order, carried, (v, v[0]))
-    return lax.dynamic_update_index_in_dim(v, last, order, 0)
+    if adjoint and dense is None:
+        return _by_adjoint(loop, arrays, rows_of, sparse, y0, order)
+    return loop(arrays, sparse, y0)
 
 
 def _times(stacked: Any, x: Array) -> Array:
@@ -330,6 +329,7 @@ def _by_adjoint(
     loop: Any,
     arrays: list[tuple[Array | None, Array | None, Any]],
     rows_of: list[tuple[np.ndarray, np.ndarray]],
+    sparse: Any,
     y0: Array,
     order: int,
 ) -> Array:
@@ -348,27 +348,41 @@ def _by_adjoint(
     $\\bar y_0 = g_0$, $\\bar W_{a,j,i} = z_{a,j} \\cdot v_i$,
     $\\bar c_a = \\sum_j z_{a,j} \\cdot v_j / (j+1)$ and
     $\\bar S = \\sum_j g_{j+1} u_j^T$: one loop of the forward loop's size and a
-    few contractions. Cotangents are JAX's (transposes, no conjugation)."""
+    few contractions. Cotangents are JAX's (transposes, no conjugation). Sparse
+    terms (`sparse`, `SparseTerms`) enter the same way, each a part of one row
+    whose transposed product is a scatter of its entries."""
     n = y0.shape[0]
     columns = math.prod(y0.shape[1:])
     # NumPy leaves (known diagonals) enter as arrays: the rule may not close over
     # values of the trace, and takes none from outside it.
     inputs = jax.tree.map(jnp.asarray, arrays)
+    flags: tuple[bool, ...] = () if sparse is None else sparse.constant
+    given = None if sparse is None else (sparse.coefficients, sparse.matrices)
+
+    def terms_of(given: Any) -> Any:
+        if given is None:
+            return None
+        coefficients, matrices = given
+        return SparseTerms(coefficients, matrices, flags)
 
     @jax.custom_vjp
-    def run(inputs, y0):
-        return loop(inputs, y0)
+    def run(inputs, given, y0):
+        return loop(inputs, terms_of(given), y0)
 
     # Every input's cotangent is formed: XLA drops those nothing reads. (JAX's
     # symbolic zeros cannot choose them: a program traced once is differentiated
     # again with other inputs perturbed, and the backward rule then meets another
     # forward trace's flags.)
-    def forward(inputs, y0):
-        v = loop(inputs, y0)
-        return v, (inputs, v)
+    def forward(inputs, given, y0):
+        v = loop(inputs, terms_of(given), y0)
+        return v, (inputs, given, v)
 
     def backward(residuals, v_bar):
-        parts, v = residuals
+        parts, given, v = residuals
+        parts, rows_all = list(parts), list(rows_of)
+        if given is not None:
+            more, more_rows = _sparse_parts(terms_of(given), v.dtype)
+            parts, rows_all = parts + more, rows_all + more_rows
         flat = v.reshape(order + 1, n * columns)
         rdtype = real_dtype(v.dtype)
 
@@ -405,7 +419,7 @@ def _by_adjoint(
             later = lax.dynamic_index_in_dim(g, j + 1, keepdims=False)
             later = later.reshape(n, columns)
             new_zs = []
-            for (window, values, stacked), rows, z_all in zip(parts, rows_of, zs):
+            for (window, values, stacked), rows, z_all in zip(parts, rows_all, zs):
                 z = _times_transposed(stacked, later).reshape(-1, n * columns)
                 weights = weights_of(window, values, rows, j)
                 g = g + jnp.tensordot(weights, z, axes=(0, 0)).reshape(g.shape)
@@ -414,13 +428,13 @@ def _by_adjoint(
 
         zs = [
             jnp.zeros((order, rows[0].size + rows[1].size, n * columns), v.dtype)
-            for rows in rows_of
+            for rows in rows_all
         ]
         g, zs = lax.fori_loop(0, order, back, (v_bar.astype(v.dtype), zs))
         g = g.reshape(order + 1, n * columns)
         past = flat[:order]
         bars = []
-        for (window, values, stacked), rows, z in zip(parts, rows_of, zs):
+        for (window, values, stacked), rows, z in zip(parts, rows_all, zs):
             fixed, varying = rows
             window_bar = values_bar = stacked_bar = None
             scale = (1 / jnp.arange(1, order + 1)).astype(rdtype)
@@ -446,10 +460,59 @@ def _by_adjoint(
             later = g[1:].reshape(order, n, columns)
             stacked_bar = _matrix_cotangent(stacked, later, u)
             bars.append((window_bar, values_bar, stacked_bar))
-        return bars, g[0].reshape(y0.shape).astype(y0.dtype)
+        sparse_bar = None
+        if given is not None:
+            sparse_bar = _sparse_cotangents(given, flags, bars[len(rows_of) :])
+        y0_bar = g[0].reshape(y0.shape).astype(y0.dtype)
+        return bars[: len(rows_of)], sparse_bar, y0_bar
 
     run.defvjp(forward, backward)
-    return run(inputs, y0)
+    return run(inputs, given, y0)
+
+
+def _sparse_parts(
+    terms: Any, dtype: Any
+) -> tuple[list[tuple[Any, Any, Any]], list[tuple[np.ndarray, np.ndarray]]]:
+    """Each sparse term as a part of `_by_adjoint`: its window (or constant value)
+    with the 1 / (j+1) of `series_loop`, and its matrix, real matrices kept real
+    as `sparse_products` keeps them."""
+    parts, rows = [], []
+    one, none = np.asarray([0]), np.asarray([], dtype=int)
+    for s, matrix in enumerate(terms.matrices):
+        kind = dtype if jnp.iscomplexobj(matrix.values) else real_dtype(dtype)
+        c = terms.coefficients[s : s + 1].astype(dtype)
+        if terms.constant[s]:
+            parts.append((None, c[:, 0], matrix.astype(kind)))
+            rows.append((one, none))
+        else:
+            parts.append((lagged_weights(c), None, matrix.astype(kind)))
+            rows.append((none, one))
+    return parts, rows
+
+
+def _sparse_cotangents(given: Any, flags: tuple[bool, ...], bars: list) -> Any:
+    """The cotangents of the sparse terms' (coefficients, matrices) from those of
+    their parts (`_sparse_parts`): a window's through `lagged_weights`."""
+    coefficients, matrices = given
+    rows = []
+    for s, (window_bar, values_bar, _) in enumerate(bars):
+        c = coefficients[s : s + 1].astype(jnp.result_type(coefficients, 1j))
+        if flags[s]:
+            row = jnp.zeros_like(c).at[:, 0].set(values_bar.astype(c.dtype))
+        else:
+            _, back = jax.vjp(lagged_weights, c)
+            (row,) = back(window_bar.astype(c.dtype))
+        rows.append(_like(row, coefficients))
+    matrix_bars = tuple(
+        eqx.tree_at(
+            lambda m: (m.values, m.columns),
+            m,
+            (_like(bar.values, m.values), None),
+            is_leaf=lambda x: x is None,
+        )
+        for m, (_, _, bar) in zip(matrices, bars)
+    )
+    return jnp.concatenate(rows), matrix_bars
 
 
 def _matrix_cotangent(stacked: Any, later: Array, u: Array) -> Any:
@@ -457,6 +520,24 @@ def _matrix_cotangent(stacked: Any, later: Array, u: Array) -> Any:
     `u[a, j]` $= u_{a,j}$ `(A, K, n, c)`, in the form of `stacked`: for
     `Diagonals`, the entries on its diagonals (the values' cotangent)."""
     n = later.shape[1]
+    if isinstance(stacked, SparseMatrix):
+        # values[r, k] meets entry columns[r, k] of u_j (a diagonal one: entry r).
+        if stacked.diagonal:
+            taken = u[0][:, :, None]
+            values_bar = jnp.einsum("jrkc,jrc->rk", taken, later)
+            values_bar = (
+                jnp.zeros(stacked.values.shape, values_bar.dtype)
+                .at[:, :1]
+                .set(values_bar)
+            )
+        else:
+            taken = u[0][:, stacked.columns]  # (j, r, k, c)
+            values_bar = jnp.einsum("jrkc,jrc->rk", taken, later)
+        if isinstance(stacked, UniformSparseMatrix):
+            values_bar = jnp.zeros_like(values_bar).at[0, 0].set(jnp.sum(values_bar))
+        return eqx.tree_at(
+            lambda m: m.values, stacked, _like(values_bar, stacked.values)
+        )
     if not isinstance(stacked, Diagonals):
         s_bar = jnp.einsum("jrc,ajmc->ram", later, u).reshape(n, -1)
         return _like(s_bar, stacked)
@@ -472,7 +553,22 @@ def _matrix_cotangent(stacked: Any, later: Array, u: Array) -> Any:
 
 def _times_transposed(stacked: Any, g: Array) -> Array:
     """`stacked.T @ g`, `(A n, columns)`: as `_times`; `Diagonals` by shifting
-    each diagonal's products to its columns."""
+    each diagonal's products to its columns; a `SparseMatrix` by scattering its
+    entries' products to their columns."""
+    if isinstance(stacked, SparseMatrix):
+        values = stacked.values.reshape(stacked.values.shape + (1,) * (g.ndim - 1))
+        if stacked.diagonal:
+            return values[:, 0] * g
+        if isinstance(stacked, UniformSparseMatrix):
+            values = stacked.values[0, 0]
+        # Rows padded with zeros point at column 0 with a zero value.
+        shape = stacked.columns.shape + g.shape[1:]
+        products = jnp.broadcast_to(values * g[:, None], shape)
+        return (
+            jnp.zeros(g.shape, products.dtype)
+            .at[stacked.columns]
+            .add(products, mode="drop")
+        )
     if not isinstance(stacked, Diagonals):
         if jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(g):
             return jnp.tensordot(stacked, g.astype(jnp.result_type(stacked, g)), (0, 0))
