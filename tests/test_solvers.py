@@ -300,13 +300,12 @@ def test_few_diagonals_step_the_same_series_as_dense_terms():
     assert _error(low.states, solution.states) <= 1e-4
 
 
-def test_diagonal_terms_are_differentiated_through_the_dense_embedding(monkeypatch):
-    """Terms held by their diagonals run fast and differentiate slowly (reverse
-    mode turns each diagonal's slice into a pad of the state), so a derivative of
-    the step takes the dense embedding (`by_differentiation`): the driven 5-site
-    chain solved in a jit steps with `Diagonals`, its gradient with respect to
-    the drive's amplitude with dense matrices only, and equals a central
-    difference and forward mode."""
+def test_diagonal_terms_are_differentiated_by_the_adjoint_or_densely(monkeypatch):
+    """Terms held by their diagonals run fast and differentiate slowly by JAX
+    (reverse mode turns each diagonal's slice into a pad of the state): the driven
+    5-site chain solved in a jit steps with `Diagonals`, its gradient (the default
+    adjoint: the adjoint recursion) too, while forward mode takes the dense
+    embedding (`by_differentiation`); both equal a central difference."""
     hopping, field = _xy_chain(5)
     n = hopping.shape[0]
     state = jnp.zeros(n, complex).at[5].set(1.0)
@@ -328,18 +327,20 @@ def test_diagonal_terms_are_differentiated_through_the_dense_embedding(monkeypat
         final = sesolve(hamiltonian, state, times, rtol=RTOL, order=23, adjoint=adjoint)
         return jnp.abs(final.final_state[9]) ** 2
 
-    solve = jax.jit(population)
-    value = solve(0.7)
-    assert layouts and set(layouts) == {"Diagonals"}
-    layouts.clear()
+    # The gradient first: its trace is the solve's (a plain solve afterwards
+    # reuses it).
     gradient = jax.jit(jax.grad(population))(0.7)
-    assert layouts and "Diagonals" not in layouts
+    assert layouts and set(layouts) == {"Diagonals"}
+    solve = jax.jit(population)
     step = 1e-5
     central = (solve(0.7 + step) - solve(0.7 - step)) / (2 * step)
     assert abs(float(gradient - central)) <= 1e-7 * abs(float(central)) + 1e-12
+    layouts.clear()
     forward = jax.jacfwd(lambda a: population(a, diffrax.ForwardMode()))(0.7)
+    # The diagonals run the values, the dense embedding (traced) the derivative.
+    assert layouts[0] == "Diagonals" and "Diagonals" not in layouts[1:]
     assert abs(float(forward - gradient)) <= 1e-10 * abs(float(gradient))
-    assert 0 < float(value) < 1
+    assert 0 < float(solve(0.7)) < 1
 
 
 def test_traced_scale_of_a_shifted_hamiltonian_and_its_zero():
