@@ -218,8 +218,8 @@ def series_loop(
 
     `adjoint`: differentiate in reverse mode by the adjoint recursion
     (`_by_adjoint`) rather than by JAX's transpose of the loop, where the loop has
-    no `dense` or `sparse` part; forward mode (`jax.jvp`) through the result is
-    then refused."""
+    no `dense` part; forward mode (`jax.jvp`) through the result is then
+    refused."""
     dtype = y0.dtype
     n = y0.shape[0]
     columns = math.prod(y0.shape[1:])
@@ -242,12 +242,10 @@ def series_loop(
 
     def inner_of(window, values, rows, v, j, current):
         """The vectors that meet the stacked matrices, row by row: `(A, n, ...)`."""
-        fixed, varying = rows
-        pieces = {}
+        summed = scaled = None
         if window is not None:
             weights = lax.dynamic_index_in_dim(window, j, axis=1, keepdims=False)
             summed = jnp.tensordot(weights, v, axes=(1, 0))
-            pieces.update({int(a): summed[k : k + 1] for k, a in enumerate(varying)})
         if values is not None:
             vj = (
                 lax.dynamic_index_in_dim(v, j, keepdims=False)
@@ -257,9 +255,7 @@ def series_loop(
             scale = (1 / (j + 1)).astype(rdtype)
             shape = (-1,) + (1,) * vj.ndim
             scaled = (values * scale).reshape(shape) * vj[None]
-            pieces.update({int(a): scaled[k : k + 1] for k, a in enumerate(fixed)})
-        rows = [pieces[a] for a in range(len(pieces))]
-        return rows[0] if len(rows) == 1 else jnp.concatenate(rows)
+        return _in_term_order(rows, summed, scaled)
 
     def body(arrays, sparse, j, v, current):
         out = jnp.zeros((n, columns), dtype)
@@ -313,6 +309,20 @@ def series_loop(
     return loop(arrays, sparse, y0)
 
 
+def _in_term_order(
+    rows: tuple[np.ndarray, np.ndarray], varying: Array | None, fixed: Array | None
+) -> Array:
+    """Rows `(A, ...)` in the order of a part's terms, from those of its
+    time-dependent rows (`varying`, in the order of `rows[1]`) and of its
+    constant ones (`fixed`, in the order of `rows[0]`)."""
+    pieces = {}
+    for part, indices in ((varying, rows[1]), (fixed, rows[0])):
+        if part is not None:
+            pieces.update({int(a): part[k : k + 1] for k, a in enumerate(indices)})
+    ordered = [pieces[a] for a in range(len(pieces))]
+    return ordered[0] if len(ordered) == 1 else jnp.concatenate(ordered)
+
+
 def _times(stacked: Any, x: Array) -> Array:
     """`stacked @ x`; real dense matrices with a complex `x` in one pass over the
     matrices for both halves of `x`."""
@@ -333,9 +343,9 @@ def _by_adjoint(
     y0: Array,
     order: int,
 ) -> Array:
-    """`loop(arrays, y0)` (the recursion of `series_loop`, linear in $v_0$ and in
-    each part's window $W$, constant values and matrices $S$) differentiated in
-    reverse mode by its adjoint recursion instead of JAX's transpose of the loop,
+    """`loop(arrays, sparse, y0)` (the recursion of `series_loop`, linear in $v_0$
+    and in each part's window $W$, constant values and matrices $S$) differentiated
+    in reverse mode by its adjoint recursion instead of JAX's transpose of the loop,
     which saves every order's operands and spends about four times the forward
     loop's operations on the way back (the lab-frame transmon pair's step: 160 us
     against 24 us forward).
@@ -386,22 +396,6 @@ def _by_adjoint(
         flat = v.reshape(order + 1, n * columns)
         rdtype = real_dtype(v.dtype)
 
-        def by_rows(rows, varying_part, fixed_part):
-            """Rows `(A, ...)` in the order of the terms, from those of the varying
-            and of the constant rows."""
-            fixed, varying = rows
-            pieces = {}
-            if varying_part is not None:
-                pieces.update(
-                    {int(a): varying_part[k : k + 1] for k, a in enumerate(varying)}
-                )
-            if fixed_part is not None:
-                pieces.update(
-                    {int(a): fixed_part[k : k + 1] for k, a in enumerate(fixed)}
-                )
-            rows = [pieces[a] for a in range(len(pieces))]
-            return rows[0] if len(rows) == 1 else jnp.concatenate(rows)
-
         def weights_of(window, values, rows, j):
             """`(A, K+1)`: each row's weights of the orders $v_i$ in $u_j$."""
             column = constant = None
@@ -411,7 +405,7 @@ def _by_adjoint(
                 scale = (1 / (j + 1)).astype(rdtype)
                 at_j = jnp.arange(order + 1) == j
                 constant = jnp.where(at_j[None], (values * scale)[:, None], 0)
-            return by_rows(rows, column, constant).astype(v.dtype)
+            return _in_term_order(rows, column, constant).astype(v.dtype)
 
         # Diagonals' transposes formed once, before the loop.
         transposes = [
@@ -464,7 +458,7 @@ def _by_adjoint(
                     * (past * scale[:, None])[None]
                 )
             # u[a, j] = u_{a,j}: the columns of S are the terms' blocks.
-            u = by_rows(rows, u_varying, u_fixed).reshape(-1, order, n, columns)
+            u = _in_term_order(rows, u_varying, u_fixed).reshape(-1, order, n, columns)
             later = g[1:].reshape(order, n, columns)
             stacked_bar = _matrix_cotangent(stacked, later, u)
             bars.append((window_bar, values_bar, stacked_bar))
