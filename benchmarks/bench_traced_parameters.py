@@ -9,6 +9,10 @@ The held-back systems of `systems.py`, x64, rtol 1e-8 (atol 1e-10), medians of
 - `sesolve` systems: H with no traced parameter (closed over by the jit), each
   drive scaled by the traced number (`scale * c(t) * M`), and the whole operator
   scaled (`scale * H`), each inside a jit and as `jax.grad` of a population.
+- Beside them, a hand-written diffrax Dopri8 (as in `bench_systems.py`: the
+  real and imaginary parts, one real matrix per term, `PIDController(rtol,
+  atol)`) with each drive scaled by the traced number: the peer's solve and
+  gradient in the same context.
 - The open transmon pair (`mesolve`): the four rates traced, as a number times a
   matrix (`jnp.sqrt(r) * M`: traced matrices) and as a number times the matrix's
   operator (`jnp.sqrt(r) * hierax.as_operator(M)`: known matrices, traced
@@ -19,6 +23,7 @@ import argparse
 import os
 import warnings
 
+import diffrax
 import jax
 
 
@@ -26,6 +31,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from bench_systems import generators, real_embedding  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 from timing import median_time  # noqa: E402
 
@@ -73,7 +79,47 @@ def closed_system_rows(key: str, repeats: int) -> list[str]:
         rows.append(
             row(key, name, final, population if depends else None, args, repeats)
         )
+    dopri8 = dopri8_final(system)
+    rows.append(
+        row(
+            key,
+            "diffrax Dopri8, scale * c(t) * M per drive",
+            dopri8,
+            lambda a, y: jnp.abs(dopri8(a, y)[0]) ** 2,
+            (jnp.asarray(1.0), y0),
+            repeats,
+        )
+    )
     return rows
+
+
+def dopri8_final(system):
+    """`final(scale, y0)`: a hand-written diffrax Dopri8 on (Re y, Im y) with each
+    drive's coefficient times `scale` (the peer of the rows above)."""
+    g0, gk = generators(system)
+    g0 = jnp.asarray(real_embedding(g0))
+    gk = jnp.asarray(np.stack([real_embedding(g) for g in gk]))
+
+    def vector_field(t, y, scale):
+        return g0 @ y + (scale * system.coefficients(t, jnp)) @ (gk @ y)
+
+    def final(scale, y0):
+        start = jnp.concatenate([jnp.real(y0), jnp.imag(y0)])
+        y = diffrax.diffeqsolve(
+            diffrax.ODETerm(vector_field),
+            diffrax.Dopri8(),
+            0.0,
+            system.span,
+            None,
+            start,
+            args=scale,
+            stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
+            max_steps=10**6,
+        ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
+        half = y0.size
+        return y[:half] + 1j * y[half:]
+
+    return final
 
 
 def open_system_rows(repeats: int) -> list[str]:
