@@ -1041,7 +1041,7 @@ def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch)
     of a tiny state, of a small one and of sparse terms, differentiated with
     respect to a drive's amplitude and then to a matrix's scale (the program
     traced once, differentiated again with other inputs perturbed), gives each
-    gradient equal to forward mode's and to a central difference."""
+    gradient equal to a central difference, and the first to forward mode's."""
     adjoints = []
     series, small = propagator._by_adjoint, propagator._small_by_adjoint
     monkeypatch.setattr(
@@ -1082,18 +1082,19 @@ def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch)
             # second gradient differentiates the first one's trace again.
             # (Sparse ones with traced values take another layout.)
             assert adjoints if argnum == 0 else (not adjoints or n == 8)
-            adjoints.clear()
-            forward = jax.jacfwd(
-                lambda *x: population(*x, adjoint=diffrax.ForwardMode()), argnum
-            )(*point)
-            assert not adjoints
             shift = np.eye(2)[argnum] * step
             central = (
                 population(*(np.asarray(point) + shift))
                 - population(*(np.asarray(point) - shift))
             ) / (2 * step)
-            assert abs(float(gradient - forward)) <= 1e-10 * abs(float(forward))
             assert abs(float(gradient - central)) <= 1e-6 * abs(float(central))
+            if argnum == 0:  # (one forward-mode program per system: compiles)
+                adjoints.clear()
+                forward = jax.jacfwd(
+                    lambda *x: population(*x, adjoint=diffrax.ForwardMode()), argnum
+                )(*point)
+                assert not adjoints
+                assert abs(float(gradient - forward)) <= 1e-10 * abs(float(forward))
 
 
 def test_forward_mode_through_the_default_adjoint_says_what_to_pass():
