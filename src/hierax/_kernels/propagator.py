@@ -324,14 +324,21 @@ def _in_term_order(
 
 
 def _times(stacked: Any, x: Array) -> Array:
-    """`stacked @ x`; real dense matrices with a complex `x` in one pass over the
-    matrices for both halves of `x`."""
-    if isinstance(stacked, Diagonals) or (
-        jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(x)
-    ):
+    """`stacked @ x` for `x` of shape `(A n, columns)`."""
+    if isinstance(stacked, Diagonals):
         return stacked @ x
+    return _dense_product(stacked, x, 1)
+
+
+def _dense_product(matrix: Array, x: Array, axis: int) -> Array:
+    """The product of a dense matrix, contracted on `axis` (1: `matrix @ x`, 0:
+    `matrix.T @ x`, with no transpose formed), with `x` of shape
+    `(rows, columns)`; a real matrix with a complex `x` in one pass over the
+    matrix for both halves of `x`."""
+    if jnp.iscomplexobj(matrix) or not jnp.iscomplexobj(x):
+        return jnp.tensordot(matrix, x.astype(jnp.result_type(matrix, x)), (axis, 0))
     columns = x.shape[1]
-    both = stacked @ jnp.concatenate([x.real, x.imag], axis=1)
+    both = jnp.tensordot(matrix, jnp.concatenate([x.real, x.imag], axis=1), (axis, 0))
     return lax.complex(both[:, :columns], both[:, columns:])
 
 
@@ -435,24 +442,21 @@ def _by_adjoint(
         g, zs = lax.fori_loop(0, order, back, (v_bar.astype(v.dtype), zs))
         g = g.reshape(order + 1, n * columns)
         past = flat[:order]
+        scale = (1 / jnp.arange(1, order + 1)).astype(rdtype)
         bars = []
         for (window, values, stacked), rows, z in zip(parts, rows_all, zs):
             fixed, varying = rows
-            window_bar = values_bar = stacked_bar = None
-            scale = (1 / jnp.arange(1, order + 1)).astype(rdtype)
+            window_bar = values_bar = u_varying = u_fixed = None
             if window is not None:
                 w_bar = jnp.einsum("jkx,ix->kji", z[:, varying], flat)
                 w_bar = jnp.concatenate([w_bar, jnp.zeros_like(w_bar[:, :1])], axis=1)
                 window_bar = _like(w_bar, window)
-            if values is not None:
-                by_order = jnp.einsum("jkx,jx->kj", z[:, fixed], past) * scale[None]
-                values_bar = _like(jnp.sum(by_order, axis=1), values)
-            u_varying = u_fixed = None
-            if window is not None:
                 u_varying = jnp.einsum(
                     "kji,ix->kjx", window[:, :order].astype(v.dtype), flat
                 )
             if values is not None:
+                by_order = jnp.einsum("jkx,jx->kj", z[:, fixed], past) * scale[None]
+                values_bar = _like(jnp.sum(by_order, axis=1), values)
                 u_fixed = (
                     values.astype(v.dtype)[:, None, None]
                     * (past * scale[:, None])[None]
@@ -554,9 +558,10 @@ def _matrix_cotangent(stacked: Any, later: Array, u: Array) -> Any:
 
 
 def _times_transposed(stacked: Any, g: Array) -> Array:
-    """`stacked.T @ g`, `(A n, columns)`: as `_times`; `Diagonals` through their
-    `_transposed_blocks` (given as such, or formed here); a `SparseMatrix` by
-    scattering its entries' products to their columns."""
+    """`stacked.T @ g`, `(A n, columns)`, for a dense matrix, a `SparseMatrix`
+    (its entries' products scattered to their columns) or the list of
+    `_transposed_blocks` of `Diagonals` (formed once, before the adjoint's
+    loop)."""
     if isinstance(stacked, list):
         return jnp.concatenate([block @ g for block in stacked])
     if isinstance(stacked, SparseMatrix):
@@ -573,13 +578,7 @@ def _times_transposed(stacked: Any, g: Array) -> Array:
             .at[stacked.columns]
             .add(products, mode="drop")
         )
-    if not isinstance(stacked, Diagonals):
-        if jnp.iscomplexobj(stacked) or not jnp.iscomplexobj(g):
-            return jnp.tensordot(stacked, g.astype(jnp.result_type(stacked, g)), (0, 0))
-        columns = g.shape[1]
-        both = jnp.tensordot(stacked, jnp.concatenate([g.real, g.imag], axis=1), (0, 0))
-        return lax.complex(both[:, :columns], both[:, columns:])
-    return _times_transposed(_transposed_blocks(stacked), g)
+    return _dense_product(stacked, g, 0)
 
 
 def _transposed_blocks(stacked: Diagonals) -> list[Diagonals]:
