@@ -1039,9 +1039,10 @@ def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch)
     """`sesolve`'s default (reverse-mode) gradient goes through the steps'
     adjoint recursions, forward mode (`diffrax.ForwardMode`) does not; one solve
     of a tiny state, of a small one and of sparse terms, differentiated with
-    respect to a drive's amplitude and then to a matrix's scale (the program
-    traced once, differentiated again with other inputs perturbed), gives each
-    gradient equal to a central difference, and the first to forward mode's."""
+    respect to a drive's amplitude, gives a gradient equal to a central
+    difference. The small one's is also forward mode's, and its solve is then
+    differentiated with respect to a matrix's scale (the program traced once,
+    differentiated again with other inputs perturbed)."""
     adjoints = []
     series, small = propagator._by_adjoint, propagator._small_by_adjoint
     monkeypatch.setattr(
@@ -1075,20 +1076,19 @@ def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch)
             return jnp.abs(final.final_state[1]) ** 2
 
         point, step = (0.8, 1.2), 1e-5
-        for argnum in (0, 1):
+        for argnum in (0, 1) if n == 5 else (0,):
             adjoints.clear()
             gradient = jax.grad(population, argnum)(*point)
             # Dense matrices are the compiled solve's arguments either way: the
             # second gradient differentiates the first one's trace again.
-            # (Sparse ones with traced values take another layout.)
-            assert adjoints if argnum == 0 else (not adjoints or n == 8)
+            assert adjoints if argnum == 0 else not adjoints
             shift = np.eye(2)[argnum] * step
             central = (
                 population(*(np.asarray(point) + shift))
                 - population(*(np.asarray(point) - shift))
             ) / (2 * step)
             assert abs(float(gradient - central)) <= 1e-6 * abs(float(central))
-            if argnum == 0:  # (one forward-mode program per system: compiles)
+            if argnum == 0 and n == 5:  # (a forward-mode program: compiles)
                 adjoints.clear()
                 forward = jax.jacfwd(
                     lambda *x: population(*x, adjoint=diffrax.ForwardMode()), argnum

@@ -360,8 +360,13 @@ def _by_adjoint(
     With $v_{j+1} = S\\, u_j$, $u_j$ the rows' vectors (`inner_of`: $\\sum_i W_{a,j,i}
     v_i$, or $c_a v_j / (j+1)$ for a constant row), and $g_i$ the cotangent of
     $v_i$ with every later order's share, from $j = K-1$ down:
-    $z_j = S^T g_{j+1}$, then $g_i \\mathrel{+}= \\sum_a W_{a,j,i}\\, z_{a,j}$ (a
-    constant row adds $c_a z_{a,j} / (j+1)$ to $g_j$). After the loop
+    $g_{j+1} = \\bar v_{j+1} + \\sum_{a,\\, j' > j} W_{a,j',j+1}\\, z_{a,j'}$ (a
+    constant row's $z_{a,j+1}$ with weight $c_a / (j+2)$), then
+    $z_j = S^T g_{j+1}$: each order's cotangent gathered once from the later
+    $z$, as the forward loop gathers its window from the earlier $v$. (Adding
+    each $z_j$ to every earlier $g_i$ instead rewrote all $K+1$ of them every
+    order, two passes over $(K+1)\\, n$ numbers: the 16-level open oscillator's
+    gradient took 2.7-3.9 ms against 2.1 ms.) After the loop
     $\\bar y_0 = g_0$, $\\bar W_{a,j,i} = z_{a,j} \\cdot v_i$,
     $\\bar c_a = \\sum_j z_{a,j} \\cdot v_j / (j+1)$ and
     $\\bar S = \\sum_j g_{j+1} u_j^T$: one loop of the forward loop's size and a
@@ -403,44 +408,61 @@ def _by_adjoint(
         flat = v.reshape(order + 1, n * columns)
         rdtype = real_dtype(v.dtype)
 
-        def weights_of(window, values, rows, j):
-            """`(A, K+1)`: each row's weights of the orders $v_i$ in $u_j$."""
-            column = constant = None
+        # The weights of the later z in each order's cotangent, for every row,
+        # formed once before the loop (as are Diagonals' transposes):
+        # `reads[i, j', a]` = $W_{a,j',i}$ for a time-dependent row, and
+        # $c_a / (i+1)$ at $j' = i$ for a constant one; one slice an order.
+        reads = []
+        for (window, values, _), rows in zip(parts, rows_all):
+            varying = constant = None
             if window is not None:
-                column = lax.dynamic_index_in_dim(window, j, axis=1, keepdims=False)
+                varying = jnp.swapaxes(window, 1, 2)[:, :, :order]
             if values is not None:
-                scale = (1 / (j + 1)).astype(rdtype)
-                at_j = jnp.arange(order + 1) == j
-                constant = jnp.where(at_j[None], (values * scale)[:, None], 0)
-            return _in_term_order(rows, column, constant).astype(v.dtype)
-
-        # Diagonals' transposes formed once, before the loop.
+                scale = (1 / jnp.arange(1, order + 2)).astype(rdtype)
+                at = np.eye(order + 1, order, dtype=bool)
+                by_order = values[:, None] * scale[None, :]
+                constant = jnp.where(at[None], by_order[:, :, None], 0)
+            weights = _in_term_order(rows, varying, constant).astype(v.dtype)
+            reads.append(jnp.transpose(weights, (1, 2, 0)))
         transposes = [
             _transposed_blocks(s) if isinstance(s, Diagonals) else s
             for _, _, s in parts
         ]
+        v_bar = v_bar.astype(v.dtype).reshape(order + 1, n * columns)
+
+        def gathered(zs, i):
+            """$g_i$ from $\\bar v_i$ and the $z_{a,j'}$ (`(K, A, n m)`, zero
+            where not yet formed) of the orders $u_{j'}$ that read $v_i$."""
+            g_i = lax.dynamic_index_in_dim(v_bar, i, keepdims=False)
+            for read, z in zip(reads, zs):
+                weights = lax.dynamic_index_in_dim(read, i, keepdims=False)
+                # (K, A) against (K, A, n m): one product over both axes.
+                g_i = g_i + jnp.tensordot(weights, z, axes=((0, 1), (0, 1)))
+            return g_i
 
         def back(r, carry):
             g, zs = carry
             j = order - 1 - r
-            later = lax.dynamic_index_in_dim(g, j + 1, keepdims=False)
+            later = gathered(zs, j + 1)
+            g = lax.dynamic_update_index_in_dim(g, later, j + 1, 0)
             later = later.reshape(n, columns)
-            new_zs = []
-            for (window, values, _), transposed, rows, z_all in zip(
-                parts, transposes, rows_all, zs
-            ):
-                z = _times_transposed(transposed, later).reshape(-1, n * columns)
-                weights = weights_of(window, values, rows, j)
-                g = g + jnp.tensordot(weights, z, axes=(0, 0)).reshape(g.shape)
-                new_zs.append(lax.dynamic_update_index_in_dim(z_all, z, j, 0))
-            return g, new_zs
+            zs = [
+                lax.dynamic_update_index_in_dim(
+                    z_all,
+                    _times_transposed(transposed, later).reshape(-1, n * columns),
+                    j,
+                    0,
+                )
+                for transposed, z_all in zip(transposes, zs)
+            ]
+            return g, zs
 
         zs = [
             jnp.zeros((order, rows[0].size + rows[1].size, n * columns), v.dtype)
             for rows in rows_all
         ]
-        g, zs = lax.fori_loop(0, order, back, (v_bar.astype(v.dtype), zs))
-        g = g.reshape(order + 1, n * columns)
+        g, zs = lax.fori_loop(0, order, back, (jnp.zeros_like(v_bar), zs))
+        g = lax.dynamic_update_index_in_dim(g, gathered(zs, 0), 0, 0)
         past = flat[:order]
         scale = (1 / jnp.arange(1, order + 1)).astype(rdtype)
         bars = []
