@@ -412,15 +412,15 @@ def _by_adjoint(
         # formed once before the loop (as are Diagonals' transposes):
         # `reads[i, j', a]` = $W_{a,j',i}$ for a time-dependent row, and
         # $c_a / (i+1)$ at $j' = i$ for a constant one; one slice an order.
+        inverse = (1 / jnp.arange(1, order + 2)).astype(rdtype)  # 1 / (i + 1)
         reads = []
         for (window, values, _), rows in zip(parts, rows_all):
             varying = constant = None
             if window is not None:
                 varying = jnp.swapaxes(window, 1, 2)[:, :, :order]
             if values is not None:
-                scale = (1 / jnp.arange(1, order + 2)).astype(rdtype)
                 at = np.eye(order + 1, order, dtype=bool)
-                by_order = values[:, None] * scale[None, :]
+                by_order = values[:, None] * inverse[None, :]
                 constant = jnp.where(at[None], by_order[:, :, None], 0)
             weights = _in_term_order(rows, varying, constant).astype(v.dtype)
             reads.append(jnp.transpose(weights, (1, 2, 0)))
@@ -464,7 +464,7 @@ def _by_adjoint(
         g, zs = lax.fori_loop(0, order, back, (jnp.zeros_like(v_bar), zs))
         g = lax.dynamic_update_index_in_dim(g, gathered(zs, 0), 0, 0)
         past = flat[:order]
-        scale = (1 / jnp.arange(1, order + 1)).astype(rdtype)
+        scale = inverse[:order]
         bars = []
         for (window, values, stacked), rows, z in zip(parts, rows_all, zs):
             fixed, varying = rows
