@@ -14,6 +14,7 @@ import math
 import os
 import pathlib
 import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -299,7 +300,7 @@ def propagate(h_fn, t0, tau, u0, rtol=1e-13):
 
 
 # ----------------------------------------------------------------------------------
-# Scripts in subprocesses (documentation pages, examples)
+# Scripts in subprocesses (documentation pages, examples, fresh-interpreter checks)
 # ----------------------------------------------------------------------------------
 
 
@@ -352,3 +353,67 @@ def run_script(
     flags = f"--xla_force_host_platform_device_count={devices} {flags}".strip()
     kwargs = dict(capture_output=True, text=True, **kwargs)
     return subprocess.run(args, env={**env, "XLA_FLAGS": flags}, **kwargs)
+
+
+# Checks that need an interpreter of their own (JAX's defaults: x64 off, no pytest
+# plugin, nothing imported but what the check imports; several host devices)
+# register their code at import (`fresh_script`). The first test to ask runs every
+# registered check, one after another in one subprocess with four host devices,
+# each in a fresh namespace with x64 reset to off: one interpreter start and one
+# JAX start for all of them. The session's processes share the outputs.
+_FRESH_SCRIPTS: dict[str, str] = {}
+
+_FRESH_RUNNER = """
+import contextlib, io, json, sys, traceback
+import jax
+
+scripts = json.loads(open(sys.argv[1], encoding="utf-8").read())
+results = {}
+for name, code in scripts.items():
+    jax.config.update("jax_enable_x64", False)  # each check starts from the default
+    out, err = io.StringIO(), io.StringIO()
+    status = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            exec(compile(code, name, "exec"), {"__name__": "__main__"})
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    results[name] = dict(status=status, stdout=out.getvalue(), stderr=err.getvalue())
+with open(sys.argv[2], "w", encoding="utf-8") as file:
+    json.dump(results, file)
+"""
+
+
+def fresh_script(name: str, code: str) -> str:
+    """Register `code` (a script) to run in the session's fresh interpreter under
+    `name`; `fresh_output(..., name)` gives what it did."""
+    _FRESH_SCRIPTS[name] = code
+    return name
+
+
+def _run_fresh(folder: pathlib.Path) -> dict:
+    folder.mkdir()
+    scripts = folder / "scripts.json"
+    scripts.write_text(json.dumps(_FRESH_SCRIPTS), encoding="utf-8")
+    results = folder / "results.json"
+    process = run_script(
+        [sys.executable, "-c", _FRESH_RUNNER, str(scripts), str(results)],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        devices=4,
+        timeout=900,
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    return json.loads(results.read_text(encoding="utf-8"))
+
+
+def fresh_output(tmp_path_factory: Any, name: str) -> dict[str, Any]:
+    """The registered script `name` as run in the session's fresh interpreter: its
+    exit status (`status`), standard output (`stdout`) and error (`stderr`)."""
+    shared = session_folder(tmp_path_factory)
+    runs = once_per_session(
+        shared, "fresh-scripts", lambda: _run_fresh(shared / "fresh-scripts"), 900
+    )
+    return runs[name]

@@ -21,6 +21,8 @@ from .helpers import (
     SIGMA_X,
     SIGMA_Y,
     SIGMA_Z,
+    fresh_output,
+    fresh_script,
     mp_relative_errors,
     mp_to_numpy,
     relative_error,
@@ -449,22 +451,20 @@ def test_nan_time_under_user_transformations_names_t():
         jax.block_until_ready(jax.vmap(h)(jnp.array([0.0, jnp.nan])))
 
 
-def test_time_overflowing_float32_is_refused(tmp_path):
+_FLOAT32_OVERFLOW = fresh_script(
+    "float32 time overflow",
+    "import hierax, jax.numpy as jnp\n"
+    "h = hierax.HeisenbergHierarchy(hierax.Cos() * jnp.eye(2), jnp.eye(2), 3)\n"
+    "try:\n    h(1e39)\nexcept ValueError as e:\n    print(e)\n",
+)
+
+
+def test_time_overflowing_float32_is_refused(tmp_path_factory):
     """Without x64, 1e39 overflows float32: a clear error naming `t` (checked in a
     fresh interpreter, where x64 is off)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import hierax, jax.numpy as jnp\n"
-        "h = hierax.HeisenbergHierarchy(hierax.Cos() * jnp.eye(2), jnp.eye(2), 3)\n"
-        "try:\n    h(1e39)\nexcept ValueError as e:\n    print(e)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
-    assert "`t` must be finite" in result.stdout, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
+    result = fresh_output(tmp_path_factory, _FLOAT32_OVERFLOW)
+    assert "`t` must be finite" in result["stdout"], result
+    assert result["status"] == 0 and "Traceback" not in result["stderr"], result
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ import hierax
 
 from .helpers import (
     SYSTEMS,
+    fresh_output,
+    fresh_script,
     mp_relative_errors,
     mp_to_numpy,
     naive_levels,
@@ -483,7 +485,9 @@ def test_propagator_time_scale():
         assert np.all(relative_errors(b, a) < 1e-12)
 
 
-_KEEPS_NO_MODULE = """
+_KEEPS_NO_MODULE = fresh_script(
+    "compiled call keeps no module alive",
+    """
 import gc, weakref
 import jax.numpy as jnp
 import numpy as np
@@ -498,21 +502,14 @@ ref = weakref.ref(h)
 del h
 gc.collect()
 print(ref() is None)
-"""
+""",
+)
 
 
-def test_compiled_call_keeps_no_module_alive():
+def test_compiled_call_keeps_no_module_alive(tmp_path_factory):
     """The compile policy caches a module's flattened form; it must not keep the
     module (and its matrices) alive once the user drops it. (In a plain process:
     pytest keeps frames' locals of its own.)"""
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-c", _KEEPS_NO_MODULE],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "True"
+    result = fresh_output(tmp_path_factory, _KEEPS_NO_MODULE)
+    assert result["status"] == 0, result["stderr"]
+    assert result["stdout"].strip() == "True"

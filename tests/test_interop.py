@@ -5,8 +5,6 @@ either package by hierax itself."""
 
 import functools
 import importlib
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -22,7 +20,7 @@ import scipy.interpolate
 import hierax
 from hierax._interop import as_state
 
-from .helpers import relative_error
+from .helpers import fresh_output, fresh_script, relative_error
 
 
 dq.set_precision("double")  # dynamiqs defaults to single precision
@@ -445,8 +443,9 @@ def test_time_dependent_object_gets_a_function_error():
 # ----------------------------------------------------------------------------------
 
 
-def test_hierax_never_imports_qutip_or_dynamiqs():
-    code = textwrap.dedent(
+_NEVER_IMPORTS = fresh_script(
+    "hierax never imports qutip or dynamiqs",
+    textwrap.dedent(
         """
         import sys
         import jax.numpy as jnp
@@ -461,5 +460,12 @@ def test_hierax_never_imports_qutip_or_dynamiqs():
         )
         assert not loaded, loaded
         """
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    ),
+)
+
+
+def test_hierax_never_imports_qutip_or_dynamiqs(tmp_path_factory):
+    """In a fresh interpreter (no test imported them), hierax's own calls load
+    neither QuTiP nor dynamiqs."""
+    result = fresh_output(tmp_path_factory, _NEVER_IMPORTS)
+    assert result["status"] == 0, result["stderr"]

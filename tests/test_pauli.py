@@ -11,7 +11,7 @@ import scipy.linalg
 
 import hierax
 
-from .helpers import compile_count, run_script
+from .helpers import compile_count, fresh_output, fresh_script
 
 
 PAULI = {
@@ -490,14 +490,15 @@ def test_heisenberg_levels_on_40_sites():
     assert float(levels[-1].dropped) == 0.0
 
 
-_SHARDED = """
+_SHARDED = fresh_script(
+    "Pauli sums sharded across two devices",
+    """
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
 import hierax
 
-assert len(jax.devices()) == 2
-mesh = jax.make_mesh((2,), ("strings",))
+mesh = jax.make_mesh((2,), ("strings",), devices=jax.devices()[:2])
 h = hierax.PauliSum.ising_chain(30, 1.0, 1.05, 0.5, capacity=90)
 o = hierax.PauliSum.from_strings(
     ["Z" + "I" * 29, "I" * 15 + "X" + "I" * 14], [1.0, 0.5], capacity=256
@@ -512,20 +513,13 @@ a = hierax.lanczos(h, o, 12, capacity=1024)
 b = hierax.lanczos(hs, os_, 12, capacity=1024)
 np.testing.assert_allclose(np.asarray(b.b), np.asarray(a.b), rtol=1e-13)
 print("sharded ok")
-"""
+""",
+)
 
 
-def test_sums_sharded_by_strings_on_two_devices():
+def test_sums_sharded_by_strings_on_two_devices(tmp_path_factory):
     """A Pauli sum split by strings over two (forced host) devices with
     `hierax.shard_rows`: commutators and Lanczos coefficients equal one device's."""
-    import os
-    import sys
-
-    result = run_script(
-        [sys.executable, "-c", _SHARDED],
-        env={"JAX_PLATFORMS": "cpu", **os.environ},
-        devices=2,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "sharded ok" in result.stdout
+    result = fresh_output(tmp_path_factory, _SHARDED)
+    assert result["status"] == 0, result["stderr"]
+    assert "sharded ok" in result["stdout"]

@@ -3,8 +3,6 @@ against repeated sparse products and scipy's DOP853, memory, sharding, bad input
 
 import functools
 import math
-import os
-import sys
 import textwrap
 from typing import cast
 
@@ -20,11 +18,12 @@ import hierax
 
 from .helpers import (
     compile_count,
+    fresh_output,
+    fresh_script,
     propagate,
     recorded_returns,
     relative_error,
     relative_errors,
-    run_script,
 )
 
 
@@ -552,8 +551,10 @@ def test_bad_sparse_input_names_the_argument():
         hierax.as_operator(jsparse.BCOO.fromdense(jnp.ones((3, 3)), n_dense=1))
 
 
-_SHARDED = textwrap.dedent(
-    """
+_SHARDED = fresh_script(
+    "sparse terms sharded across four devices",
+    textwrap.dedent(
+        """
     import jax
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
@@ -596,14 +597,10 @@ _SHARDED = textwrap.dedent(
     print(a, b)
     assert a <= 1e-13 and b <= 1e-13, (a, b)
     """
+    ),
 )
 
 
-def test_sharded_across_four_devices_equals_one_device():
-    result = run_script(
-        [sys.executable, "-c", _SHARDED],
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-        devices=4,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_sharded_across_four_devices_equals_one_device(tmp_path_factory):
+    result = fresh_output(tmp_path_factory, _SHARDED)
+    assert result["status"] == 0, result["stderr"][-3000:]

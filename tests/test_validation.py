@@ -1,8 +1,5 @@
 """Bad input gets a clear error naming the argument, before any math runs."""
 
-import os
-import subprocess
-import sys
 from typing import Any
 
 import jax
@@ -12,7 +9,13 @@ import pytest
 
 import hierax
 
-from .helpers import SEED_EXACT, SIGMA_X as sx, SIGMA_Y as sy, run_script
+from .helpers import (
+    SEED_EXACT,
+    SIGMA_X as sx,
+    SIGMA_Y as sy,
+    fresh_output,
+    fresh_script,
+)
 
 
 H = hierax.Cos() * sy
@@ -180,7 +183,9 @@ def test_bad_operator_construction():
 
 # Wrong types at three public entry points, in a plain Python process: jaxtyping's
 # pytest plugin (which the suite runs under) must not be what catches them.
-_RUNTIME_CHECKS = """
+_RUNTIME_CHECKS = fresh_script(
+    "jaxtyping at run time",
+    """
 import jax.numpy as jnp
 import hierax
 import jaxtyping
@@ -200,20 +205,17 @@ for name, call in calls.items():
         print(name, "refused by jaxtyping:", *where)
     except Exception as error:
         print(name, "refused by", type(error).__name__)
-"""
+""",
+)
 
 
-def test_jaxtyping_checks_signatures_at_run_time():
-    """beartype + jaxtyping guard the public signatures for users, not only in tests:
-    the annotations refuse a wrong argument before the hand-written checks see it."""
-    result = subprocess.run(
-        [sys.executable, "-c", _RUNTIME_CHECKS],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
+def test_jaxtyping_checks_signatures_at_run_time(tmp_path_factory):
+    """beartype + jaxtyping guard the public signatures for users, not only in tests
+    (a fresh interpreter, without the tests' jaxtyping plugin): the annotations
+    refuse a wrong argument before the hand-written checks see it."""
+    result = fresh_output(tmp_path_factory, _RUNTIME_CHECKS)
+    assert result["status"] == 0, result["stderr"]
+    assert result["stdout"].splitlines() == [
         "order refused by jaxtyping: The problem arose whilst typechecking "
         "parameter 'order'.",
         "operator order refused by jaxtyping: The problem arose whilst typechecking "
@@ -222,7 +224,9 @@ def test_jaxtyping_checks_signatures_at_run_time():
     ]
 
 
-_TWO_DEVICES = """
+_TWO_DEVICES = fresh_script(
+    "arrays on two devices",
+    """
 import jax
 import jax.numpy as jnp
 import hierax
@@ -234,22 +238,18 @@ try:
     hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, 3)(0.3)
 except ValueError as error:
     print(str(error).split(";")[0])
-"""
+""",
+)
 
 
-def test_arrays_on_different_devices_are_named():
+def test_arrays_on_different_devices_are_named(tmp_path_factory):
     """A module and arguments on two devices get a message that says so and how to
     fix it, not only JAX's list of internal argument paths."""
-    result = run_script(
-        [sys.executable, "-c", _TWO_DEVICES],
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        devices=2,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == (
+    result = fresh_output(tmp_path_factory, _TWO_DEVICES)
+    assert result["status"] == 0, result["stderr"]
+    assert result["stdout"].strip() == (
         "hierax: the arrays of one call live on different devices (cpu:0, cpu:1)"
-    ), result.stdout
+    ), result["stdout"]
 
 
 def test_library_uses_public_jax_only():
