@@ -548,7 +548,9 @@ def test_bad_sparse_input_names_the_argument():
     with pytest.raises(ValueError, match="same shape"):
         hierax.SparseMatrix(np.ones((2, 1)), np.zeros((2, 2), int))
     with pytest.raises(ValueError, match="unbatched"):
-        hierax.as_operator(jsparse.BCOO.fromdense(jnp.ones((3, 3)), n_dense=1))
+        # Rows stored whole (one dense axis), built directly (fromdense compiles).
+        rows = (jnp.ones((3, 3)), jnp.arange(3)[:, None])
+        hierax.as_operator(jsparse.BCOO(rows, shape=(3, 3)))
 
 
 _SHARDED = fresh_script(
