@@ -355,58 +355,83 @@ def run_script(
     return subprocess.run(args, env={**env, "XLA_FLAGS": flags}, **kwargs)
 
 
-# Checks that need an interpreter of their own (JAX's defaults: x64 off, no pytest
-# plugin, nothing imported but what the check imports; several host devices)
-# register their code at import (`fresh_script`). The first test to ask runs every
-# registered check, one after another in one subprocess with four host devices,
-# each in a fresh namespace with x64 reset to off: one interpreter start and one
-# JAX start for all of them. The session's processes share the outputs.
-_FRESH_SCRIPTS: dict[str, str] = {}
-
-_FRESH_RUNNER = """
+# Scripts run one after another in one subprocess (one interpreter and one JAX
+# start for all of them), each as `python <file> <argv...>` would run it: in a fresh
+# namespace with `__name__ == "__main__"`, its own `sys.argv` and output, and x64
+# reset to JAX's default (off).
+_SCRIPT_RUNNER = """
 import contextlib, io, json, sys, traceback
 import jax
 
-scripts = json.loads(open(sys.argv[1], encoding="utf-8").read())
+listing, results_path = sys.argv[1], sys.argv[2]
+scripts = json.loads(open(listing, encoding="utf-8").read())
 results = {}
-for name, code in scripts.items():
-    jax.config.update("jax_enable_x64", False)  # each check starts from the default
+for name, script in scripts.items():
+    jax.config.update("jax_enable_x64", False)  # each script starts from the default
     out, err = io.StringIO(), io.StringIO()
+    sys.argv = [script["file"], *script["argv"]]
     status = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            exec(compile(code, name, "exec"), {"__name__": "__main__"})
+            code = compile(script["code"], script["file"], "exec")
+            exec(code, {"__name__": "__main__", "__file__": script["file"]})
         except SystemExit as exit_:
-            status = exit_.code if isinstance(exit_.code, int) else 1
+            status = exit_.code if isinstance(exit_.code, int) else int(
+                exit_.code is not None
+            )
         except BaseException:
             traceback.print_exc()
             status = 1
     results[name] = dict(status=status, stdout=out.getvalue(), stderr=err.getvalue())
-with open(sys.argv[2], "w", encoding="utf-8") as file:
+with open(results_path, "w", encoding="utf-8") as file:
     json.dump(results, file)
 """
+
+
+def run_scripts(
+    scripts: dict[str, dict[str, Any]], folder: pathlib.Path, **kwargs: Any
+) -> dict[str, dict[str, Any]]:
+    """Run `scripts` (by name: `code`, and optionally the `file` it is read from and
+    its `argv`) in one subprocess on four host devices (`run_script`'s keyword
+    arguments pass through); by name, each one's exit status (`status`), standard
+    output (`stdout`) and standard error (`stderr`). `folder` (new) keeps the
+    exchange files."""
+    folder.mkdir()
+    listing = {
+        name: dict(code=s["code"], file=s.get("file", name), argv=s.get("argv", []))
+        for name, s in scripts.items()
+    }
+    (folder / "scripts.json").write_text(json.dumps(listing), encoding="utf-8")
+    results = folder / "results.json"
+    process = run_script(
+        [
+            sys.executable,
+            "-c",
+            _SCRIPT_RUNNER,
+            str(folder / "scripts.json"),
+            str(results),
+        ],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        devices=4,
+        timeout=900,
+        **kwargs,
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    return json.loads(results.read_text(encoding="utf-8"))
+
+
+# Checks that need an interpreter of their own (JAX's defaults: x64 off, no pytest
+# plugin, nothing imported but what the check imports; several host devices)
+# register their code at import (`fresh_script`). The first test to ask runs every
+# registered check with `run_scripts`; the session's processes share the outputs.
+_FRESH_SCRIPTS: dict[str, dict[str, Any]] = {}
 
 
 def fresh_script(name: str, code: str) -> str:
     """Register `code` (a script) to run in the session's fresh interpreter under
     `name`; `fresh_output(..., name)` gives what it did."""
-    _FRESH_SCRIPTS[name] = code
+    _FRESH_SCRIPTS[name] = dict(code=code)
     return name
-
-
-def _run_fresh(folder: pathlib.Path) -> dict:
-    folder.mkdir()
-    scripts = folder / "scripts.json"
-    scripts.write_text(json.dumps(_FRESH_SCRIPTS), encoding="utf-8")
-    results = folder / "results.json"
-    process = run_script(
-        [sys.executable, "-c", _FRESH_RUNNER, str(scripts), str(results)],
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        devices=4,
-        timeout=900,
-    )
-    assert process.returncode == 0, process.stdout + process.stderr
-    return json.loads(results.read_text(encoding="utf-8"))
 
 
 def fresh_output(tmp_path_factory: Any, name: str) -> dict[str, Any]:
@@ -414,6 +439,9 @@ def fresh_output(tmp_path_factory: Any, name: str) -> dict[str, Any]:
     exit status (`status`), standard output (`stdout`) and error (`stderr`)."""
     shared = session_folder(tmp_path_factory)
     runs = once_per_session(
-        shared, "fresh-scripts", lambda: _run_fresh(shared / "fresh-scripts"), 900
+        shared,
+        "fresh-scripts",
+        lambda: run_scripts(_FRESH_SCRIPTS, shared / "fresh-scripts"),
+        900,
     )
     return runs[name]

@@ -8,49 +8,17 @@ ignore (they compute on the default device).
 """
 
 import importlib.util
-import json
-import os
 import pathlib
 import re
-import sys
 
 import numpy as np
 import pytest
 
-from .helpers import SEED_EXACT, once_per_session, run_script, session_folder
+from .helpers import SEED_EXACT, once_per_session, run_scripts, session_folder
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-# Runs each (script, arguments) of the JSON list in argv[1] and writes, by script,
-# its exit status, standard output and standard error to the JSON file argv[2].
-_EXAMPLE_RUNNER = """
-import contextlib, io, json, sys, traceback
-import jax
-
-scripts, results_path = json.loads(sys.argv[1]), sys.argv[2]
-results = {}
-for name, path, args in scripts:
-    jax.config.update("jax_enable_x64", False)  # each script starts from the default
-    out, err = io.StringIO(), io.StringIO()
-    sys.argv = [path, *args]
-    status = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = compile(open(path, encoding="utf-8").read(), path, "exec")
-            exec(code, {"__name__": "__main__", "__file__": path})
-        except SystemExit as exit_:
-            status = exit_.code if isinstance(exit_.code, int) else int(
-                exit_.code is not None
-            )
-        except BaseException:
-            traceback.print_exc()
-            status = 1
-    results[name] = dict(status=status, stdout=out.getvalue(), stderr=err.getvalue())
-with open(results_path, "w", encoding="utf-8") as file:
-    json.dump(results, file)
-"""
 
 _HAS_OPTAX = importlib.util.find_spec("optax") is not None
 
@@ -67,7 +35,6 @@ def runs(tmp_path_factory) -> dict:
 
 
 def _run_examples(tmp: pathlib.Path) -> dict:
-    tmp.mkdir()
     specs = [
         ("seed_problem.py", []),
         ("short_time_evolution.py", ["--out", str(tmp / "plots")]),
@@ -75,17 +42,15 @@ def _run_examples(tmp: pathlib.Path) -> dict:
     ]
     if _HAS_OPTAX:
         specs.append(("mlp_pulse_control.py", []))
-    scripts = [(name, str(EXAMPLES / name), ["--fast", *args]) for name, args in specs]
-    results = tmp / "results.json"
-    process = run_script(
-        [sys.executable, "-c", _EXAMPLE_RUNNER, json.dumps(scripts), str(results)],
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        devices=4,
-        cwd=ROOT,
-        timeout=900,
-    )
-    assert process.returncode == 0, process.stdout + process.stderr
-    return json.loads(results.read_text(encoding="utf-8"))
+    scripts = {
+        name: dict(
+            code=(EXAMPLES / name).read_text(encoding="utf-8"),
+            file=str(EXAMPLES / name),
+            argv=["--fast", *args],
+        )
+        for name, args in specs
+    }
+    return run_scripts(scripts, tmp, cwd=ROOT)
 
 
 def example_output(runs: dict, name: str) -> str:
