@@ -21,7 +21,13 @@ from typing import Any
 import pytest
 import yaml
 
-from .helpers import once_per_session, run_script, session_folder
+from .helpers import (
+    fresh_output,
+    fresh_script,
+    once_per_session,
+    run_script,
+    session_folder,
+)
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -605,20 +611,21 @@ def test_code_on_pages_runs(group, tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-def test_readme_example_prints_what_it_says(tmp_path):
-    """The comment under the README's `print(...)` is exactly what it prints."""
+def _readme_example() -> tuple[str, list[str]]:
+    """The README's example up to its `print(...)`, and the lines its comment says
+    that prints."""
     (block,) = PYTHON_BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
     code, printed, comment = block.partition("print(levels[9])\n")
     assert printed and comment.startswith("# ")
-    expected = [line.removeprefix("# ") for line in comment.splitlines()]
-    script = tmp_path / "readme.py"
-    script.write_text(code + printed)
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == expected
+    return code + printed, [line.removeprefix("# ") for line in comment.splitlines()]
+
+
+# Run in a fresh interpreter, as a reader would run it.
+_README = fresh_script("README example", _readme_example()[0])
+
+
+def test_readme_example_prints_what_it_says(tmp_path_factory):
+    """The comment under the README's `print(...)` is exactly what it prints."""
+    result = fresh_output(tmp_path_factory, _README)
+    assert result["status"] == 0, result["stderr"]
+    assert result["stdout"].splitlines() == _readme_example()[1]
