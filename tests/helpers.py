@@ -389,10 +389,13 @@ with open(results_path, "w", encoding="utf-8") as file:
 
 
 def run_scripts(
-    scripts: dict[str, dict[str, Any]], folder: pathlib.Path, **kwargs: Any
+    scripts: dict[str, dict[str, Any]],
+    folder: pathlib.Path,
+    devices: int = 4,
+    **kwargs: Any,
 ) -> dict[str, dict[str, Any]]:
     """Run `scripts` (by name: `code`, and optionally the `file` it is read from and
-    its `argv`) in one subprocess on four host devices (`run_script`'s keyword
+    its `argv`) in one subprocess on `devices` host devices (`run_script`'s keyword
     arguments pass through); by name, each one's exit status (`status`), standard
     output (`stdout`) and standard error (`stderr`). `folder` (new) keeps the
     exchange files."""
@@ -412,7 +415,7 @@ def run_scripts(
             str(results),
         ],
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        devices=4,
+        devices=devices,
         timeout=900,
         **kwargs,
     )

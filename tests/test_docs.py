@@ -25,7 +25,7 @@ from .helpers import (
     fresh_output,
     fresh_script,
     once_per_session,
-    run_script,
+    run_scripts,
     session_folder,
 )
 
@@ -564,10 +564,10 @@ def test_runnable_pages_are_listed():
     assert with_code - {"seed-problem.md"} == set(RUNNABLE_PAGES)
 
 
-# The pages run in two processes (one per test worker), each page's code in a fresh
-# namespace with JAX's precision reset to its default: importing JAX and hierax once
-# per process instead of once per page, and sharing the compiled programs the pages
-# have in common.
+# The pages run in two processes (one per test worker, `run_scripts`), each page's
+# code in a fresh namespace with JAX's precision reset to its default: importing JAX
+# and hierax once per process instead of once per page, and sharing the compiled
+# programs the pages have in common.
 # Pages after the first twelve alternate, starting with the lighter group (measured
 # with the first twelve: 82 s and 52 s).
 PAGE_GROUPS = [
@@ -575,40 +575,17 @@ PAGE_GROUPS = [
     RUNNABLE_PAGES[1:12:2] + RUNNABLE_PAGES[12::2],
 ]
 
-_PAGE_RUNNER = """
-import sys, traceback
-import jax
-
-for path, name in zip(sys.argv[1::2], sys.argv[2::2]):
-    jax.config.update("jax_enable_x64", False)  # each page starts from the default
-    code = open(path, encoding="utf-8").read()
-    try:
-        exec(compile(code, name, "exec"), {"__name__": "__main__"})
-    except BaseException:
-        print(f"code on {name} failed:", file=sys.stderr)
-        traceback.print_exc()
-        sys.exit(1)
-"""
-
 
 @pytest.mark.parametrize("group", range(len(PAGE_GROUPS)))
 def test_code_on_pages_runs(group, tmp_path):
-    args = []
+    scripts = {}
     for page in PAGE_GROUPS[group]:
         blocks = PYTHON_BLOCK.findall((ROOT / "docs" / page).read_text("utf-8"))
         assert blocks, page
-        script = tmp_path / (page.replace("/", "_") + ".py")
-        script.write_text("\n".join(blocks), encoding="utf-8")
-        args += [str(script), page]
-    env = {"JAX_PLATFORMS": "cpu", **os.environ}
-    result = run_script(
-        [sys.executable, "-c", _PAGE_RUNNER, *args],
-        env=env,
-        devices=2,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr
+        scripts[page] = dict(code="\n".join(blocks))
+    results = run_scripts(scripts, tmp_path / "pages", devices=2, cwd=tmp_path)
+    failed = {page: r["stderr"] for page, r in results.items() if r["status"] != 0}
+    assert not failed, "\n".join(f"code on {p} failed:\n{e}" for p, e in failed.items())
 
 
 def _readme_example() -> tuple[str, list[str]]:
@@ -621,11 +598,12 @@ def _readme_example() -> tuple[str, list[str]]:
 
 
 # Run in a fresh interpreter, as a reader would run it.
-_README = fresh_script("README example", _readme_example()[0])
+_README_CODE, _README_PRINTS = _readme_example()
+_README = fresh_script("README example", _README_CODE)
 
 
 def test_readme_example_prints_what_it_says(tmp_path_factory):
     """The comment under the README's `print(...)` is exactly what it prints."""
     result = fresh_output(tmp_path_factory, _README)
     assert result["status"] == 0, result["stderr"]
-    assert result["stdout"].splitlines() == _readme_example()[1]
+    assert result["stdout"].splitlines() == _README_PRINTS
