@@ -348,10 +348,15 @@ def _sinusoid(function: "Cos | Sin", t, order, time_scale, quarter_turns: int):
     rotation by quarter turns taken exactly from the cycle (c, -s, -c, s)."""
     dtype = jnp.result_type(function.amplitude, function.frequency, function.phase, t)
     cos_x, sin_x = _phase(function.frequency, t, function.phase)
-    cycle = jnp.stack([cos_x, -sin_x, -cos_x, sin_x])
-    turns = (jnp.arange(order + 1) + quarter_turns) % 4
+    # The cycle as c * (1, 0, -1, 0) + s * (0, -1, 0, 1): exact (each product is
+    # by 0 or +-1), and elementwise, where indexing the stacked cycle is a gather
+    # (a kernel of its own to compile).
+    turns = (np.arange(order + 1) + quarter_turns) % 4
+    on_cos = np.array([1.0, 0.0, -1.0, 0.0])[turns]
+    on_sin = np.array([0.0, -1.0, 0.0, 1.0])[turns]
+    cycle = cos_x * on_cos.astype(cos_x.dtype) + sin_x * on_sin.astype(sin_x.dtype)
     rate = function.frequency if time_scale is None else function.frequency * time_scale
-    series = function.amplitude * power_series(rate, order) * cycle[turns]
+    series = function.amplitude * power_series(rate, order) * cycle
     return series.astype(dtype)
 
 
@@ -516,15 +521,17 @@ class Gaussian(AbstractTimeFunction):
                 jnp.where(size > 0, jnp.round(jnp.log2(size)), 0.0)
             )
             down = exact_exp2(-shift, real_dtype(dtype)).astype(dtype)
-            return (m * down, m_next * down, exponent + shift), (m_next * down, shift)
+            exponent = exponent + shift
+            return (m * down, m_next * down, exponent), (m_next * down, exponent)
 
         one = jnp.ones((), dtype)
         start = (jnp.zeros((), dtype), one, jnp.zeros((), real_dtype(dtype)))
         js = jnp.arange(order, dtype=real_dtype(dtype))
-        _, (rest, shifts) = lax.scan(step, start, js)
+        # (The running exponent is the scan's output: no cumulative sum after it.)
+        _, (rest, exponents) = lax.scan(step, start, js)
         m = jnp.concatenate([one[None], rest])
-        exponents = jnp.concatenate([jnp.zeros((1,), shifts.dtype), jnp.cumsum(shifts)])
-        log_factor = exponents * jnp.log(2.0).astype(shifts.dtype) - x**2 / 2
+        exponents = jnp.concatenate([jnp.zeros((1,), exponents.dtype), exponents])
+        log_factor = exponents * jnp.log(2.0).astype(exponents.dtype) - x**2 / 2
         if jnp.iscomplexobj(log_factor):  # complex t: exp(-x^2/2) has a phase
             m = m * jnp.exp(1j * jnp.imag(log_factor))
             log_factor = jnp.real(log_factor)

@@ -787,8 +787,16 @@ def _small_embedded_series(
     # v_j, v_{j-1}, ..., v_0, 0, ... is the slice from order - j.
     # A state of several columns (kets, a propagator) steps them side by side.
     y = y0.astype(dtype).reshape(n, -1)
-    past = jnp.zeros((2 * order + 2, rows, y.shape[1]), rdtype)
-    past = past.at[order].set(jnp.concatenate([y.real, y.imag]))
+    # (Zeros joined around the state, not a scatter into zeros: a scatter is a
+    # kernel of its own to compile.)
+    start = jnp.concatenate([y.real, y.imag])[None].astype(rdtype)
+    past = jnp.concatenate(
+        [
+            jnp.zeros((order,) + start.shape[1:], rdtype),
+            start,
+            jnp.zeros((order + 1,) + start.shape[1:], rdtype),
+        ]
+    )
     # NumPy: the adjoint's rule may not close over values of the trace.
     inverse = (1 / np.arange(1, order + 1)).astype(rdtype)
 
