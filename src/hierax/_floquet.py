@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from ._arrays import complex_dtype, to_jax
-from ._jit import in_blocks
+from ._jit import in_blocks, module_jit
 from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
 from ._solvers import sesolve
 from ._solvers._rewrites import merge_equal_terms
@@ -65,19 +65,28 @@ class FloquetBasis(eqx.Module):
         $\\phi_j(t) = e^{i \\epsilon_j (t - t_0)} U(t, t_0) \\phi_j(t_0)$, periodic
         in t (t is first reduced into $(t_0, t_0 + T]$: a solve of at most one
         period)."""
-        t = jnp.asarray(t, self.period.dtype)
-        local = self.t0 + jnp.mod(t - self.t0, self.period)
-        local = jnp.where(local <= self.t0, local + self.period, local)
-        evolved = sesolve(
-            self.hamiltonian,
-            self.modes,
-            jnp.stack([self.t0, local]),
-            rtol=self.rtol,
-            atol=self.atol,
-            order=self.order,
-        ).final_state
-        phases = jnp.exp(1j * self.quasienergies * (local - self.t0))
-        return evolved * phases[None, :].astype(evolved.dtype)
+        return _modes_at(self, t)
+
+
+def _modes_at_impl(basis: FloquetBasis, t: Any) -> Array:
+    t = jnp.asarray(t, basis.period.dtype)
+    local = basis.t0 + jnp.mod(t - basis.t0, basis.period)
+    local = jnp.where(local <= basis.t0, local + basis.period, local)
+    evolved = sesolve(
+        basis.hamiltonian,
+        basis.modes,
+        jnp.stack([basis.t0, local]),
+        rtol=basis.rtol,
+        atol=basis.atol,
+        order=basis.order,
+    ).final_state
+    phases = jnp.exp(1j * basis.quasienergies * (local - basis.t0))
+    return evolved * phases[None, :].astype(evolved.dtype)
+
+
+# One compiled call per basis structure (eagerly, a dozen small programs around
+# the solve otherwise); a new time is a value.
+_modes_at = module_jit(_modes_at_impl)
 
 
 def floquet(

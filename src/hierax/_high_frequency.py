@@ -87,14 +87,14 @@ class HighFrequencyExpansion(eqx.Module):
         """The van Vleck effective Hamiltonian $\\sum_{k \\le order}
         H_{eff}^{(k)}$."""
         k = self._order(order, "hierax.HighFrequencyExpansion.effective")
-        return self.terms[: k + 1].sum(0)
+        return _effective(self, order=k)
 
     def quasienergies(self, order: int | None = None) -> Float[Array, " n"]:
         """The eigenvalues of the effective Hamiltonian truncated at `order`,
         folded into $(-\\omega/2, \\omega/2]$ and sorted, as
         [`hierax.FloquetBasis`][]'s."""
         k = self._order(order, "hierax.HighFrequencyExpansion.quasienergies")
-        return _quasienergies(self.effective(k), self.period)
+        return _truncated_quasienergies(self, order=k)
 
     def kick(self, t: ArrayLike, order: int | None = None) -> Complex[Array, "n n"]:
         """The kick operator $K(t) = \\sum_{j=1}^{order+1} K^{(j)}(t)$, with
@@ -102,8 +102,7 @@ class HighFrequencyExpansion(eqx.Module):
         Hamiltonian's order + 1: both enter the propagator at the same power)."""
         api = "hierax.HighFrequencyExpansion.kick"
         k = self._order(order, api)
-        weights = self._weights(as_time(t, api, canonical=False))
-        return jnp.einsum("g,kgab->ab", weights, self.kicks[: k + 1])
+        return _kick(self, as_time(t, api, canonical=False), order=k)
 
     def stroboscopic_terms(self, t0: ArrayLike) -> Complex[Array, "k n n"]:
         """The Floquet-Magnus terms of $H_F[t_0]$, one per power of $1/\\omega$
@@ -111,16 +110,16 @@ class HighFrequencyExpansion(eqx.Module):
         $e^{-iK(t_0)} H_{eff} e^{iK(t_0)}$, which depends on the start $t_0$ and
         has the same quasienergies."""
         api = "hierax.HighFrequencyExpansion.stroboscopic_terms"
-        weights = self._weights(as_time(t0, api, canonical=False))
-        return jnp.einsum("g,kgab->kab", weights, self.stroboscopic_grid)
+        return _stroboscopic_terms(self, as_time(t0, api, canonical=False))
 
     def stroboscopic(
         self, t0: ArrayLike, order: int | None = None
     ) -> Complex[Array, "n n"]:
         """The Floquet-Magnus Hamiltonian $H_F[t_0]$ truncated at `order`, with
         $U(t_0 + T, t_0) \\approx e^{-i H_F[t_0] T}$."""
-        k = self._order(order, "hierax.HighFrequencyExpansion.stroboscopic")
-        return self.stroboscopic_terms(t0)[: k + 1].sum(0)
+        api = "hierax.HighFrequencyExpansion.stroboscopic"
+        k = self._order(order, api)
+        return _stroboscopic(self, as_time(t0, api, canonical=False), order=k)
 
     def propagator(
         self, t: ArrayLike, t0: ArrayLike, order: int | None = None
@@ -132,21 +131,13 @@ class HighFrequencyExpansion(eqx.Module):
         k = self._order(order, api)
         t = as_time(t, api, canonical=False)
         t0 = as_time(t0, api, canonical=False)
-        expm = jax.scipy.linalg.expm
-        middle = expm(-1j * self.effective(k) * (t - t0))
-        return expm(-1j * self.kick(t, k)) @ middle @ expm(1j * self.kick(t0, k))
+        return _propagator(self, t, t0, order=k)
 
     def convergence(self, exact: FloquetBasis) -> Float[Array, " k"]:
         """The largest distance (modulo $\\omega$) of the quasienergies at each
         order $0 .. K$ from `exact`'s (a [`hierax.FloquetBasis`][] of the same H
         and period): the expansion's error order by order."""
-        omega = 2 * jnp.pi / self.period
-        errors = []
-        for k in range(self.order + 1):
-            gap = self.quasienergies(k)[:, None] - exact.quasienergies[None, :]
-            gap = jnp.abs(jnp.mod(gap + omega / 2, omega) - omega / 2)
-            errors.append(gap.min(1).max())
-        return jnp.stack(errors)
+        return _convergence(self, exact.quasienergies)
 
     def _weights(self, t: Time) -> Array:
         """Fourier-interpolation weights of the grid at time t."""
@@ -219,6 +210,62 @@ def high_frequency_expansion(
 def _quasienergies(h: Array, period: Array) -> Array:
     energies = jnp.linalg.eigvalsh((h + jnp.conj(h.T)) / 2)
     return jnp.sort(fold(energies, period))
+
+
+# The expansion's methods, each one compiled call per structure and order (run
+# eagerly, each was a dozen small programs, each compiled on its first use); times
+# are values.
+
+
+@module_jit
+def _effective(expansion: HighFrequencyExpansion, *, order: int) -> Array:
+    return expansion.terms[: order + 1].sum(0)
+
+
+@module_jit
+def _truncated_quasienergies(expansion: HighFrequencyExpansion, *, order: int) -> Array:
+    return _quasienergies(expansion.terms[: order + 1].sum(0), expansion.period)
+
+
+def _kick_at(expansion: HighFrequencyExpansion, t: Any, order: int) -> Array:
+    weights = expansion._weights(t)
+    return jnp.einsum("g,kgab->ab", weights, expansion.kicks[: order + 1])
+
+
+def _stroboscopic_terms_at(expansion: HighFrequencyExpansion, t0: Any) -> Array:
+    weights = expansion._weights(t0)
+    return jnp.einsum("g,kgab->kab", weights, expansion.stroboscopic_grid)
+
+
+_kick = module_jit(_kick_at)
+_stroboscopic_terms = module_jit(_stroboscopic_terms_at)
+
+
+@module_jit
+def _stroboscopic(expansion: HighFrequencyExpansion, t0: Any, *, order: int) -> Array:
+    return _stroboscopic_terms_at(expansion, t0)[: order + 1].sum(0)
+
+
+@module_jit
+def _propagator(
+    expansion: HighFrequencyExpansion, t: Any, t0: Any, *, order: int
+) -> Array:
+    expm = jax.scipy.linalg.expm
+    middle = expm(-1j * expansion.terms[: order + 1].sum(0) * (t - t0))
+    kick, back = _kick_at(expansion, t, order), _kick_at(expansion, t0, order)
+    return expm(-1j * kick) @ middle @ expm(1j * back)
+
+
+@module_jit
+def _convergence(expansion: HighFrequencyExpansion, exact: Array) -> Array:
+    omega = 2 * jnp.pi / expansion.period
+    errors = []
+    for k in range(expansion.order + 1):
+        energies = _quasienergies(expansion.terms[: k + 1].sum(0), expansion.period)
+        gap = energies[:, None] - exact[None, :]
+        gap = jnp.abs(jnp.mod(gap + omega / 2, omega) - omega / 2)
+        errors.append(gap.min(1).max())
+    return jnp.stack(errors)
 
 
 @module_jit
