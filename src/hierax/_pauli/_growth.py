@@ -282,5 +282,11 @@ def autocorrelation_series(
     mu, _ = moments(hamiltonian, observable, order, capacity)
     k = np.arange(order + 1)
     scale = np.array([(-1.0) ** j / float(np.prod(np.arange(1, 2 * j + 1))) for j in k])
-    series = jnp.zeros(2 * order + 1, mu.dtype)
-    return series.at[2 * k].set(mu * jnp.asarray(scale, mu.dtype))
+    return _even_series(mu, scale.astype(np.dtype(mu.dtype)))
+
+
+@jax.jit  # one compiled call (eagerly, a handful of small programs otherwise)
+def _even_series(mu: Array, scale: Array) -> Array:
+    """$c_{2k} = \\mu_k s_k$ and zeros at the odd orders."""
+    even = mu * scale
+    return jnp.stack([even, jnp.zeros_like(even)], axis=1).reshape(-1)[:-1]

@@ -196,7 +196,7 @@ class PauliSum(eqx.Module):
                 f"`hierax.PauliSum.{name}`: expected {rows} coefficients (one per "
                 f"string), got shape {tuple(c.shape)}."
             )
-        c = c.astype(complex_dtype(c.dtype))
+        c = to_jax(c, complex_dtype(c.dtype))
         capacity = rows if capacity is None else _capacity(capacity)
         if not is_traced(c) and capacity < rows:
             distinct = len({(a.tobytes(), b.tobytes()) for a, b in zip(x, z)})
@@ -206,12 +206,14 @@ class PauliSum(eqx.Module):
                     "distinct strings given; raise it, or truncate explicitly "
                     "(`PauliSum.truncate`)."
                 )
+        # Placed without eager JAX operations (each kind compiles a small program
+        # on a process's first use).
         raw = cls(
-            x=jnp.asarray(x),
-            z=jnp.asarray(z),
+            x=to_jax(x),
+            z=to_jax(z),
             coefficients=c,
-            count=jnp.asarray(rows, jnp.int32),
-            dropped=jnp.zeros((), jnp.finfo(c.dtype).dtype),
+            count=to_jax(np.asarray(rows, np.int32)),
+            dropped=to_jax(np.zeros((), jnp.finfo(c.dtype).dtype)),
             n_qubits=n_qubits,
         )
         return raw.truncate(capacity)
@@ -231,10 +233,10 @@ class PauliSum(eqx.Module):
         """The strings and their coefficients, `{"XZI": c, ...}` (on the host: for
         display and checks, not inside a jit)."""
         n = int(self.count)
-        strings = to_strings(
-            np.asarray(self.x[:n]), np.asarray(self.z[:n]), self.n_qubits
-        )
-        return dict(zip(strings, np.asarray(self.coefficients[:n]).tolist()))
+        # Sliced on the host (an eager slice of a JAX array compiles a program).
+        x, z = np.asarray(self.x)[:n], np.asarray(self.z)[:n]
+        strings = to_strings(x, z, self.n_qubits)
+        return dict(zip(strings, np.asarray(self.coefficients)[:n].tolist()))
 
     # --- arithmetic -----------------------------------------------------------
 
