@@ -6,10 +6,12 @@ from typing import Any
 
 import diffrax
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._arrays import as_array, cast, complex_dtype
+from .._arrays import as_array, cast, complex_dtype, to_jax
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from ._integrate import TermCache, check_no_foreign_keywords, per_precision, solve
@@ -178,7 +180,7 @@ def check_exp_ops(exp_ops: Any, state: Array | None, n: int, api: str) -> Array 
         )
     checked = []
     for i, op in enumerate(exp_ops):
-        op = jnp.asarray(op)
+        op = op if isinstance(op, jax.Array) else np.asarray(op)
         if op.shape != (n, n):
             raise ValueError(
                 f"`{api}`: `exp_ops[{i}]` has shape {tuple(op.shape)} but the "
@@ -187,4 +189,8 @@ def check_exp_ops(exp_ops: Any, state: Array | None, n: int, api: str) -> Array 
         checked.append(op)
     if not checked:
         return None
-    return jnp.stack(checked)
+    if any(isinstance(op, jax.Array) for op in checked):
+        return jnp.stack(checked)
+    # NumPy observables (and lists) stacked in NumPy and placed once per value (an
+    # eager `jnp.stack` compiles a program per shape and costs a dispatch a call).
+    return to_jax(np.stack(checked))
