@@ -277,7 +277,7 @@ def _(operator: TimeOperator, center: float, tolerance: float) -> bool:
     # i.e. M real for sigma = +1 and imaginary for sigma = -1.
     if isinstance(operator.matrices, tuple):  # sparse terms: not read here
         return False
-    matrices = operator.matrices
+    matrices, host = operator.matrices, None
     for k, function in enumerate(operator.functions):
         sign = mirror_sign(function, center, tolerance)
         if sign == 0:
@@ -288,7 +288,9 @@ def _(operator: TimeOperator, center: float, tolerance: float) -> bool:
             return False
         if is_traced(matrices):
             return False
-        matrix = np.asarray(matrices[k])
+        if host is None:  # read once, sliced on the host (an eager slice compiles)
+            host = np.asarray(matrices)
+        matrix = host[k]
         part = np.imag(matrix) if sign == 1 else np.real(matrix)
         if np.any(part != 0):
             return False
