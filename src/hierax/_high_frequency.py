@@ -217,14 +217,16 @@ def _quasienergies(h: Array, period: Array) -> Array:
 # are values.
 
 
-@module_jit
-def _effective(expansion: HighFrequencyExpansion, *, order: int) -> Array:
+def _effective_to(expansion: HighFrequencyExpansion, order: int) -> Array:
     return expansion.terms[: order + 1].sum(0)
+
+
+_effective = module_jit(_effective_to)
 
 
 @module_jit
 def _truncated_quasienergies(expansion: HighFrequencyExpansion, *, order: int) -> Array:
-    return _quasienergies(expansion.terms[: order + 1].sum(0), expansion.period)
+    return _quasienergies(_effective_to(expansion, order), expansion.period)
 
 
 def _kick_at(expansion: HighFrequencyExpansion, t: Any, order: int) -> Array:
@@ -251,7 +253,7 @@ def _propagator(
     expansion: HighFrequencyExpansion, t: Any, t0: Any, *, order: int
 ) -> Array:
     expm = jax.scipy.linalg.expm
-    middle = expm(-1j * expansion.terms[: order + 1].sum(0) * (t - t0))
+    middle = expm(-1j * _effective_to(expansion, order) * (t - t0))
     kick, back = _kick_at(expansion, t, order), _kick_at(expansion, t0, order)
     return expm(-1j * kick) @ middle @ expm(1j * back)
 
@@ -261,7 +263,7 @@ def _convergence(expansion: HighFrequencyExpansion, exact: Array) -> Array:
     omega = 2 * jnp.pi / expansion.period
     errors = []
     for k in range(expansion.order + 1):
-        energies = _quasienergies(expansion.terms[: k + 1].sum(0), expansion.period)
+        energies = _quasienergies(_effective_to(expansion, k), expansion.period)
         gap = energies[:, None] - exact[None, :]
         gap = jnp.abs(jnp.mod(gap + omega / 2, omega) - omega / 2)
         errors.append(gap.min(1).max())
