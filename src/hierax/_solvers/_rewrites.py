@@ -222,19 +222,25 @@ def _(operator: TimeOperator) -> tuple[AbstractTimeOperator, Array]:
                 TimeOperator(operator.functions, to_jax(shifted)),
                 to_jax(shift, dtype),
             )
-    shift = jnp.zeros((), dtype)
+    # Known sparse matrices and known constants: in NumPy, as above (the sparse
+    # arithmetic stays in NumPy for NumPy scalars).
+    shift: Any = np.zeros((), dtype)
     shifted = []
     for function, matrix in zip(operator.functions, matrices):
         if function.is_constant:
             if isinstance(matrix, SparseMatrix):
-                trace = matrix.trace() / n
+                trace = matrix.trace()
+                trace = (trace if placed(trace) else np.asarray(trace)) / n
                 matrix = matrix - trace * identity(n, matrix.dtype)
             else:
                 trace = jnp.trace(matrix) / n
                 matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
-            shift = shift + (function(0.0) * trace).astype(dtype)
+            value = known_value(function)
+            if value is None or placed(trace):
+                value = function(0.0)
+            shift = shift + (value * trace).astype(dtype)
         shifted.append(matrix)
-    return TimeOperator(operator.functions, shifted), shift
+    return TimeOperator(operator.functions, shifted), to_jax(shift)
 
 
 def known_value(function: AbstractTimeFunction) -> Any:
