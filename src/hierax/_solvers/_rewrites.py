@@ -181,7 +181,7 @@ def split_constant_trace(
     callable or a time-dependent term keeps its trace, which is then expanded in
     series like the rest of H.
     """
-    return operator, jnp.zeros((), jnp.result_type(1j))
+    return operator, to_jax(np.zeros((), jnp.result_type(1j)))
 
 
 @split_constant_trace.register

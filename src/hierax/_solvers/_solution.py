@@ -1,9 +1,12 @@
 """The result of [`hierax.sesolve`][]."""
 
+from typing import Any
+
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Int, Real, Shaped
 
 from .._jit import module_jit
@@ -77,14 +80,17 @@ class Solution(eqx.Module):
                 "`hierax.Solution.evaluate`: this solution has no dense output; "
                 "solve with `hierax.sesolve(..., dense=True)`."
             )
-        t = jnp.asarray(t)
-        return _evaluate(self.interpolation, t.reshape(-1)).reshape(
-            t.shape + self.states.shape[1:]
-        )
+        # Numbers and JAX arrays as they are (a Python number stays weakly typed),
+        # sequences as NumPy arrays: all traced by the one compiled call.
+        if not isinstance(t, (jax.Array, int, float, complex)):
+            t = np.asarray(t)
+        return _evaluate(self.interpolation, t)
 
 
-def _evaluate_impl(interpolation: diffrax.DenseInterpolation, ts: Array) -> Array:
-    return jax.vmap(interpolation.evaluate)(ts)
+def _evaluate_impl(interpolation: diffrax.DenseInterpolation, t: Any) -> Array:
+    t = jnp.asarray(t)
+    states = jax.vmap(interpolation.evaluate)(t.reshape(-1))
+    return states.reshape(t.shape + states.shape[1:])
 
 
 _evaluate = module_jit(_evaluate_impl)
