@@ -183,8 +183,9 @@ def _one_period(
     where = None if shift is None else "middle" if shift == 0.5 else "shifted"
     try:
         solver = _period_solver(*config, where)
-    except TypeError:  # a static part that cannot be hashed: built for this call
-        solver = _period_solver.__wrapped__(*config, where)
+    except TypeError:  # a static part that cannot be hashed: built for this call,
+        # run eagerly (compiled, it would compile again on every call)
+        solver = _period_solver.__wrapped__(*config, where, compiled=False)
     return solver(arrays, period, t0, to_jax(0.5 if shift is None else shift))
 
 
@@ -197,12 +198,15 @@ def _period_solver(
     atol: float,
     order: int,
     where: str | None,
+    compiled: bool = True,
 ) -> Any:
     """The one-period solve of an operator structure (its non-array part
     `static`), blocked under `jax.vmap` (`in_blocks`); kept per structure, so that
     an eager `jax.vmap` over `floquet` compiles its blocked map once. `where` H's
     mirror centre lies: `None` (none known: the whole period), `"middle"` of the
-    period, or `"shifted"` to $c = t_0 + \\text{shift}\\, T$ (`shift` a value)."""
+    period, or `"shifted"` to $c = t_0 + \\text{shift}\\, T$ (`shift` a value).
+    `compiled`: the single solve behind a jit boundary (not for a solver built for
+    one call, which would compile it on every call)."""
 
     def single(arrays: Any, period: Array, t0: Array, shift: Array) -> Array:
         def solve(times: list[Array]) -> Array:
@@ -229,11 +233,13 @@ def _period_solver(
         return w @ (u.T @ u) @ jnp.conj(w.T)
 
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
-    # Behind a jit boundary (this solver is kept per structure): an eager call is
-    # one compiled program, where its steps around the solve (the identity, the
-    # times, U_h^T U_h) ran as eager operations, each compiling a program of its
-    # own on a process's first call (28 of them for a driven qubit, 0.56 s).
-    return in_blocks(jax.jit(single), max(8, _BLOCK_BYTES // lane))
+    # Behind a jit boundary when kept per structure (`compiled`): an eager call is
+    # then one compiled program, where its steps around the solve (the identity,
+    # the times, U_h^T U_h) ran as eager operations, each compiling a program of
+    # its own on a process's first call (28 of them for a driven qubit, 0.56 s).
+    return in_blocks(
+        jax.jit(single) if compiled else single, max(8, _BLOCK_BYTES // lane)
+    )
 
 
 def _mirror_shift(
