@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import mpmath as mp
@@ -42,6 +43,23 @@ SEED_EXACT = {
     2: (-1.682941969615793, -1.1677063269057155),
     9: (-15540.999433741366, 9987.578125605485),
 }
+
+
+class Counting(hierax.AbstractTimeFunction):
+    """`function`, counting how often its series is traced (in `traces`, a static
+    list: its structure cannot be hashed). hierax sees a time function of its
+    own, not the one inside."""
+
+    function: hierax.AbstractTimeFunction
+    traces: list = eqx.field(static=True)
+
+    @property
+    def is_constant(self):
+        return False
+
+    def series(self, t, order, time_scale):
+        self.traces.append(order)
+        return self.function.series(t, order, time_scale)
 
 
 _COMPILES: list[str] = []

@@ -10,6 +10,7 @@ import hierax
 
 from .helpers import (
     SYSTEMS,
+    Counting,
     fresh_output,
     fresh_script,
     mp_relative_errors,
@@ -284,21 +285,6 @@ def test_small_problem_under_vmap_takes_the_batched_layout_and_differentiates():
     np.testing.assert_allclose(batched, one_by_one, rtol=1e-12)
 
 
-class _CountingCos(hierax.AbstractTimeFunction):
-    """cos(w t), counting how often its series is traced."""
-
-    frequency: jax.Array
-    traces: list = eqx.field(static=True)
-
-    @property
-    def is_constant(self):
-        return False
-
-    def series(self, t, order, time_scale):
-        self.traces.append(order)
-        return hierax.Cos(self.frequency).series(t, order, time_scale)
-
-
 @pytest.mark.parametrize("kind", ["heisenberg", "propagator"])
 def test_no_retrace_when_time_or_parameters_change(kind):
     traces = []
@@ -306,7 +292,7 @@ def test_no_retrace_when_time_or_parameters_change(kind):
     sx = jnp.array([[0.0, 1], [1, 0]])
 
     def build(freq):
-        hamiltonian = _CountingCos(jnp.asarray(freq), traces) * sy
+        hamiltonian = Counting(hierax.Cos(jnp.asarray(freq)), traces) * sy
         if kind == "heisenberg":
             return lambda t: hierax.HeisenbergHierarchy(hamiltonian, sx, 9)(t)
         return lambda t: hierax.PropagatorDerivatives(hamiltonian, 9)(t, sx)
@@ -330,7 +316,7 @@ def test_one_compile_policy_fast_and_filtered_paths():
     results = {}
     for label, traces in (("fast", fast_traces), ("filtered", filtered_traces)):
         for freq, t in [(1.0, 0.5), (1.5, np.float64(0.7)), (2.0, jnp.asarray(0.1))]:
-            hamiltonian = _CountingCos(jnp.asarray(freq), traces) * sy
+            hamiltonian = Counting(hierax.Cos(jnp.asarray(freq)), traces) * sy
             if label == "filtered":
                 hamiltonian = hamiltonian + hierax.CallableOperator(zero)
             h = hierax.HeisenbergHierarchy(hamiltonian, sx, 9)
@@ -461,7 +447,7 @@ def test_time_scale_is_traced_and_checked():
     sy = jnp.array([[0, -1j], [1j, 0]])
     sx = jnp.array([[0.0, 1], [1, 0]])
     traces = []
-    hamiltonian = _CountingCos(jnp.asarray(1.0), traces) * sy
+    hamiltonian = Counting(hierax.Cos(jnp.asarray(1.0)), traces) * sy
     for scale in (2.0, 3.0, 5.0):
         hierax.HeisenbergHierarchy(hamiltonian, sx, 9, time_scale=scale)(0.5)
     assert traces == [3, 9]  # one compile: the series and the time-scale probe

@@ -10,7 +10,6 @@ between the two pictures, and central finite differences for gradients.
 import functools
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import mpmath as mp
@@ -24,6 +23,7 @@ from .helpers import (
     SIGMA_X,
     SIGMA_Y,
     SIGMA_Z,
+    Counting,
     _mp_series,
     mp_relative_errors,
     relative_errors,
@@ -435,29 +435,13 @@ def test_vmap_over_times_equals_a_loop():
     )
 
 
-class _CountingExp(hierax.AbstractTimeFunction):
-    """amplitude * exp(rate t), counting how often its series is traced."""
-
-    rate: jax.Array
-    amplitude: jax.Array
-    traces: list = eqx.field(static=True)
-
-    @property
-    def is_constant(self):
-        return False
-
-    def series(self, t, order, time_scale):
-        self.traces.append(order)
-        return hierax.Exp(self.rate, self.amplitude).series(t, order, time_scale)
-
-
 @pytest.mark.parametrize("kind", ["hierarchy", "density"])
 def test_no_retrace_when_time_or_rate_changes(kind):
     traces = []
     rho = jnp.asarray(RHO_QUBIT)
 
     def run(gamma, t):
-        jump = _CountingExp(jnp.asarray(-0.3), jnp.sqrt(jnp.asarray(gamma)), traces)
+        jump = Counting(hierax.Exp(-0.3, jnp.sqrt(jnp.asarray(gamma))), traces)
         h = hierax.Cos(1.3) * SIGMA_Y
         if kind == "hierarchy":
             return hierax.LindbladHierarchy(h, [jump * SM], SIGMA_X, 6)(t)
