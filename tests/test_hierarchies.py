@@ -285,6 +285,39 @@ def test_small_problem_under_vmap_takes_the_batched_layout_and_differentiates():
     np.testing.assert_allclose(batched, one_by_one, rtol=1e-12)
 
 
+@pytest.mark.parametrize("differentiate_batched", [False, True])
+def test_batching_rule_runs_one_layout_and_differentiates_the_chosen_one(
+    differentiate_batched,
+):
+    """`by_batching(single, batched, differentiate_batched)`: one call runs
+    `single`, `jax.vmap` runs `batched`, and derivatives (both modes, also under
+    vmap) are those of `batched` when asked (the small hierarchy's matrix-product
+    layout, whose derivative is the smaller program), else of `single`. The two
+    layouts here differ in their derivatives on purpose, to tell them apart."""
+    from hierax._jit import by_batching
+
+    ran = []
+
+    def single(x):
+        ran.append("single")
+        return x**2
+
+    def batched(x):
+        ran.append("batched")
+        return jax.lax.stop_gradient(x) * x  # the same values, half the slope
+
+    f = by_batching(single, batched, differentiate_batched)
+    x = jnp.asarray(3.0)
+    assert float(f(x)) == 9.0 and ran[-1] == "single"
+    xs = jnp.arange(3.0)
+    np.testing.assert_array_equal(jax.vmap(f)(xs), xs**2)
+    assert ran[-1] == "batched"
+    slope = 3.0 if differentiate_batched else 6.0
+    assert float(jax.grad(f)(x)) == slope
+    assert float(jax.jvp(f, (x,), (jnp.asarray(1.0),))[1]) == slope
+    np.testing.assert_array_equal(jax.vmap(jax.grad(f))(xs), xs * slope / 3)
+
+
 @pytest.mark.parametrize("kind", ["heisenberg", "propagator"])
 def test_no_retrace_when_time_or_parameters_change(kind):
     traces = []

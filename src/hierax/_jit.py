@@ -147,13 +147,18 @@ def run_if(ok: Array, compute: Callable[[], Any]) -> Any:
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
 
 
-def by_batching(single: Callable, batched: Callable) -> Callable:
+def by_batching(
+    single: Callable, batched: Callable, differentiate_batched: bool = False
+) -> Callable:
     """`single(*args)`, computed by `batched` instead when the call is mapped by
     `jax.vmap`: two layouts of one computation, the first for one problem (where
     what counts is how many operations and bytes it touches), the second for a
     batch (where what counts is arithmetic). The choice is made by JAX's public
     batching rule (`jax.custom_batching.custom_vmap`), not by inspecting tracers.
-    `args` are arrays (pytrees of arrays)."""
+    `args` are arrays (pytrees of arrays). Derivatives are those of `single`, or
+    with `differentiate_batched` those of `batched` (where its derivative is the
+    smaller program: compile time grows with the operations a program has, and a
+    derivative has several for each of the original's)."""
 
     def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
         axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched))
@@ -163,7 +168,9 @@ def by_batching(single: Callable, batched: Callable) -> Callable:
     # its own program instead of becoming inputs of the batching rule, which JAX
     # requires to be unbatched (under a `lax.cond` on a batched predicate every
     # input is batched).
-    return _with_batching_rule(single, rule, jax.jit(single))
+    return _with_batching_rule(
+        batched if differentiate_batched else single, rule, jax.jit(single)
+    )
 
 
 def by_differentiation(plain: Callable, differentiable: Callable) -> Callable:
@@ -227,7 +234,8 @@ def _with_batching_rule(
     `custom_vmap` alone has no reverse-mode derivative, so the function is also a
     `jax.custom_jvp` whose rule differentiates `single` (under `jax.vmap` of a
     derivative, that rule is batched as any JAX function): forward and reverse mode
-    both work, and give the derivative of the same computation."""
+    both work, and give the derivative of `single` (`unmapped` computes the same
+    function, perhaps in another layout)."""
 
     @jax.custom_batching.custom_vmap
     def mapped(*args):
