@@ -29,6 +29,30 @@ def test_scalar_series():
     )
 
 
+@pytest.mark.parametrize("x", [2.5, -1.75, 0.0, 0.3 - 1.2j])
+def test_power_series_derivatives_in_both_modes_and_the_second(x):
+    """The derivative of x^j / j! (its own rule: the series shifted by one) against
+    exact rationals, real, negative, zero and complex x; forward and reverse mode
+    agree, and the second derivative is x^(j-2) / (j-2)!."""
+    order = 12
+    x = jnp.asarray(x)
+    exact = [
+        0 if j == 0 else complex(x) ** (j - 1) / math.factorial(j - 1)
+        for j in range(order + 1)
+    ]
+    forward = jax.jacfwd(power_series, holomorphic=x.dtype.kind == "c")(x, order)
+    np.testing.assert_allclose(forward, exact, rtol=1e-14, atol=1e-300)
+    if x.dtype.kind == "f":
+        reverse = jax.jacrev(power_series)(x, order)
+        np.testing.assert_array_equal(reverse, forward)
+        second = jax.jacfwd(jax.jacrev(power_series))(x, order)
+        exact = [
+            0 if j < 2 else float(x) ** (j - 2) / math.factorial(j - 2)
+            for j in range(order + 1)
+        ]
+        np.testing.assert_allclose(second, exact, rtol=1e-14, atol=1e-300)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_two_product_is_error_free(dtype):
     """p + e equals a * b exactly (checked with rationals)."""

@@ -1097,7 +1097,6 @@ def test_gradients_by_the_steps_adjoints_whatever_is_differentiated(monkeypatch)
                     )
                 )(*point)
                 assert not adjoints
-                print("MARGIN", abs(float(gradient - forward)) / abs(float(forward)))
                 assert abs(float(gradient - forward)) <= 1e-10 * abs(float(forward))
 
 
