@@ -924,14 +924,16 @@ def _vjps(function, inputs, cotangent):
     return jax.jit(run)(inputs, cotangent)
 
 
-@pytest.mark.parametrize("layout", ["real matrices", "complex", "diagonals", "tiny"])
+@pytest.mark.parametrize(
+    "layout", ["real matrices", "complex", "diagonals", "interleaved diagonals", "tiny"]
+)
 def test_the_steps_adjoint_recursion_equals_the_transposed_loop(layout):
     """Reverse mode through a step's recursion by its adjoint (`adjoint=True`:
     one backward loop and a few contractions) gives what JAX's transpose of the
     loop gives, to rounding, for every input: the coefficients (time-dependent and
     constant rows), the matrices (dense real or complex, or their diagonals'
-    values), the state (one column or several); and the tiny-state loop, whose
-    generator is summed first."""
+    values, also listed with the blocks interleaved), the state (one column or
+    several); and the tiny-state loop, whose generator is summed first."""
     rng = np.random.default_rng(3)
     order = 7
 
@@ -946,7 +948,7 @@ def test_the_steps_adjoint_recursion_equals_the_transposed_loop(layout):
         # Coefficients (real) and the real embeddings of the terms, (A, 2n, 2n).
         inputs = (normal(count, order + 1, complex_=False),)
         inputs += (normal(count, 2 * n, 2 * n, complex_=False),)
-    elif layout == "diagonals":
+    elif layout.endswith("diagonals"):
         blocks = [
             np.diag(rng.normal(size=n)) + np.diag(rng.normal(size=n - 2), 2)
             for _ in range(count)
@@ -955,6 +957,13 @@ def test_the_steps_adjoint_recursion_equals_the_transposed_loop(layout):
         diagonal = propagator.side_by_side(
             [propagator.Diagonals.from_matrix(b) for b in blocks]
         )
+        if layout == "interleaved diagonals":  # not grouped by block
+            order_of = np.argsort([d for _, d in diagonal.offsets], kind="stable")
+            diagonal = propagator.Diagonals(
+                diagonal.values[order_of],
+                tuple(diagonal.offsets[k] for k in order_of),
+                diagonal.blocks,
+            )
         inputs = (normal(count, order + 1), jnp.asarray(diagonal.values))
     else:
         columns = 1 if layout == "real matrices" else 2

@@ -615,12 +615,20 @@ def _transposed_blocks(stacked: Diagonals) -> list[Diagonals]:
     pad = max((abs(d) for _, d in stacked.offsets), default=0)
     xp = np if isinstance(stacked.values, np.ndarray) else jnp
     padded = xp.pad(stacked.values, [(0, 0), (pad, pad)])
+    # Every diagonal shifted by one gather (`shifted[k, r] = padded[k, pad - d_k +
+    # r]`): a slice per diagonal was a kernel each to compile, inside the step's
+    # backward pass (46 of the 6-site XXZ chain's gradient).
+    starts = np.asarray([pad - d for _, d in stacked.offsets], dtype=np.int32)
+    shifted = xp.take_along_axis(padded, starts[:, None] + np.arange(n), axis=1)
     blocks = []
     for b in range(stacked.blocks):
         ks = [k for k, (block, _) in enumerate(stacked.offsets) if block == b]
-        shifted = [padded[k, pad - stacked.offsets[k][1] :][:n] for k in ks]
         offsets = tuple((0, -stacked.offsets[k][1]) for k in ks)
-        blocks.append(Diagonals(xp.stack(shifted), offsets, 1))
+        if ks and ks == list(range(ks[0], ks[-1] + 1)):  # (usual: by block)
+            rows = shifted[ks[0] : ks[-1] + 1]
+        else:
+            rows = shifted[np.asarray(ks)]
+        blocks.append(Diagonals(rows, offsets, 1))
     return blocks
 
 
