@@ -619,7 +619,7 @@ def _transposed_blocks(stacked: Diagonals) -> list[Diagonals]:
     # r]`): a slice per diagonal was a kernel each to compile, inside the step's
     # backward pass (46 of the 6-site XXZ chain's gradient).
     starts = np.asarray([pad - d for _, d in stacked.offsets], dtype=np.int32)
-    shifted = xp.take_along_axis(padded, starts[:, None] + np.arange(n), axis=1)
+    shifted = padded[np.arange(len(starts))[:, None], starts[:, None] + np.arange(n)]
     blocks = []
     for b in range(stacked.blocks):
         ks = [k for k, (block, _) in enumerate(stacked.offsets) if block == b]
