@@ -9,7 +9,7 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 
-from ._cache import flatten_module
+from ._cache import IdentityCache, flatten_module
 
 
 # A scalar time, a real or complex number or 0-d array. (Annotated as broadly as any
@@ -39,15 +39,54 @@ __all__ = [
 ]
 
 
+class _Hashed:
+    """A hashable value whose hash is computed once: a module's tree structure and
+    leaf signature, hashed on every call, cost a small call more than its
+    dictionary look-up."""
+
+    __slots__ = ("value", "hash")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self.hash = hash(value)  # TypeError for an unhashable static part
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, _Hashed)
+            and self.hash == other.hash
+            and self.value == other.value
+        )
+
+
+# A module's signature, by identity (modules are immutable).
+_MODULE_SIGNATURES = IdentityCache(32)
+_PLAIN_TYPES = frozenset({bool, int, float, complex, str, type(None)})
+
+
 def _signature(x: Any) -> Any:
     """What a jaxtyping check of `x` depends on: its type and, for arrays and
     modules, the tree structure and the shapes and dtypes of the array leaves (never
     the values)."""
-    if isinstance(x, (bool, int, float, complex, str, type(None))):
+    # (Exact types: `isinstance` against a builtin type reads a module's
+    # `__class__` through equinox's attribute hook, a microsecond a type.)
+    if type(x) in _PLAIN_TYPES:
         return type(x)
+    # A module seen before first (a look-up by identity: the `isinstance` checks
+    # of JAX's and equinox's abstract classes cost microseconds each).
+    hit = _MODULE_SIGNATURES.get(x)
+    if hit is not None:
+        return hit
+    if isinstance(x, jax.Array | np.ndarray):  # a leaf: no tree to walk
+        return type(x), x.shape, x.dtype
     if isinstance(x, eqx.Module):
         flat = flatten_module(x)
-        return flat.treedef, flat.signature
+        hit = _Hashed((flat.treedef, flat.signature))
+        if not any(isinstance(leaf, jax.core.Tracer) for leaf in flat.leaves):
+            _MODULE_SIGNATURES.put(x, hit)
+        return hit
     leaves, tree = jax.tree_util.tree_flatten(x)
     return tree, tuple(
         (type(leaf), getattr(leaf, "shape", None), getattr(leaf, "dtype", None))
@@ -73,10 +112,10 @@ def typechecked(fn):
                 tuple(_signature(a) for a in args),
                 tuple((k, _signature(v)) for k, v in sorted(kwargs.items())),
             )
-            hash(key)
+            known = key in seen
         except TypeError:  # an unhashable static part: check every time
             return checked(*args, **kwargs)
-        if key in seen:
+        if known:
             return fn(*args, **kwargs)
         out = checked(*args, **kwargs)
         seen.add(key)
