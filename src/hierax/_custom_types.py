@@ -7,6 +7,7 @@ import equinox as eqx
 import jax
 import numpy as np
 from beartype import beartype
+from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 
 from ._cache import IdentityCache, flatten_module
@@ -84,7 +85,7 @@ def _signature(x: Any) -> Any:
     if isinstance(x, eqx.Module):
         flat = flatten_module(x)
         hit = _Hashed((flat.treedef, flat.signature))
-        if not any(isinstance(leaf, jax.core.Tracer) for leaf in flat.leaves):
+        if not any(isinstance(leaf, Tracer) for leaf in flat.leaves):
             _MODULE_SIGNATURES.put(x, hit)
         return hit
     leaves, tree = jax.tree_util.tree_flatten(x)
