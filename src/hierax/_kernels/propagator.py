@@ -627,7 +627,7 @@ def _transposed_blocks(stacked: Diagonals) -> list[Diagonals]:
         if ks and ks == list(range(ks[0], ks[-1] + 1)):  # (usual: by block)
             rows = shifted[ks[0] : ks[-1] + 1]
         else:
-            rows = shifted[np.asarray(ks)]
+            rows = shifted[np.asarray(ks, dtype=np.int32)]  # (none: empty)
         blocks.append(Diagonals(rows, offsets, 1))
     return blocks
 
