@@ -282,6 +282,10 @@ class Constant(AbstractTimeFunction):
         return lax.pad(value.reshape(1), jnp.zeros((), value.dtype), ((0, order, 0),))
 
 
+# `Polynomial`s of up to this many coefficients sum their series in straight-line code.
+_UNROLLED_WIDTH = 16
+
+
 class Polynomial(AbstractTimeFunction):
     """A polynomial $f(t) = \\sum_{i=0}^{D} a_i t^i$ (coefficients in ascending
     order, as in `numpy.polynomial`)."""
@@ -319,11 +323,16 @@ class Polynomial(AbstractTimeFunction):
         # Horner's rule on series: q <- q * (t + s sigma) + a_i, from a_D down. No
         # power of t or s is formed, so nothing overflows before the result does,
         # and every coefficient keeps its derivative (no mask at exact zeros).
+        first = np.arange(width) == 0
+
         def step(q, a_i):
             shifted = jnp.concatenate([jnp.zeros((1,), dtype), q[:-1]])
-            return (t * q + s * shifted).at[0].add(a_i), None
+            return t * q + s * shifted + jnp.where(first, a_i, 0), None
 
-        q, _ = lax.scan(step, jnp.zeros((width,), dtype), a[::-1])
+        # Unrolled for the usual low degrees: a loop is a program of its own, with
+        # its own kernels to compile, in every step and in the first step's bound.
+        unroll = width <= _UNROLLED_WIDTH
+        q, _ = lax.scan(step, jnp.zeros((width,), dtype), a[::-1], unroll=unroll)
         if order < width:
             return q[: order + 1]
         return jnp.concatenate([q, jnp.zeros((order + 1 - width,), dtype)])
