@@ -859,6 +859,24 @@ def test_bad_input_names_the_argument(kwargs, match):
         sesolve(_qubit(), state, times, **arguments)
 
 
+def test_bad_traced_tolerances_name_the_argument_at_run_time():
+    """Tolerances traced by a user's jit are checked inside the program (one check
+    for both): each bad one is named, and good ones pass."""
+    state, times = jnp.array([1.0, 0.0j]), jnp.array([0.0, 1.0])
+    solve = jax.jit(
+        lambda r, a: sesolve(_qubit(), state, times, rtol=r, atol=a).final_state
+    )
+    assert np.all(np.isfinite(solve(1e-6, 1e-8)))
+    for rtol, atol, name in (
+        (-1.0, 1e-8, "rtol"),
+        (1e-6, np.nan, "atol"),
+        (1e-6, np.inf, "atol"),
+        (0.0, -1.0, "rtol"),
+    ):
+        with pytest.raises(Exception, match=f"`{name}` must be positive and finite"):
+            jax.block_until_ready(solve(rtol, atol))
+
+
 def test_dense_output_too_large_for_memory_is_refused_before_compiling():
     """Dense output keeps every step's series for `max_steps` steps: a request that
     cannot fit says so (naming `max_steps`) instead of failing inside XLA."""

@@ -534,12 +534,14 @@ class Gaussian(AbstractTimeFunction):
             return (m * down, m_next * down, exponent), (m_next * down, exponent)
 
         one = jnp.ones((), dtype)
-        start = (jnp.zeros((), dtype), one, jnp.zeros((), real_dtype(dtype)))
-        js = jnp.arange(order, dtype=real_dtype(dtype))
-        # (The running exponent is the scan's output: no cumulative sum after it.)
-        _, (rest, exponents) = lax.scan(step, start, js)
-        m = jnp.concatenate([one[None], rest])
-        exponents = jnp.concatenate([jnp.zeros((1,), exponents.dtype), exponents])
+        m, exponents = one[None], jnp.zeros((1,), real_dtype(dtype))
+        if order > 0:  # (the value alone, as the first step's bound takes it: no loop)
+            start = (jnp.zeros((), dtype), one, exponents[0])
+            js = jnp.arange(order, dtype=real_dtype(dtype))
+            # (The running exponent is the scan's output: no cumulative sum after it.)
+            _, (rest, shifts) = lax.scan(step, start, js)
+            m = jnp.concatenate([m, rest])
+            exponents = jnp.concatenate([exponents, shifts])
         log_factor = exponents * jnp.log(2.0).astype(exponents.dtype) - x**2 / 2
         if jnp.iscomplexobj(log_factor):  # complex t: exp(-x^2/2) has a phase
             m = m * jnp.exp(1j * jnp.imag(log_factor))

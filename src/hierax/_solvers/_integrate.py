@@ -406,6 +406,9 @@ def _solve_impl(
     )
 
 
+_TOLERANCES = ("rtol", "atol")
+
+
 def _checked(
     times: Array,
     rtol: Array,
@@ -417,10 +420,15 @@ def _checked(
     """`times`, with run-time checks of what was not known (concrete) before
     compiling: known times and tolerances were checked then."""
     if check_tolerances:
-        for name, value in (("rtol", rtol), ("atol", atol)):
-            bad = ~(jnp.isfinite(value) & (value > 0))
-            message = f"`{api}`: `{name}` must be positive and finite."
-            times = eqx.error_if(times, bad, message)
+        # One check for both (each check is a conditional and a callback to trace
+        # and compile), its message naming the first that fails.
+        bad = [~(jnp.isfinite(value) & (value > 0)) for value in (rtol, atol)]
+        times = eqx.branched_error_if(
+            times,
+            bad[0] | bad[1],
+            jnp.where(bad[0], 0, 1),
+            [f"`{api}`: `{name}` must be positive and finite." for name in _TOLERANCES],
+        )
     if check_times:
         times = eqx.error_if(
             times,
