@@ -129,9 +129,10 @@ def lower_toeplitz(c: Array) -> Array:
     diagonal) of a scalar series: `T @ a` is the Cauchy product of `c` and `a`.
     O(K^2) scalars, cheap for scalar series."""
     order = c.shape[0] - 1
-    k = jnp.arange(order + 1)
+    # NumPy: the index and the mask are constants of the program, not computed in it.
+    k = np.arange(order + 1)
     diff = k[:, None] - k[None, :]
-    return jnp.where(diff >= 0, c[jnp.clip(diff, 0, order)], 0)
+    return jnp.where(diff >= 0, c[np.clip(diff, 0, order)], 0)
 
 
 def scalar_cauchy_product(a: Array, b: Array) -> Array:

@@ -537,7 +537,7 @@ class Gaussian(AbstractTimeFunction):
         m, exponents = one[None], jnp.zeros((1,), real_dtype(dtype))
         if order > 0:  # (the value alone, as the first step's bound takes it: no loop)
             start = (jnp.zeros((), dtype), one, exponents[0])
-            js = jnp.arange(order, dtype=real_dtype(dtype))
+            js = np.arange(order, dtype=real_dtype(dtype))  # a constant, not an iota
             # (The running exponent is the scan's output: no cumulative sum after it.)
             _, (rest, shifts) = lax.scan(step, start, js)
             m = jnp.concatenate([m, rest])

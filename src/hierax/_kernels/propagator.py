@@ -26,7 +26,7 @@ from .._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix, sparse_pro
 def step_signs(step: Array, order: int) -> Array:
     """1 at even orders and the sign of $h$ at odd ones: a series at scale $|h|$
     times these is the series at scale $h$."""
-    return jnp.where(jnp.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
+    return jnp.where(np.arange(order + 1) % 2 == 0, 1, jnp.sign(step))
 
 
 def real_embedding(matrix: Any, xp: ModuleType = jnp) -> Any:
@@ -54,7 +54,7 @@ def lagged_weights(coefficients: Array) -> Array:
     valid = lags[None, :] <= lags[:, None]
     index = np.where(valid, lags[:, None] - lags[None, :], 0)
     rdtype = real_dtype(coefficients.dtype)
-    scale = (1 / jnp.arange(1, width + 1, dtype=rdtype)).astype(coefficients.dtype)
+    scale = (1 / np.arange(1, width + 1, dtype=rdtype)).astype(coefficients.dtype)
     taken = coefficients[:, index] * scale[None, :, None]
     return jnp.where(jnp.asarray(valid)[None], taken, 0)
 
