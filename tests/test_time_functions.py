@@ -29,6 +29,14 @@ CASES = [
         1 - 2 * t + t**2 / 2 + 3 * t**3,
     ),
     (
+        # More coefficients than Horner's rule is unrolled for: the loop.
+        "polynomial-long",
+        lambda: hierax.Polynomial(
+            jnp.array([(-1.0) ** k / (k + 1) for k in range(20)])
+        ),
+        sum(sp.Integer(-1) ** k / (k + 1) * t**k for k in range(20)),
+    ),
+    (
         "cos",
         lambda: hierax.Cos(1.7, 0.3, 0.5),
         sp.Rational(1, 2) * sp.cos(sp.Rational(17, 10) * t + sp.Rational(3, 10)),
