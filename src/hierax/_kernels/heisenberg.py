@@ -431,7 +431,7 @@ def taylor_levels(
             carry = (re, im, exponents, scales, floor, error)
             return carry, (re[0], im[0], exponents[0], error)
 
-        steps = jnp.arange(first, last + 1)
+        steps = np.arange(first, last + 1)  # a constant, not an iota
         carry, (new_re, new_im, new_exponents, new_errors) = lax.scan(
             body, (re, im, exponents, scales, floor, error), steps
         )
