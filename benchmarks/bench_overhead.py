@@ -25,25 +25,12 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
+from timing import alternating_times  # noqa: E402
 
 import hierax  # noqa: E402
 
 
 warnings.filterwarnings("ignore", message="Complex dtype support")
-
-
-def _alternate(first, second, calls: int) -> tuple[float, float]:
-    first()
-    second()
-    a, b = [], []
-    for _ in range(calls):
-        start = time.perf_counter()
-        first()
-        a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        second()
-        b.append(time.perf_counter() - start)
-    return float(np.median(a)), float(np.median(b))
 
 
 def _held_back(system):
@@ -97,9 +84,10 @@ def main():
     for key, make in SYSTEMS.items():
         cases[key] = _held_back(make())
     for name, (eager, jitted, state) in cases.items():
-        python, inside = _alternate(
-            eager, lambda f=jitted, y=state: f(y).block_until_ready(), calls
+        measured = alternating_times(
+            {"python": eager, "inside": lambda f=jitted, y=state: f(y)}, calls
         )
+        python, inside = (float(np.median(measured[k])) for k in ("python", "inside"))
         print(
             f"{name}: from Python {python * 1e3:.3f} ms, inside jit "
             f"{inside * 1e3:.3f} ms, overhead {(python - inside) * 1e3:.3f} ms"

@@ -19,7 +19,6 @@ conditionals of the adaptive solve's program inside a jit.
 import argparse
 import os
 import re
-import time
 import warnings
 
 import jax
@@ -31,26 +30,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from bench_systems import diffrax_final  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
+from timing import alternating_times  # noqa: E402
 
 import hierax  # noqa: E402
 
 
 warnings.filterwarnings("ignore", message="Complex dtype support")
-
-
-def _alternate(calls: dict, count: int) -> dict[str, np.ndarray]:
-    for call in calls.values():
-        call()
-        call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(count):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {
-        name: np.percentile(np.array(t) * 1e6, [5, 50, 75]) for name, t in times.items()
-    }
 
 
 def _kernels(compiled_text: str) -> str:
@@ -107,7 +92,8 @@ def main():
         calls, adaptive, state, steps = _calls(system)
         print(f"\n{key}: {system.name}; rtol 1e-6 takes {steps} steps")
         print(f"  {'call':28s} {'p5':>8s} {'p50':>8s} {'p75':>8s}  (us)")
-        for name, (p5, p50, p75) in _alternate(calls, options.calls).items():
+        for name, times in alternating_times(calls, options.calls).items():
+            p5, p50, p75 = np.percentile(times * 1e6, [5, 50, 75])
             print(f"  {name:28s} {p5:8.1f} {p50:8.1f} {p75:8.1f}")
         text = adaptive.lower(state, 1e-6, 1e-8).compile().as_text() or ""
         print(f"  the solve's program inside a jit: {_kernels(text)}")

@@ -2,6 +2,8 @@
 
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -25,3 +27,21 @@ def median_time(fn, args: tuple, repeats: int) -> float:
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def alternating_times(
+    calls: dict[str, Callable[[], Any]], repeats: int
+) -> dict[str, np.ndarray]:
+    """Each call's wall times in seconds over `repeats` rounds in which the calls
+    take turns (each until its result is ready), after two calls of each (the
+    first compiles): the machine's load moves them all alike."""
+    for call in calls.values():
+        jax.block_until_ready(call())
+        jax.block_until_ready(call())
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            times[name].append(time.perf_counter() - start)
+    return {name: np.asarray(t) for name, t in times.items()}
