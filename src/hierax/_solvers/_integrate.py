@@ -406,9 +406,6 @@ def _solve_impl(
     )
 
 
-_TOLERANCES = ("rtol", "atol")
-
-
 def _checked(
     times: Array,
     rtol: Array,
@@ -427,7 +424,10 @@ def _checked(
             times,
             bad[0] | bad[1],
             jnp.where(bad[0], 0, 1),
-            [f"`{api}`: `{name}` must be positive and finite." for name in _TOLERANCES],
+            [
+                f"`{api}`: `{name}` must be positive and finite."
+                for name in ("rtol", "atol")
+            ],
         )
     if check_times:
         times = eqx.error_if(
