@@ -22,8 +22,6 @@ dense callable).
 import argparse
 import json
 import os
-import statistics
-import time
 from pathlib import Path
 
 import jax
@@ -34,6 +32,7 @@ jax.config.update("jax_enable_x64", True)
 import dynamiqs as dq  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import alternating_times  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -75,16 +74,9 @@ def systems() -> dict:
 
 
 def interleaved_medians(calls: dict, repeats: int) -> dict:
-    for call in calls.values():  # compile and warm
-        jax.block_until_ready(call())
-        jax.block_until_ready(call())
-    samples: dict = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(times) for name, times in samples.items()}
+    """Each call's median wall time in seconds, the calls taking turns."""
+    times = alternating_times(calls, repeats)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def main() -> None:
