@@ -1,3 +1,5 @@
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -532,3 +534,59 @@ def test_compiled_call_keeps_no_module_alive(tmp_path_factory):
     result = fresh_output(tmp_path_factory, _KEEPS_NO_MODULE)
     assert result["status"] == 0, result["stderr"]
     assert result["stdout"].strip() == "True"
+
+
+def _cos_series(w, phase, t, order):
+    """Closed form: the coefficients of $\\cos(w t + \\varphi)$ at t."""
+    j = np.arange(order + 1)
+    factorials = np.array([math.factorial(int(k)) for k in j], float)
+    return w**j * np.cos(w * t + phase + j * np.pi / 2) / factorials
+
+
+def _propagator_reference(terms, t, state, order):
+    """The recursion $u_{j+1} = -i/(j+1) \\sum_m h_m u_{j-m}$ in NumPy, with the
+    terms' coefficients in closed form; returns $U^{(j)} = j!\\, u_j$."""
+    h = sum(_cos_series(w, p, t, order)[:, None, None] * m[None] for (w, p), m in terms)
+    u = [np.asarray(state, complex)]
+    for j in range(order):
+        total = sum(h[m] @ u[j - m] for m in range(j + 1))
+        u.append(-1j / (j + 1) * total)
+    return np.stack([math.factorial(j) * u[j] for j in range(order + 1)])
+
+
+_SX = np.array([[0, 1], [1, 0]], complex)
+_SY = np.array([[0, -1j], [1j, 0]])
+_SZ = np.diag([1.0, -1.0]).astype(complex)
+# (frequency, phase) per term; frequency 0 and phase 0 is a constant term.
+_SMALL_STRUCTURES = {
+    "one cosine": [((1.0, 0.0), _SY)],
+    "two varying": [((1.0, 0.0), _SY), ((1.3, -np.pi / 2), _SX)],
+    "constant and varying": [((0.0, 0.0), _SZ), ((0.7, 0.0), _SX)],
+    "three terms": [((1.0, 0.0), _SX), ((2.0, 0.4), _SZ), ((0.0, 0.0), _SY)],
+}
+
+
+@pytest.mark.parametrize("structure", list(_SMALL_STRUCTURES))
+def test_propagator_derivatives_small_orders(structure):
+    """Issue 48 (C1): every order from 0, for tiny states (the summed-generator
+    kernel), kets and propagators, x64 and complex64: order 0 raised an IndexError."""
+    terms = _SMALL_STRUCTURES[structure]
+    hamiltonian = sum(hierax.Cos(w, p) * m if w else m for (w, p), m in terms)
+    t = 0.3
+    states = [np.array([0.6, 0.8j]), scipy.linalg.expm(-0.4j * _SX)]
+    kinds = [(jnp.complex128, 1e-12), (jnp.complex64, 1e-5)]
+    combinations = [(s, k) for s in states for k in kinds]
+    for order in range(6):
+        d = hierax.PropagatorDerivatives(hamiltonian, order)
+        # Order 0 in every combination; the others in one each, in turn (a compile
+        # each).
+        cases = combinations if order == 0 else [combinations[order % 4]]
+        for state, (dtype, tolerance) in cases:
+            reference = _propagator_reference(terms, t, state, order)
+            levels = np.asarray(d(t, jnp.asarray(state, dtype)))
+            assert levels.shape == (order + 1,) + state.shape
+            assert levels.dtype == dtype
+            flat = (order + 1, -1)
+            scale = np.abs(reference).reshape(flat).max(1)
+            errors = np.abs(levels - reference).reshape(flat).max(1)
+            assert np.all(errors <= tolerance * scale), (order, dtype, errors)

@@ -784,6 +784,10 @@ def _small_embedded_series(
     their arithmetic. The same sums in another order: each term is a sum of
     products whose largest has the size of the result."""
     dtype = jnp.result_type(y0, 1j)
+    if order == 0:
+        # The state alone; the loop below would index an empty `inverse` (a
+        # `fori_loop` traces its body even for no iterations).
+        return y0.astype(dtype)[None]
     rdtype = real_dtype(dtype)
     n = y0.shape[0]
     rows = 2 * n
