@@ -546,10 +546,14 @@ def _cos_series(w, phase, t, order):
 def _propagator_reference(terms, t, state, order):
     """The recursion $u_{j+1} = -i/(j+1) \\sum_m h_m u_{j-m}$ in NumPy, with the
     terms' coefficients in closed form; returns $U^{(j)} = j!\\, u_j$."""
-    h = sum(_cos_series(w, p, t, order)[:, None, None] * m[None] for (w, p), m in terms)
+    h = np.zeros((order + 1, 2, 2), complex)
+    for (w, p), m in terms:
+        h += _cos_series(w, p, t, order)[:, None, None] * m[None]
     u = [np.asarray(state, complex)]
     for j in range(order):
-        total = sum(h[m] @ u[j - m] for m in range(j + 1))
+        total = np.zeros_like(u[0])
+        for m in range(j + 1):
+            total += h[m] @ u[j - m]
         u.append(-1j / (j + 1) * total)
     return np.stack([math.factorial(j) * u[j] for j in range(order + 1)])
 
