@@ -13,6 +13,11 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("accuracy.py")
+
 import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 

@@ -23,6 +23,11 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("bench_contexts.py")
+
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from timing import median_time  # noqa: E402

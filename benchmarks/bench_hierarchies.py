@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import memory as _memory
 import numpy as np
+from device import require_cpu
 from jax import lax
 from jax.experimental import jet
 
@@ -578,6 +579,7 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
     """Run all parts, write the results to `out`. Returns 0."""
     # Before anything creates an array: every measurement is in double precision.
     jax.config.update("jax_enable_x64", True)
+    require_cpu("bench_hierarchies.py")
     start = time.perf_counter()
     if quick:  # a smoke run of every part, as small as it goes: three low orders
         orders = [1, 2, 3]

@@ -43,6 +43,11 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("bench_mesolve.py")
+
 import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402

@@ -34,6 +34,11 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("bench_pauli.py")
+
 import numpy as np  # noqa: E402
 from memory import _status  # noqa: E402  (benchmarks/memory.py: /proc/self/status)
 

@@ -26,9 +26,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("bench_short_solves.py")
+
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from bench_systems import diffrax_final  # noqa: E402
+from peers import diffrax_final  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 from timing import alternating_times  # noqa: E402
 

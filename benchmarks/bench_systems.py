@@ -41,7 +41,6 @@ The load average is printed before and after each system.
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -55,11 +54,16 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import diffrax  # noqa: E402
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("bench_systems.py")
+
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from peers import diffrax_final, dynamiqs_final  # noqa: E402
 from systems import SYSTEMS, System  # noqa: E402
-from timing import timed  # noqa: E402
+from timing import time_at, timed  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -137,68 +141,6 @@ def hierax_in_jit(system: System, traced_tol: bool = False, jnp_matrices=False):
     return lambda tol: constant(one, y0, tol)
 
 
-def real_embedding(g: np.ndarray) -> np.ndarray:
-    """A complex matrix acting on v as one real matrix acting on (Re v, Im v)."""
-    return np.block([[np.real(g), -np.imag(g)], [np.imag(g), np.real(g)]])
-
-
-def generators(system: System) -> tuple[np.ndarray, np.ndarray]:
-    """G_0 and G_k of dv/dt = (G_0 + sum_k c_k(t) G_k) v: -iH for a ket, the
-    Lindbladian on the row-major vec(rho) for the open system."""
-    if not system.is_open:
-        return -1j * system.constant, -1j * system.matrices()
-    eye = np.eye(system.size)
-
-    def commutator(h):
-        return -1j * (np.kron(h, eye) - np.kron(eye, h.T))
-
-    dissipator = sum(
-        np.kron(j, j.conj())
-        - 0.5 * np.kron(j.conj().T @ j, eye)
-        - 0.5 * np.kron(eye, (j.conj().T @ j).T)
-        for j in system.jumps
-    )
-    return commutator(system.constant) + dissipator, np.stack(
-        [commutator(m) for m in system.matrices()]
-    )
-
-
-def diffrax_final(system: System, solver=None):
-    """`final(start, rtol, atol, scale=1.0)`: the state at the end of the span from
-    a complex `start` (a ket, or the open system's density matrix), solved with
-    diffrax on the real and imaginary parts (Dopri8 by default,
-    `PIDController(rtol, atol)`), every drive times `scale`."""
-    solver = diffrax.Dopri8() if solver is None else solver
-    g0, gk = generators(system)
-    g0 = jnp.asarray(real_embedding(g0))
-    gk = jnp.asarray(np.stack([real_embedding(g) for g in gk]))
-
-    # One product per term, then the coefficients: forming G(t) first and then
-    # one product was up to 5x slower (open pair: 42 against 8.5 ms at 1e-3).
-    def vector_field(t, y, scale):
-        return g0 @ y + scale * system.coefficients(t, jnp) @ (gk @ y)
-
-    term = diffrax.ODETerm(vector_field)
-
-    def final(start, rtol, atol, scale=1.0):
-        half = start.size
-        y0 = jnp.concatenate([jnp.real(start).ravel(), jnp.imag(start).ravel()])
-        y = diffrax.diffeqsolve(
-            term,
-            solver,
-            0.0,
-            system.span,
-            None,
-            y0,
-            args=scale,
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-            max_steps=10**7,
-        ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
-        return (y[:half] + 1j * y[half:]).reshape(start.shape)
-
-    return final
-
-
 def method_diffrax(system: System, solver=None):
     # The complex final state formed inside the jit, as a user would write it (as
     # eager operations after the call it cost about 0.1-0.3 ms a solve).
@@ -247,46 +189,9 @@ def method_qutip(system: System, name: str):
 
 
 def method_dynamiqs(system: System, name: str):
-    import dynamiqs as dq
-    import dynamiqs.method as dq_method
-
-    dq.set_precision("double")
-    hamiltonian = dq.constant(jnp.asarray(system.constant))
-    for c, m in system.drives:
-        hamiltonian = hamiltonian + dq.modulated(
-            lambda t, c=c: c(t, jnp), jnp.asarray(m)
-        )
-    method = {"dopri8": dq_method.Dopri8, "tsit5": dq_method.Tsit5}[name]
-    tsave = jnp.asarray(system.times)
-    if system.is_open:
-        jumps: list[Any] = [jnp.asarray(j) for j in system.jumps]
-        rho = jnp.asarray(system.rho())
-
-        def solve(tol):
-            out = dq.mesolve(
-                hamiltonian,
-                jumps,
-                rho,
-                tsave,
-                method=method(rtol=tol, atol=tol * 1e-2, max_steps=10**7),
-                progress_meter=False,
-            )
-            return jnp.asarray(out.final_state.to_jax())
-
-    else:
-        psi = jnp.asarray(system.state).reshape(-1, 1)
-
-        def solve(tol):
-            out = dq.sesolve(
-                hamiltonian,
-                psi,
-                tsave,
-                method=method(rtol=tol, atol=tol * 1e-2, max_steps=10**7),
-                progress_meter=False,
-            )
-            return jnp.asarray(out.final_state.to_jax()).reshape(-1)
-
-    return solve
+    final = dynamiqs_final(system, name, "double")
+    start = jnp.asarray(system.rho() if system.is_open else system.state)
+    return lambda tol: final(start, tol, tol * 1e-2)
 
 
 METHODS = {
@@ -349,27 +254,6 @@ def run_ladder(solve, reference, tols, slow_limit):
         if err < min(TARGETS) / 10 or plateau or seconds > slow_limit:
             break
     return points
-
-
-def time_at(points, target):
-    """The run time at final error `target`, interpolated log-log between the
-    ladder points around the last crossing (the last point above the target and
-    the next, so that every tighter tolerance measured also met it): (seconds,
-    bound), bound saying that the loosest tolerance already met the target; None
-    when the ladder ends above it."""
-    above = [i for i, p in enumerate(points) if p["error"] > target]
-    if not above:
-        return (points[0]["seconds"], True) if points else None
-    i = above[-1]
-    if i + 1 == len(points):
-        return None
-    a, b = points[i], points[i + 1]
-    la, lb = math.log(a["error"]), math.log(max(b["error"], 1e-300))
-    w = (math.log(target) - la) / (lb - la)
-    log_seconds = math.log(a["seconds"]) + w * (
-        math.log(b["seconds"]) - math.log(a["seconds"])
-    )
-    return math.exp(log_seconds), False
 
 
 def first_solve_child(key, quick, method):

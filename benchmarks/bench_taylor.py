@@ -44,6 +44,11 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("bench_taylor.py")
+
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental.jet import jet  # noqa: E402
 

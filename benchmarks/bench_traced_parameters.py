@@ -29,9 +29,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from device import require_cpu  # noqa: E402
+
+
+require_cpu("bench_traced_parameters.py")
+
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from bench_systems import generators, real_embedding  # noqa: E402
+from peers import generators, real_embedding  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 from timing import median_time  # noqa: E402
 

@@ -58,4 +58,7 @@ def resident_set_growth(n: int, order: int) -> dict[str, int]:
 
 if __name__ == "__main__":
     jax.config.update("jax_enable_x64", True)
+    from device import require_cpu
+
+    require_cpu("memory.py")
     print(json.dumps(resident_set_growth(int(sys.argv[1]), int(sys.argv[2]))))

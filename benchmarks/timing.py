@@ -1,5 +1,6 @@
 """The one clock of the benchmark scripts: a call timed to its result's arrival."""
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -45,3 +46,24 @@ def alternating_times(
             jax.block_until_ready(call())
             times[name].append(time.perf_counter() - start)
     return {name: np.asarray(t) for name, t in times.items()}
+
+
+def time_at(points, target):
+    """The run time at final error `target`, interpolated log-log between the
+    ladder points around the last crossing (the last point above the target and
+    the next, so that every tighter tolerance measured also met it): (seconds,
+    bound), bound saying that the loosest tolerance already met the target; None
+    when the ladder ends above it."""
+    above = [i for i, p in enumerate(points) if p["error"] > target]
+    if not above:
+        return (points[0]["seconds"], True) if points else None
+    i = above[-1]
+    if i + 1 == len(points):
+        return None
+    a, b = points[i], points[i + 1]
+    la, lb = math.log(a["error"]), math.log(max(b["error"], 1e-300))
+    w = (math.log(target) - la) / (lb - la)
+    log_seconds = math.log(a["seconds"]) + w * (
+        math.log(b["seconds"]) - math.log(a["seconds"])
+    )
+    return math.exp(log_seconds), False
