@@ -244,14 +244,14 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="`period` must be a real scalar"):
         hierax.floquet(h, jnp.array([1.0, 2.0]))
     with pytest.raises(ValueError, match="not Hermitian"):
-        hierax.floquet(np.array([[0.0, 1.0], [0.0, 0.0]]) + hierax.Cos(2.0) * SX, 3.0)
+        hierax.floquet(np.array([[0.0, 1.0], [0.0, 0.0]]) + hierax.Cos(2.0) * SX, np.pi)
 
 
 def test_hermitian_h_with_non_hermitian_terms_against_qutip():
     """H = sz / 2 + 0.4 (e^{iwt} s+ + e^{-iwt} s-): Hermitian though its terms are
     not (checked whole at a few times before refusing), symmetric about T / 2 (half
     a period solved); quasienergies against QuTiP's FloquetBasis to 1e-9. Inside a
-    jit with a traced amplitude the terms cannot be checked whole: refused."""
+    jit with a traced amplitude H is checked inside the solve: the same values."""
     omega = 1.7
     sp = np.array([[0.0, 1.0], [0.0, 0.0]])
 
@@ -273,8 +273,11 @@ def test_hermitian_h_with_non_hermitian_terms_against_qutip():
     np.testing.assert_allclose(
         np.asarray(basis.quasienergies), _folded(reference.e_quasi, omega), atol=1e-9
     )
-    with pytest.raises(ValueError, match="a term's matrix differs"):
-        jax.jit(lambda a: hierax.floquet(hamiltonian(a), period).quasienergies)(0.4)
+    # With a traced amplitude H is checked at run time, inside the solve.
+    traced = jax.jit(lambda a: hierax.floquet(hamiltonian(a), period).quasienergies)
+    np.testing.assert_allclose(
+        np.asarray(traced(0.4)), np.asarray(basis.quasienergies), atol=1e-12
+    )
 
 
 def test_bloch_siegert_shift_of_a_driven_qubit():
@@ -319,3 +322,308 @@ def test_float32_period_runs_in_single_precision(phase, t0):
     np.testing.assert_allclose(
         np.asarray(single.propagator), np.asarray(double.propagator), atol=1e-5
     )
+
+
+W = 2.0
+PERIOD = 2 * np.pi / W
+SP = np.array([[0.0, 1.0], [0.0, 0.0]])
+
+
+def _full_period(hamiltonian, period, t0=0.0):
+    """U(t0 + T, t0) by `sesolve` over the whole span (no symmetry used)."""
+    eye = jnp.eye(2, dtype=complex)
+    solution = hierax.sesolve(
+        hamiltonian, eye, [t0, t0 + period], rtol=1e-13, atol=1e-15
+    )
+    return np.asarray(solution.states[-1])
+
+
+@pytest.mark.parametrize(
+    "drive",
+    [
+        hierax.Cos(W, 0.4, 0.7),  # the issue's: 1.5 periods of the cosine
+        hierax.Sin(W, amplitude=0.5),
+        hierax.Cos(W) * hierax.Cos(W / 5),
+        hierax.Cos(W) + hierax.Cos(W / 2, amplitude=0.2),
+        hierax.Exp(-0.3, 0.5),
+        hierax.Gaussian(1.0, 0.5, 0.4),
+        hierax.Polynomial(np.array([0.1, 0.2])),
+        hierax.Gaussian(1.0, 0.5) * hierax.Cos(W),
+    ],
+)
+def test_a_hamiltonian_that_is_not_periodic_with_the_period_is_refused(drive):
+    """Closed-form time functions tell H's periods: a frequency that is not a whole
+    number of cycles per period (over 1.5 periods of the drive, the mirror-symmetry
+    shortcut gave a propagator 0.3 away from U(t0 + T, t0)), a decaying exponential,
+    a Gaussian or a polynomial are refused, naming `period`."""
+    with pytest.raises(ValueError, match="`hierax.floquet`: `hamiltonian` is not per"):
+        hierax.floquet(0.5 * SZ + drive * SX, 1.5 * PERIOD)
+
+
+@pytest.mark.parametrize(
+    ("drive", "period"),
+    [
+        # cos^2(w t) = (1 + cos 2 w t) / 2 has period pi / w: a product's frequencies
+        # are the sums of its factors'.
+        (hierax.Cos(W, 0.3) * hierax.Cos(W, 0.3), PERIOD / 2),
+        (hierax.Exp(2j * W, 0.3) * hierax.Exp(-1j * W), PERIOD),  # e^{i w t}
+        # Sampled pulses and callables: one period of a periodic drive.
+        (
+            hierax.PiecewiseLinear([0.0, 1.0, 1.5 * PERIOD], [0.1, 0.6, 0.1]),
+            1.5 * PERIOD,
+        ),
+        (
+            hierax.CallableTimeFunction(lambda t: 0.7 * jnp.cos(W * t + 0.4)),
+            1.5 * PERIOD,
+        ),
+    ],
+)
+def test_what_is_not_refused_is_the_propagator_over_one_period(drive, period):
+    """Periodic products pass (and may use the half-period solve); what tells no
+    period is solved over the whole span: in every case the propagator is
+    U(t0 + T, t0) of the full solve (the callable cosine over 1.5 of its periods
+    too, where the mirror shortcut went wrong for `hierax.Cos`)."""
+    if isinstance(drive, hierax.TimeFunctionProduct) and isinstance(
+        drive.left, hierax.Exp
+    ):  # e^{i w t} s+ + h.c.
+        conj = hierax.Exp(-2j * W, 0.3) * hierax.Exp(1j * W)
+        drive_operator = drive * SP + conj * SP.T
+    else:
+        drive_operator = drive * (SX + 0.2 * SZ)
+    hamiltonian = 0.5 * SZ + drive_operator
+    basis = hierax.floquet(hamiltonian, period, t0=0.3, rtol=1e-12, atol=1e-14)
+    expected = _full_period(hamiltonian, period, 0.3)
+    np.testing.assert_allclose(np.asarray(basis.propagator), expected, atol=1e-10)
+
+
+def test_a_traced_period_or_frequency_is_checked_in_the_solve():
+    """Inside a jit the frequencies and the period are values: a wrong period is
+    refused at run time, a right one gives the eager quasienergies."""
+
+    def energies(omega, period):
+        h = 0.5 * SZ + hierax.Cos(omega, amplitude=0.3) * SX
+        return hierax.floquet(h, period).quasienergies
+
+    compiled = jax.jit(energies)
+    with pytest.raises(Exception, match="`hamiltonian` is not periodic with `period`"):
+        jax.block_until_ready(compiled(W, 1.5 * PERIOD))
+    np.testing.assert_allclose(
+        np.asarray(compiled(W, PERIOD)), np.asarray(energies(W, PERIOD)), atol=1e-12
+    )
+
+
+def _bcoo(m):
+    from jax.experimental import sparse
+
+    return sparse.BCOO.fromdense(jnp.asarray(m))
+
+
+def _non_hermitian_forms():
+    """Non-Hermitian Hamiltonians in every form `floquet` takes."""
+    import scipy.sparse
+
+    cos = hierax.Cos(W, amplitude=0.3)
+    return {
+        "dense term": 0.5 * SZ + cos * SP,
+        "scipy.sparse": scipy.sparse.csr_matrix(SP + 0.5 * SZ),
+        "sparse drive": scipy.sparse.csr_matrix(SZ) + cos * scipy.sparse.csr_matrix(SP),
+        "bcoo": _bcoo(SP + 0.5 * SZ),
+        "callable": lambda t: jnp.array([[0.5, jnp.cos(W * t)], [0.0, -0.5]]),
+        "complex amplitude": 0.5 * SZ + hierax.Cos(W, amplitude=0.3j) * SX,
+        "one rotating term": 0.5 * SZ + hierax.Exp(1j * W, 0.3) * SX,
+        "scaled callable": cos
+        * hierax.CallableOperator(
+            lambda t: jnp.array([[0.0, 1.0], [0.0, 0.0]]) + 0 * t
+        ),
+        "qutip": qutip.Qobj(SP + 0.5 * SZ),
+    }
+
+
+@pytest.mark.parametrize("form", list(_non_hermitian_forms()))
+def test_a_non_hermitian_hamiltonian_is_refused_in_every_form(form):
+    """Dense, sparse (scipy, BCOO), callables, complex functions, scaled operators
+    and QuTiP objects: H is checked whole (at times of the period) where its terms
+    do not tell, and refused naming it."""
+    hamiltonian = _non_hermitian_forms()[form]
+    with pytest.raises(ValueError, match="`hierax.floquet`: `hamiltonian` is not Her"):
+        hierax.floquet(hamiltonian, PERIOD)
+
+
+def test_a_traced_non_hermitian_hamiltonian_is_refused_at_run_time():
+    """A callable closing over a traced amplitude and a sparse term with a traced
+    function are checked inside the solve."""
+    import scipy.sparse
+
+    def callable_h(a):
+        return lambda t: jnp.array([[0.5, a * jnp.cos(W * t)], [0.0, -0.5]])
+
+    def sparse_h(a):
+        return scipy.sparse.csr_matrix(SZ) + hierax.Cos(W, amplitude=a) * (
+            scipy.sparse.csr_matrix(SP)
+        )
+
+    for build in (callable_h, sparse_h):
+        compiled = jax.jit(
+            lambda a, build=build: hierax.floquet(build(a), PERIOD).quasienergies
+        )
+        with pytest.raises(Exception, match="`hamiltonian` is not Hermitian"):
+            jax.block_until_ready(compiled(0.3))
+
+
+def test_hermitian_sparse_and_callable_forms_equal_the_dense_one():
+    """The same Hermitian H as scipy.sparse terms and as a callable: the dense
+    form's quasienergies."""
+    import scipy.sparse
+
+    dense = hierax.floquet(0.5 * SZ + hierax.Cos(W, amplitude=0.3) * SX, PERIOD)
+    sparse = hierax.floquet(
+        scipy.sparse.csr_matrix(0.5 * SZ)
+        + hierax.Cos(W, amplitude=0.3) * scipy.sparse.csr_matrix(SX),
+        PERIOD,
+    )
+    callable_h = hierax.floquet(
+        lambda t: 0.5 * jnp.asarray(SZ) + 0.3 * jnp.cos(W * t) * jnp.asarray(SX),
+        PERIOD,
+    )
+    for other in (sparse, callable_h):
+        np.testing.assert_allclose(
+            np.asarray(other.quasienergies), np.asarray(dense.quasienergies), atol=1e-11
+        )
+
+
+H_QUBIT = 0.5 * SZ + hierax.Cos(W, amplitude=0.3) * SX
+
+
+@pytest.mark.parametrize(
+    ("keywords", "error", "match"),
+    [
+        ({"period": np.inf}, ValueError, "`period` must be finite"),
+        ({"period": np.nan}, ValueError, "`period` must be"),
+        ({"period": 0.0}, ValueError, "`period` must be positive"),
+        ({"period": None}, TypeError, "period"),
+        ({"period": 1j}, ValueError, "`period` must be a real scalar"),
+        ({"t0": np.nan}, ValueError, "`t0` must be finite"),
+        ({"t0": np.inf}, ValueError, "`t0` must be finite"),
+        ({"t0": np.array([0.0, 1.0])}, ValueError, "`t0` must be a scalar"),
+        ({"t0": jnp.array([0.0, 1.0])}, ValueError, "`t0` must be a real scalar"),
+        ({"t0": "a"}, TypeError, "t0"),
+        ({"t0": 1j}, TypeError, "`t0` must be a real number"),
+        ({"rtol": -1.0}, ValueError, "`rtol` must be positive and finite"),
+        ({"rtol": 0.0}, ValueError, "`rtol` must be positive and finite"),
+        ({"rtol": np.nan}, ValueError, "`rtol` must be positive and finite"),
+        ({"atol": np.inf}, ValueError, "`atol` must be positive and finite"),
+        ({"atol": np.array([1e-8, 1e-9])}, ValueError, "`atol` must be a real scalar"),
+        ({"rtol": "a"}, TypeError, "rtol"),
+        ({"order": 0}, ValueError, r"`hierax.floquet\(order=...\)` must be a positive"),
+        (
+            {"order": -1},
+            ValueError,
+            r"`hierax.floquet\(order=...\)` must be a positive",
+        ),
+        ({"order": 1.5}, TypeError, "order"),
+        ({"order": True}, TypeError, "order"),
+    ],
+)
+def test_every_bad_argument_is_named(keywords, error, match):
+    """Each argument of `floquet`, bad in value or in kind, gives an error naming
+    `hierax.floquet` and the argument (the tolerances' too, which named
+    `hierax.sesolve`). (Under the test suite's jaxtyping hook, arguments of the
+    wrong type are refused by the annotations first: those match the name only.)"""
+    arguments = {"period": PERIOD, **keywords}
+    period = arguments.pop("period")
+    with pytest.raises(error, match=match) as info:
+        hierax.floquet(H_QUBIT, period, **arguments)
+    if error is ValueError:
+        assert "`hierax.floquet" in str(info.value)
+
+
+def test_bad_times_of_modes_at_are_named():
+    """`modes_at` refuses a batch of times, nan, inf, complex and non-numbers,
+    naming `t`; a nan on the device is refused inside its compiled call."""
+    basis = hierax.floquet(H_QUBIT, PERIOD)
+    api = "`hierax.FloquetBasis.modes_at`"
+    with pytest.raises(ValueError, match=f"{api}: `t` must be a scalar"):
+        basis.modes_at(np.array([0.1, 0.2]))
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=f"{api}: `t` must be finite"):
+            basis.modes_at(bad)
+    with pytest.raises(TypeError, match=f"{api}: `t` must be a real number"):
+        basis.modes_at(1j)
+    with pytest.raises(ValueError, match=f"{api}: `t` must be a real scalar"):
+        basis.modes_at(jnp.array([0.1, 0.2]))
+    with pytest.raises(Exception, match="`t` must be finite"):
+        jax.block_until_ready(basis.modes_at(jnp.array(np.nan)))
+
+
+def test_traced_bad_arguments_are_named_at_run_time():
+    """A traced period, start or tolerance is checked inside the solve."""
+
+    def energies(period, t0, rtol):
+        return hierax.floquet(
+            0.5 * SZ + hierax.Cos(2 * jnp.pi / period, amplitude=0.3) * SX,
+            period,
+            t0=t0,
+            rtol=rtol,
+        ).quasienergies
+
+    compiled = jax.jit(energies)
+    for arguments, name in (
+        ((np.inf, 0.0, 1e-10), "`period` must be positive and finite"),
+        ((PERIOD, np.nan, 1e-10), "`t0` must be finite"),
+        ((PERIOD, 0.0, -1.0), "`rtol` must be positive and finite"),
+    ):
+        with pytest.raises(Exception, match=f"`hierax.floquet`: {name}"):
+            jax.block_until_ready(compiled(*arguments))
+
+
+def test_a_new_tolerance_compiles_nothing():
+    """The tolerances are values of the compiled solve, as `sesolve`'s: a new
+    `rtol` or `atol` compiles nothing, eagerly or inside a jit; a tighter one gives
+    quasienergies at least as close to a tight reference."""
+    reference = hierax.floquet(H_QUBIT, PERIOD, rtol=1e-13, atol=1e-15).quasienergies
+    loose = hierax.floquet(H_QUBIT, PERIOD, rtol=1e-5, atol=1e-7)
+    loose.modes_at(0.4)
+    before = compile_count()
+    tight = hierax.floquet(H_QUBIT, PERIOD, rtol=1e-11, atol=1e-13)
+    tight.modes_at(0.4)
+    assert compile_count() == before
+    assert float(np.abs(np.asarray(tight.quasienergies - reference)).max()) <= max(
+        1e-12, float(np.abs(np.asarray(loose.quasienergies - reference)).max())
+    )
+    traces = []
+
+    @jax.jit
+    def energies(rtol):
+        traces.append(rtol)
+        return hierax.floquet(H_QUBIT, PERIOD, rtol=rtol).quasienergies
+
+    energies(1e-8)
+    before = compile_count()
+    energies(1e-10)
+    assert compile_count() == before and len(traces) == 1
+
+
+def test_a_second_call_on_the_device_moves_no_data():
+    """With the Hamiltonian's arrays, the period and t0 on the device, a second
+    `floquet` call and a `modes_at` call run without a transfer between host and
+    device (the checks of values read nothing back), for a drive whose terms are
+    Hermitian and one whose whole is checked at times of the period."""
+    w = jnp.asarray(W)
+    period, t0, t = 2 * jnp.pi / w, jnp.asarray(0.2), jnp.asarray(0.7)
+    sz, sx, sp = (jnp.asarray(m) for m in (SZ, SX, SP))
+    amplitude = jnp.asarray(0.3)
+    hamiltonians = [
+        0.5 * sz + hierax.Cos(w, amplitude=amplitude) * sx,
+        0.5 * sz
+        + hierax.Exp(1j * w, amplitude) * sp
+        + hierax.Exp(-1j * w, amplitude) * sp.T,
+    ]
+    for h in hamiltonians:
+        first = hierax.floquet(h, period, t0=t0)
+        first.modes_at(t)
+        with jax.transfer_guard("disallow"):
+            again = hierax.floquet(h, period, t0=t0)
+            modes = again.modes_at(t)
+        np.testing.assert_allclose(
+            np.asarray(modes), np.asarray(first.modes_at(t)), atol=0
+        )

@@ -17,8 +17,12 @@ accident of measure zero; a degenerate pair of quasienergies (a symmetry) has an
 basis of its eigenspace as modes, as for any eigen-solver.
 """
 
+import collections
 import functools
-from typing import Any
+import math
+import numbers
+import weakref
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -28,11 +32,12 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from ._arrays import complex_dtype, to_jax
 from ._jit import in_blocks, module_jit
-from ._operators import AbstractTimeOperator, OperatorSum, TimeOperator, to_operator
+from ._operators import AbstractTimeOperator, TimeOperator, summands, to_operator
 from ._solvers import sesolve
 from ._solvers._rewrites import merge_equal_terms
-from ._symmetry import mirror_center
-from ._validation import as_period, is_traced
+from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
+from ._time_functions import CallableTimeFunction
+from ._validation import as_period, check_order, is_traced
 
 
 # The mixing coefficient of the Hermitian combination (the golden ratio's
@@ -56,20 +61,35 @@ class FloquetBasis(eqx.Module):
     propagator: Complex[Array, "n n"]
     quasienergies: Float[Array, " n"]
     modes: Complex[Array, "n n"]
-    rtol: float = eqx.field(static=True)
-    atol: float = eqx.field(static=True)
+    # Values, as `sesolve`'s: a new tolerance compiles nothing.
+    rtol: Real[Array, ""]
+    atol: Real[Array, ""]
     order: int = eqx.field(static=True, default=16)
 
     def modes_at(self, t: ArrayLike) -> Complex[Array, "n n"]:
         """The Floquet modes at time `t` as columns,
         $\\phi_j(t) = e^{i \\epsilon_j (t - t_0)} U(t, t_0) \\phi_j(t_0)$, periodic
         in t (t is first reduced into $(t_0, t_0 + T]$: a solve of at most one
-        period)."""
-        return _modes_at(self, t)
+        period).
+
+        **Arguments:**
+
+        - `t`: the time, a real scalar.
+
+        **Returns:**
+
+        The modes at `t` as the columns of an `(n, n)` array.
+        """
+        api = "hierax.FloquetBasis.modes_at"
+        return _modes_at(self, real_scalar(t, "t", api, self.period.dtype))
 
 
 def _modes_at_impl(basis: FloquetBasis, t: Any) -> Array:
     t = jnp.asarray(t, basis.period.dtype)
+    # A time on the device is checked here (reading it back would move it).
+    t = eqx.error_if(
+        t, ~jnp.isfinite(t), "`hierax.FloquetBasis.modes_at`: `t` must be finite."
+    )
     local = basis.t0 + jnp.mod(t - basis.t0, basis.period)
     local = jnp.where(local <= basis.t0, local + basis.period, local)
     evolved = sesolve(
@@ -94,8 +114,8 @@ def floquet(
     period: ArrayLike,
     *,
     t0: ArrayLike = 0.0,
-    rtol: float = 1e-12,
-    atol: float = 1e-14,
+    rtol: ArrayLike = 1e-12,
+    atol: ArrayLike = 1e-14,
     order: int = 16,
 ) -> FloquetBasis:
     """The Floquet quasienergies and modes of `hamiltonian`, periodic with
@@ -103,13 +123,14 @@ def floquet(
 
     **Arguments:**
 
-    - `hamiltonian`: $H(t)$ with $H(t + T) = H(t)$, in any form
+    - `hamiltonian`: $H(t)$ with $H(t + T) = H(t)$, Hermitian, in any form
         [`hierax.sesolve`][] takes (e.g. `hz + hierax.Cos(w) * hx` with
         `period = 2 * pi / w`).
     - `period`: $T > 0$, a number or a traced scalar (batch it with `jax.vmap`).
-    - `t0`: the time the modes refer to.
+    - `t0`: the time the modes refer to, a real scalar.
     - `rtol`, `atol`: the tolerances of the one-period solve (the quasienergies'
-        error follows them: about `rtol` / T in absolute terms).
+        error follows them: about `rtol` / T in absolute terms); values, as
+        [`hierax.sesolve`][]'s: a new tolerance compiles nothing.
     - `order`: the series order of the one-period solve. The default, 16, is below
         [`hierax.sesolve`][]'s: the state is an n x n propagator, and with a
         time-dependent H each order costs a Cauchy product over all earlier ones
@@ -119,22 +140,50 @@ def floquet(
         1e-9): 0.53x, 0.90x and 0.57x the time of order 28; single calls within
         noise of it.
 
+    H must be T-periodic and Hermitian. Where its time functions have closed forms
+    (`Cos`, `Sin`, `Exp`, constants, their sums and products) a frequency that is
+    not a harmonic of $2\\pi / T$, or a Gaussian or polynomial envelope, is refused;
+    sampled pulses (`PiecewiseConstant`, `CubicSpline`, ...) and callables are taken
+    as one period of a periodic drive: what they give on $[t_0, t_0 + T]$ is
+    solved. Hermiticity is read from the terms where they tell it (Hermitian
+    matrices times real functions) and otherwise checked at a few times of the
+    period. Known values are checked here (a ValueError), traced ones inside the
+    compiled solve (a runtime error).
+
     Where H is symmetric about some time c, $H(c + s) = \\overline{H(c - s)}$ (a
     cosine drive $\\cos(\\omega t + \\varphi)$ on real matrices, about a maximum
     of the cosine, whatever its phase and `t0`; a sine drive on imaginary
     ones), half the period is solved: $U = U_h^T U_h$ with
     $U_h = U(t_0 + T/2, t_0)$ when c is the middle of the period, and otherwise
     over $[c - T/2, c]$, carried to $t_0$ by the propagator to $t_0$ saved on
-    the way. The symmetry is read from the time functions and known parameter
-    values (a traced period or frequency, or a callable H, get the whole
-    period).
+    the way (which takes H's periodicity as established). The symmetry is read
+    from the time functions and known parameter values (a traced period or
+    frequency, or a callable H, get the whole period).
     """
     api = "hierax.floquet"
     operator = to_operator(hamiltonian, "hamiltonian", api)
-    period = as_period(period, api)
-    t0 = to_jax(t0, period.dtype)
-    _refuse_non_hermitian(operator, period, t0, api)
-    u = _one_period(operator, period, t0, rtol, atol, order)
+    period = checked_period(period, api)
+    t0 = real_scalar(t0, "t0", api, period.dtype)
+    rtol, atol = _tolerance(rtol, "rtol", api), _tolerance(atol, "atol", api)
+    if isinstance(order, (bool, np.bool_)) or not isinstance(order, numbers.Integral):
+        raise TypeError(
+            f"`{api}(order=...)` must be a positive int, got {order!r} of type "
+            f"{type(order).__name__}."
+        )
+    if order < 1:
+        raise ValueError(f"`{api}(order=...)` must be a positive int, got {order}.")
+    order = check_order(order, api)
+    # Terms are merged here, where the matrices are known: inside the blocked map
+    # they are arguments.
+    operator = merge_equal_terms(operator)
+    exact = _refuse_non_periodic(operator, period, api)
+    hermitian = _refuse_non_hermitian(operator, period, t0, api)
+    checks = _Checks(
+        inputs=any(is_traced(x) for x in (period, t0, rtol, atol)),
+        periodic=exact is None,
+        hermitian=not hermitian,
+    )
+    u = _one_period(operator, period, t0, rtol, atol, order, checks, exact is True)
     energies, modes = _eigen(u, period)
     return FloquetBasis(
         hamiltonian=operator,
@@ -143,10 +192,286 @@ def floquet(
         propagator=u,
         quasienergies=energies,
         modes=modes,
-        rtol=float(rtol),
-        atol=float(atol),
+        rtol=rtol,
+        atol=atol,
         order=order,
     )
+
+
+def checked_period(period: Any, api: str) -> Array:
+    """`period` as a positive, finite real scalar array (`as_period`), with errors
+    that name it for every kind of bad value; a traced one is checked by the
+    compiled call."""
+    if period is None or isinstance(period, (bool, np.bool_, str, bytes)):
+        raise TypeError(
+            f"`{api}`: `period` must be a positive real number, got {period!r}."
+        )
+    try:
+        period = as_period(period, api)
+    except (TypeError, ValueError) as error:
+        if str(error).startswith(f"`{api}`"):
+            raise
+        raise TypeError(
+            f"`{api}`: `period` must be a positive real number, got "
+            f"{type(period).__name__}."
+        ) from None
+    if not is_traced(period) and not math.isfinite(float(period)):
+        raise ValueError(f"`{api}`: `period` must be finite, got {float(period)}.")
+    return period
+
+
+def real_scalar(x: Any, name: str, api: str, dtype: Any) -> Array:
+    """A time given to `api` as a real 0-d array of `dtype`. Known NumPy and Python
+    values are checked here; an array on the device only by its shape and dtype,
+    its value inside the compiled call (reading it back would move it)."""
+    if x is None or isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"`{api}`: `{name}` must be a real number, got {x!r}.")
+    if not isinstance(x, jax.Array):  # traced values are `jax.Array`s too
+        try:
+            value = np.asarray(x)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value.dtype.kind not in "iuf":
+            kind = type(x).__name__ if value is None else f"dtype {value.dtype}"
+            raise TypeError(f"`{api}`: `{name}` must be a real number, got {kind}.")
+        if value.ndim != 0:
+            raise ValueError(
+                f"`{api}`: `{name}` must be a scalar, got shape {value.shape}."
+            )
+        if not np.isfinite(value):
+            raise ValueError(f"`{api}`: `{name}` must be finite, got {x!r}.")
+        return to_jax(value.astype(dtype))
+    if x.ndim != 0 or not (
+        jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
+    ):
+        raise ValueError(
+            f"`{api}`: `{name}` must be a real scalar, got {x.dtype} of shape "
+            f"{tuple(x.shape)}."
+        )
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def _tolerance(x: Any, name: str, api: str) -> Array:
+    """A tolerance as a real scalar array: known values checked here, traced ones
+    (a user's jit over them) inside the compiled solve."""
+    if is_traced(x):
+        if jnp.ndim(x) != 0 or not jnp.issubdtype(jnp.result_type(x), jnp.floating):
+            raise ValueError(
+                f"`{api}`: `{name}` must be a real scalar, got {jnp.result_type(x)} "
+                f"of shape {jnp.shape(x)}."
+            )
+        return x
+    if isinstance(x, (bool, np.bool_)) or not isinstance(
+        x, (numbers.Real, np.ndarray, np.generic, jax.Array)
+    ):
+        raise TypeError(f"`{api}`: `{name}` must be a positive real number, got {x!r}.")
+    array = np.asarray(x)
+    if array.ndim != 0 or array.dtype.kind not in "iuf":
+        raise ValueError(f"`{api}`: `{name}` must be a real scalar, got {x!r}.")
+    value = float(array)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"`{api}`: `{name}` must be positive and finite, got {x!r}.")
+    # Placed once per value (`to_jax`): a second call moves nothing.
+    return to_jax(value)
+
+
+class _Checks(NamedTuple):
+    """What the compiled one-period solve checks (values not known before it): the
+    traced period, start and tolerances (`inputs`), that H's frequencies are
+    harmonics of $2\\pi / T$ (`periodic`), that H is Hermitian at a few times
+    (`hermitian`)."""
+
+    inputs: bool
+    periodic: bool
+    hermitian: bool
+
+
+# Fractions of a period at which H is checked whole (irrational, off every grid of
+# the drive's harmonics).
+_PROBES = (0.1234567, 0.5772157, 0.8414710)
+
+
+def _tolerances(dtype: Any) -> tuple[float, float]:
+    """How far from a harmonic of $2\\pi/T$ a frequency may lie (relative to the
+    number of cycles) for H to count as periodic, and how far from its adjoint H
+    may lie (relative to its largest entry), for values of `dtype`."""
+    return (1e-9, 1e-10) if jnp.finfo(dtype).bits == 64 else (1e-4, 1e-5)
+
+
+def _refuse_non_periodic(
+    operator: AbstractTimeOperator, period: Array, api: str
+) -> bool | None:
+    """Refuse an H whose closed-form time functions tell it is not T-periodic.
+    Returns whether it is periodic to rounding (the shifted half-period solve may
+    then take it as such), or `None` where traced values decide (the compiled
+    solve checks them). Sampled pulses and callables tell nothing: False."""
+    view = jax.tree.map(
+        lambda x: np.asarray(x) if isinstance(x, jax.Array) and not is_traced(x) else x,
+        operator,
+    )
+    nus = operator_frequencies(view)
+    if nus is None:
+        return False
+    if nus is NOT_PERIODIC:
+        raise ValueError(
+            f"`{api}`: `hamiltonian` is not periodic: a Gaussian or polynomial time "
+            "function (of degree one or more) has no period. Floquet theory needs "
+            "H(t + T) = H(t); to solve one period of a pulse train, give the pulse "
+            "sampled over the period (`hierax.PiecewiseConstant`, "
+            "`hierax.CubicSpline`) or as a callable."
+        )
+    assert isinstance(nus, tuple)
+    if is_traced(period) or any(is_traced(nu) for nu in nus):
+        return None
+    length = float(period)
+    loose, _ = _tolerances(_lowest_precision(operator, period))
+    for nu in nus:
+        gap = float(harmonic_gap((nu,), length, np))
+        if not gap <= loose:
+            nu = complex(np.asarray(nu))
+            cycles = nu * length / (2 * math.pi)
+            raise ValueError(
+                f"`{api}`: `hamiltonian` is not periodic with `period` = {length!r}: "
+                f"it has the frequency {_shown(nu)} (a term e^(i nu t)), "
+                f"{_shown(cycles)} cycles per period, not a whole number. Pass the "
+                "period of H (2 pi / w for a drive cos(w t))."
+            )
+    eps = float(jnp.finfo(period.dtype).eps)
+    return float(harmonic_gap(nus, length, np)) <= 16 * eps
+
+
+def _shown(x: complex) -> str:
+    return f"{x.real:.9g}" if x.imag == 0 else f"{x.real:.9g}{x.imag:+.9g}j"
+
+
+def _lowest_precision(operator: AbstractTimeOperator, period: Array) -> Any:
+    """The least precise dtype among the period and the operator's arrays (the
+    rounding the periodicity check allows)."""
+    leaves = [x for x in jax.tree.leaves(operator) if hasattr(x, "dtype")]
+    dtypes = [jnp.finfo(complex_dtype(x.dtype)).dtype for x in (period, *leaves)]
+    return min(dtypes, key=lambda d: jnp.finfo(d).bits)
+
+
+def _refuse_non_hermitian(
+    operator: AbstractTimeOperator, period: Array, t0: Array, api: str
+) -> bool:
+    """Refuse an H that is not Hermitian (to rounding): the one-period propagator
+    would not be unitary, and quasienergies not real. Returns whether H is known to
+    be Hermitian, with no check left for the compiled solve.
+
+    Hermitian matrices times real functions are Hermitian by structure. Otherwise
+    (sparse matrices, callables, complex functions, or non-Hermitian terms of a
+    Hermitian whole such as $e^{i\\omega t} a + e^{-i\\omega t} a^\\dagger$) H is
+    evaluated at a few times of the period: with known values here, once per set of
+    arrays (a second call with the same arrays reads nothing back from the
+    device); with traced ones inside the compiled solve (False)."""
+    if _hermitian_by_structure(operator, period.dtype):
+        return True
+    if any(is_traced(x) for x in jax.tree.leaves((operator, period, t0))):
+        return False
+    key = _VERIFIED.key(operator, period, t0)
+    if key is not None and _VERIFIED.get(key):
+        return True
+    gap = _hermitian_gap_compiled(operator, period, t0)
+    if is_traced(gap):  # a callable that closes over traced values
+        return False
+    gap = float(gap)
+    _, tolerance = _tolerances(_lowest_precision(operator, period))
+    if not gap <= tolerance:
+        raise ValueError(
+            f"`{api}`: `hamiltonian` is not Hermitian (H(t) differs from its "
+            f"conjugate transpose by {gap:.2e} of its largest entry at some t in the "
+            "period); Floquet quasienergies are those of a Hermitian, periodic H."
+        )
+    if key is not None:
+        _VERIFIED.put(key)
+    return True
+
+
+def _hermitian_by_structure(operator: AbstractTimeOperator, dtype: Any) -> bool:
+    """Whether every term is a known dense Hermitian matrix times a real function
+    (read from the functions' array dtypes; a callable function may be complex)."""
+    _, tolerance = _tolerances(dtype)
+    for part in summands(operator):
+        if not isinstance(part, TimeOperator) or isinstance(part.matrices, tuple):
+            return False
+        if is_traced(part.matrices):
+            return False
+        for function in part.functions:
+            nodes = jax.tree.leaves(
+                function, is_leaf=lambda x: isinstance(x, CallableTimeFunction)
+            )
+            for node in nodes:
+                if isinstance(node, CallableTimeFunction):
+                    return False
+                if hasattr(node, "dtype") and jnp.issubdtype(
+                    node.dtype, jnp.complexfloating
+                ):
+                    return False
+        m = np.asarray(part.matrices)
+        gap = np.abs(m - np.conj(np.swapaxes(m, -1, -2))).max(initial=0)
+        if not gap <= tolerance * np.abs(m).max(initial=0):
+            return False
+    return True
+
+
+def _hermitian_gap(operator: AbstractTimeOperator, period: Array, t0: Array) -> Array:
+    """The largest entry of $H(t) - H(t)^\\dagger$ at the probe times of the period,
+    relative to H's largest entry there."""
+    hs = [
+        operator.term_series(t0 + fraction * period, 0, None).full()[0]
+        for fraction in _PROBES
+    ]
+    h = jnp.stack(hs)
+    gap = jnp.abs(h - jnp.conj(jnp.swapaxes(h, -1, -2))).max()
+    scale = jnp.abs(h).max()
+    return gap / jnp.where(scale > 0, scale, 1)
+
+
+_hermitian_gap_compiled = module_jit(_hermitian_gap)
+
+
+class _ArraysSeen:
+    """Sets of arrays (with their tree structure) already found to pass a check, by
+    identity: each entry holds weak references to its arrays (or the objects
+    themselves where they cannot be referenced weakly) and is valid while they
+    live."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.entries: collections.OrderedDict[Any, list] = collections.OrderedDict()
+
+    def key(self, *trees: Any) -> Any:
+        leaves, treedef = jax.tree.flatten(trees)
+        try:
+            hash(treedef)
+        except TypeError:  # a static part that cannot be hashed
+            return None
+        return (treedef, tuple(id(x) for x in leaves)), leaves
+
+    def get(self, key: Any) -> bool:
+        held = self.entries.get(key[0])
+        if held is None:
+            return False
+        for ref, leaf in zip(held, key[1]):
+            if (ref() if isinstance(ref, weakref.ref) else ref) is not leaf:
+                return False
+        self.entries.move_to_end(key[0])
+        return True
+
+    def put(self, key: Any) -> None:
+        def hold(x: Any) -> Any:
+            try:
+                return weakref.ref(x)
+            except TypeError:
+                return x
+
+        self.entries[key[0]] = [hold(x) for x in key[1]]
+        if len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+
+_VERIFIED = _ArraysSeen(32)
 
 
 # The bytes of the series that one block of a batch of one-period solves keeps:
@@ -160,9 +485,11 @@ def _one_period(
     operator: AbstractTimeOperator,
     period: Array,
     t0: Array,
-    rtol: float,
-    atol: float,
+    rtol: Array,
+    atol: Array,
     order: int,
+    checks: _Checks,
+    periodic: bool,
 ) -> Array:
     """The one-period propagator $U(t_0 + T, t_0)$. Under `jax.vmap` (a sweep of
     drives or periods) the lanes are solved in blocks whose series fit in the
@@ -171,13 +498,13 @@ def _one_period(
 
     Where H is symmetric about a time c in $(t_0, t_0 + T/2]$ (`_symmetry`: a
     cosine drive on real matrices about a maximum of the cosine), only half a
-    period is solved, from $c - T/2$ to c (`_period_solver`)."""
-    # Terms are merged here, where the matrices are known: inside the blocked map
-    # they are arguments.
-    operator = merge_equal_terms(operator)
+    period is solved, from $c - T/2$ to c (`_period_solver`); a centre other than
+    the middle of the period only where H is `periodic` (to rounding)."""
     arrays, static = eqx.partition(operator, eqx.is_array)
-    config = (static, operator.size, complex_dtype(period.dtype), rtol, atol, order)
+    config = (static, operator.size, complex_dtype(period.dtype), order, checks)
     shift = _mirror_shift(operator, period, t0)
+    if shift is not None and shift != 0.5 and not periodic:
+        shift = None  # carried to t0 by periodicity, which is not established
     # Where the centre lies is a value (a new phase or start does not recompile);
     # whether there is one, and whether it is the middle, is structure.
     where = None if shift is None else "middle" if shift == 0.5 else "shifted"
@@ -186,7 +513,51 @@ def _one_period(
     except TypeError:  # a static part that cannot be hashed: built for this call,
         # run eagerly (compiled, it would compile again on every call)
         solver = _period_solver.__wrapped__(*config, where, compiled=False)
-    return solver(arrays, period, t0, to_jax(0.5 if shift is None else shift))
+    shift = to_jax(0.5 if shift is None else shift)
+    return solver(arrays, period, t0, shift, rtol, atol)
+
+
+def _checked(
+    operator: AbstractTimeOperator,
+    period: Array,
+    t0: Array,
+    rtol: Array,
+    atol: Array,
+    checks: _Checks,
+) -> Array:
+    """The period, with the checks left to the compiled solve on its value (the
+    solve depends on it, so they run first)."""
+    api = "hierax.floquet"
+    if checks.inputs:
+        for value, name, positive in (
+            (period, "period", True),
+            (t0, "t0", False),
+            (rtol, "rtol", True),
+            (atol, "atol", True),
+        ):
+            bad = ~jnp.isfinite(value) | ((value <= 0) if positive else False)
+            what = "positive and finite" if positive else "finite"
+            period = eqx.error_if(period, bad, f"`{api}`: `{name}` must be {what}.")
+    if checks.periodic:
+        nus = operator_frequencies(operator)
+        assert isinstance(nus, tuple)
+        loose, _ = _tolerances(_lowest_precision(operator, period))
+        period = eqx.error_if(
+            period,
+            ~(harmonic_gap(nus, period, jnp) <= loose),
+            f"`{api}`: `hamiltonian` is not periodic with `period` (a frequency of "
+            "H is not a whole number of cycles per period); pass the period of H.",
+        )
+    if checks.hermitian:
+        _, tolerance = _tolerances(_lowest_precision(operator, period))
+        period = eqx.error_if(
+            period,
+            ~(_hermitian_gap(operator, period, t0) <= tolerance),
+            f"`{api}`: `hamiltonian` is not Hermitian (H(t) differs from its "
+            "conjugate transpose at some t in the period); Floquet quasienergies "
+            "are those of a Hermitian, periodic H.",
+        )
+    return period
 
 
 @functools.lru_cache(maxsize=32)
@@ -194,9 +565,8 @@ def _period_solver(
     static: Any,
     n: int,
     dtype: Any,
-    rtol: float,
-    atol: float,
     order: int,
+    checks: _Checks,
     where: str | None,
     compiled: bool = True,
 ) -> Any:
@@ -205,13 +575,19 @@ def _period_solver(
     an eager `jax.vmap` over `floquet` compiles its blocked map once. `where` H's
     mirror centre lies: `None` (none known: the whole period), `"middle"` of the
     period, or `"shifted"` to $c = t_0 + \\text{shift}\\, T$ (`shift` a value).
-    `compiled`: the single solve behind a jit boundary (not for a solver built for
-    one call, which would compile it on every call)."""
+    `checks`: what the solve checks first (`_checked`). `compiled`: the single
+    solve behind a jit boundary (not for a solver built for one call, which would
+    compile it on every call). The tolerances are values, as in `sesolve`."""
 
-    def single(arrays: Any, period: Array, t0: Array, shift: Array) -> Array:
+    def single(
+        arrays: Any, period: Array, t0: Array, shift: Array, rtol: Array, atol: Array
+    ) -> Array:
+        operator = eqx.combine(arrays, static)
+        period = _checked(operator, period, t0, rtol, atol, checks)
+
         def solve(times: list[Array]) -> Array:
             return sesolve(
-                eqx.combine(arrays, static),
+                operator,
                 jnp.eye(n, dtype=dtype),
                 jnp.stack(times),
                 rtol=rtol,
@@ -256,51 +632,6 @@ def _mirror_shift(
     tolerance = 4 * float(jnp.finfo(period.dtype).eps)
     distance = mirror_center(operator, start, length, tolerance)
     return None if distance is None else distance / length
-
-
-# Fractions of a period at which a Hamiltonian with non-Hermitian terms is checked
-# whole (irrational, off every grid of the drive's harmonics).
-_PROBES = (0.1234567, 0.5772157, 0.8414710)
-
-
-def _refuse_non_hermitian(
-    operator: AbstractTimeOperator, period: Array, t0: Array, api: str
-) -> None:
-    """Refuse an H that is not Hermitian (to rounding): the one-period propagator
-    would not be unitary, and quasienergies not real. Each term's known dense
-    matrix is checked first; a Hermitian H may still have non-Hermitian terms
-    ($e^{i\\omega t} a + e^{-i\\omega t} a^\\dagger$), so where one is found and
-    everything is known, H itself is checked at a few times of the period before
-    refusing. (With traced parameters H cannot be evaluated here: such terms are
-    refused; write the drive as `Cos`/`Sin` times Hermitian matrices.)"""
-    parts = operator.operators if isinstance(operator, OperatorSum) else (operator,)
-    gap = 0.0
-    for part in parts:
-        if not isinstance(part, TimeOperator) or isinstance(part.matrices, tuple):
-            continue
-        if is_traced(part.matrices):
-            continue
-        m = np.asarray(part.matrices)
-        term_gap = float(np.abs(m - np.conj(np.swapaxes(m, -1, -2))).max(initial=0))
-        if term_gap > 1e-10 * max(1.0, float(np.abs(m).max(initial=0))):
-            gap = max(gap, term_gap)
-    if gap == 0.0:
-        return
-    known = not any(is_traced(x) for x in jax.tree.leaves((operator, period, t0)))
-    if known:
-        for fraction in _PROBES:
-            h = np.asarray(operator(t0 + fraction * period))
-            gap = float(np.abs(h - np.conj(h.T)).max(initial=0))
-            if gap > 1e-10 * max(1.0, float(np.abs(h).max(initial=0))):
-                break
-        else:
-            return
-    where = "H(t) differs" if known else "a term's matrix differs"
-    raise ValueError(
-        f"`{api}`: `hamiltonian` is not Hermitian ({where} from its conjugate "
-        f"transpose by {gap:.2e}); Floquet quasienergies are those of a Hermitian, "
-        "periodic H."
-    )
 
 
 def fold(energies: Array, period: Array) -> Array:

@@ -307,3 +307,149 @@ def _(operator: ScaledOperator, center: float, tolerance: float) -> bool:
     return mirror_sign(operator.function, center, tolerance) == 1 and is_mirrored(
         operator.operator, center, tolerance
     )
+
+
+# Periodicity. A closed-form function is a finite sum of exponentials
+# $e^{i \nu t}$ (complex $\nu$ for a growing or decaying one): $\cos \omega t$ has
+# $\nu = \pm\omega$, $e^{\lambda t}$ has $\nu = -i\lambda$, a product has the sums
+# of its factors' frequencies. Such a sum is T-periodic when every $\nu T / 2\pi$ is
+# an integer (barring amplitudes that cancel). A Gaussian or a polynomial of degree
+# one or more is periodic with no period. Sampled pulses and callables say nothing:
+# `hierax.floquet` takes what they give on $[t_0, t_0 + T]$ as one period.
+
+
+class _NotPeriodic:
+    """The answer for functions periodic with no period (a Gaussian)."""
+
+    def __repr__(self) -> str:
+        return "NOT_PERIODIC"
+
+
+NOT_PERIODIC = _NotPeriodic()
+
+# The most frequencies followed through products (a product of sums multiplies
+# their counts); past it the answer is "not known".
+_MAX_FREQUENCIES = 256
+
+Frequencies = tuple[Any, ...] | _NotPeriodic | None
+
+
+@functools.singledispatch
+def frequencies(function: AbstractTimeFunction) -> Frequencies:
+    """The frequencies $\\nu$ of f as a sum of $e^{i \\nu t}$, each a parameter or
+    an expression of parameters (arrays, traced or not, or Python numbers);
+    `NOT_PERIODIC` for a function periodic with no period; `None` where not known
+    (sampled pulses, callables)."""
+    del function
+    return None
+
+
+@frequencies.register
+def _(function: Constant) -> Frequencies:
+    del function
+    return (0.0,)
+
+
+@frequencies.register
+def _(function: Polynomial) -> Frequencies:
+    return (0.0,) if function.coefficients.shape[0] == 1 else NOT_PERIODIC
+
+
+@frequencies.register
+def _(function: Cos | Sin) -> Frequencies:
+    return (function.frequency, -function.frequency)
+
+
+@frequencies.register
+def _(function: Exp) -> Frequencies:
+    return (-1j * function.rate,)
+
+
+@frequencies.register
+def _(function: Gaussian) -> Frequencies:
+    del function
+    return NOT_PERIODIC
+
+
+@frequencies.register
+def _(function: TimeFunctionSum) -> Frequencies:
+    return _sum_frequencies([frequencies(term) for term in function.terms])
+
+
+@frequencies.register
+def _(function: TimeFunctionProduct) -> Frequencies:
+    return _product_frequencies(frequencies(function.left), frequencies(function.right))
+
+
+def _sum_frequencies(parts: list[Frequencies]) -> Frequencies:
+    """A sum: every part's frequencies. One part periodic with no period among
+    periodic ones leaves the sum so; two may cancel (not known)."""
+    if any(p is None for p in parts):
+        return None
+    aperiodic = sum(p is NOT_PERIODIC for p in parts)
+    if aperiodic:
+        return NOT_PERIODIC if aperiodic == 1 else None
+    joined = tuple(nu for p in parts for nu in p)  # type: ignore[union-attr]
+    return joined if len(joined) <= _MAX_FREQUENCIES else None
+
+
+def _product_frequencies(left: Frequencies, right: Frequencies) -> Frequencies:
+    """A product: the sums of the factors' frequencies; a factor periodic with no
+    period (a Gaussian envelope) leaves the product so (with periodic factors)."""
+    if left is None or right is None:
+        return None
+    if left is NOT_PERIODIC or right is NOT_PERIODIC:
+        return NOT_PERIODIC
+    assert isinstance(left, tuple) and isinstance(right, tuple)
+    if len(left) * len(right) > _MAX_FREQUENCIES:
+        return None
+    return tuple(a + b for a in left for b in right)
+
+
+@functools.singledispatch
+def operator_frequencies(operator: AbstractTimeOperator) -> Frequencies:
+    """`frequencies` of every entry of the operator: its terms' functions together
+    (a term periodic with no period makes H so: its matrix is not cancelled by the
+    others'); `None` for a callable operator."""
+    del operator
+    return None
+
+
+@operator_frequencies.register
+def _(operator: TimeOperator) -> Frequencies:
+    parts = [frequencies(f) for f in operator.functions]
+    if any(p is None for p in parts):
+        return None
+    if any(p is NOT_PERIODIC for p in parts):
+        return NOT_PERIODIC
+    return _sum_frequencies(parts)
+
+
+@operator_frequencies.register
+def _(operator: OperatorSum) -> Frequencies:
+    parts = [operator_frequencies(part) for part in operator.operators]
+    if any(p is None for p in parts):
+        return None
+    if any(p is NOT_PERIODIC for p in parts):
+        return NOT_PERIODIC
+    return _sum_frequencies(parts)
+
+
+@operator_frequencies.register
+def _(operator: ScaledOperator) -> Frequencies:
+    return _product_frequencies(
+        frequencies(operator.function), operator_frequencies(operator.operator)
+    )
+
+
+def harmonic_gap(nus: tuple[Any, ...], period: Any, xp: Any) -> Any:
+    """How far the frequencies are from harmonics of $2\\pi / T$: the largest
+    distance of $\\nu T / 2\\pi$ from an integer, relative to its size (at least 1),
+    with `xp` NumPy (known values) or `jax.numpy` (traced ones)."""
+    gaps = []
+    for nu in nus:
+        cycles = xp.asarray(nu) * period / (2 * math.pi)
+        real, imag = xp.real(cycles), xp.imag(cycles)
+        gap = xp.abs(real - xp.round(real)) + xp.abs(imag)
+        gaps.append(gap / xp.maximum(1.0, xp.abs(cycles)))
+    return xp.max(xp.stack(gaps)) if gaps else xp.zeros(())
