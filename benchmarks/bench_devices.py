@@ -1,173 +1,731 @@
-"""`hierax.sesolve` against a hand-written diffrax Dopri8 on JAX's default device
-(a GPU where JAX sees one), from small to large states, one state and a batch.
+"""hierax on whatever device JAX sees (CPU, GPU or TPU): its accuracy in complex64
+against x64 references, and its speed against diffrax and dynamiqs at matched error.
 
-    .venv/bin/python benchmarks/bench_devices.py [--sites 4,6,8,10] [--batch 64]
-        [--precision x64|x32] [--out results.json]
+    python benchmarks/bench_devices.py [--precision x32|x64] [--matmul highest|default]
+        [--sections accuracy,chains,batch,floquet,lanczos] [--sites 8,10]
+        [--batch 64] [--quick] [--reference ref.npz] [--out results.json]
 
-Run it once with the GPU visible and once with `JAX_PLATFORMS=cpu` on the same
-machine to read the device's ratio; nothing in hierax depends on the device.
+Nothing is configured at import: `--precision` (default x32) sets `jax_enable_x64`
+before any computation, and `--matmul` runs everything (the peers too) inside
+`hierax.matmul_precision(...)`, which is also JAX's `default_matmul_precision`
+(hierax's own default is "highest"). With x64 on a TPU hierax refuses every call
+with a `ValueError` (XLA's TPU compiler aborts the process on complex128): the run
+records the message and runs nothing else (the peers would abort the process).
 
-- Systems: the driven XXZ chain of `systems.py` at each number of sites (n = 2^L,
-  dense matrices), over T = 3.
-- hierax: `sesolve` at rtol 1e-8, atol 1e-10 (default order), from Python and
-  inside a user's `jax.jit`; diffrax Dopri8 as in `bench_systems.py` (the complex
-  state split into real pairs, `PIDController` at the same tolerances).
-- Batch: `jax.vmap` of each over `--batch` initial states (random, normalised)
-  at the smallest chain.
-- Each time is the median of at least 3 calls after a first call, which compiles
-  (its time is reported apart). The two methods' final states are compared with
-  each other (relative norm of the difference).
+References: a subprocess of this script with `JAX_PLATFORMS=cpu` and x64 (it never
+touches an accelerator, which one process holds at a time) computes every
+reference in complex128 and saves them to `--reference` (default: a temporary
+file); an existing file is reused for the keys it has, so a second column (e.g.
+`JAX_PLATFORMS=cpu` after the TPU) computes nothing again.
+
+Sections:
+
+- `accuracy`: at the run's precision, hierax's default settings, against the
+  x64 CPU reference: (a) `HeisenbergHierarchy` of H = H0 + cos(1.3 t) H1 (random
+  32-level Hermitian, each of spectral norm 1) with a random Hermitian observable
+  (norm 1), order 20, at t = 0.7: the relative error of each level (Frobenius norm
+  of the difference over the reference's) and the largest over levels; (b)
+  `PropagatorDerivatives` of the same H, order 20, applied to a random unitary;
+  (c) the seed, `HeisenbergHierarchy(hierax.Cos() * sy, sx, 30)(1.0)`; (d) the
+  driven XXZ chain of `systems.py` at 10 sites (`--quick`: 6), T = 3, `sesolve`
+  at rtol 1e-6, atol 1e-8: the final state's relative error against diffrax
+  Dopri8 at rtol 1e-12, atol 1e-14 (x64, sparse generators). Target: 2e-5 for
+  each level and for the final state; the table says which are met.
+- `chains`: the XXZ chain at each of `--sites` (n = 2^L, dense matrices), T = 3:
+  hierax `sesolve` from Python and inside a user's `jax.jit` (the tolerance an
+  argument), diffrax Dopri8 on the real and imaginary parts (`peers.py`) and
+  dynamiqs `sesolve` (Dopri8), each over a ladder of rtol (x32: 1e-4 ... 1e-7;
+  x64: 1e-6 ... 1e-10; atol = rtol / 100). Each point: the median of 3 calls
+  after a first one (which compiles), and the final error against the reference.
+  Each method's time at a common final error (x32: 1e-5, x64: 1e-8) is
+  interpolated log-log between the ladder points around the last crossing
+  (`timing.time_at`); the ratio best peer / hierax, and the first-call times.
+- `batch`: `jax.vmap` over `--batch` random initial states (`--quick`: 8) at the
+  smallest chain, hierax and Dopri8 (dynamiqs batches the states itself) at rtol
+  1e-6 (x64: 1e-9), atol rtol / 100: first and median times, and each final
+  batch's relative difference to hierax's.
+- `floquet`: `jax.vmap` of `hierax.floquet`'s quasienergies over `--batch`
+  amplitudes A in [0, 1] of H = H0 + A cos(2 t) H1 (random 8-level Hermitian),
+  rtol 1e-6 (x64: 1e-10): the time per sweep and the largest quasienergy error
+  against the propagator of diffrax Dopri8 at 1e-12 (x64, CPU); dynamiqs'
+  `floquet` as the peer where it runs (it has no eigensolver on a TPU: the error
+  is reported).
+- `lanczos`: `hierax.lanczos` of Z_0 under the Ising chain
+  (`PauliSum.ising_chain(12, 1, 1.05, 0.5)`), 30 steps, capacity 4096 (`--quick`:
+  8 qubits, 10 steps, capacity 256): first call and median of 3, and the largest
+  difference of the coefficients b to the x64 CPU run.
+
+Every section is labelled with the device (`device_kind`, platform), the
+precision, the matmul choice and the load average (`os.getloadavg()`) at its start
+and end.
 """
 
 import argparse
 import json
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from peers import diffrax_final, dynamiqs_final, real_embedding
+from systems import System, xxz
+from timing import time_at, timed
+
+import hierax
 
 
-def _precision() -> str:
-    for i, arg in enumerate(sys.argv):
-        if arg.startswith("--precision"):
-            return arg.split("=", 1)[1] if "=" in arg else sys.argv[i + 1]
-    return "x64"
+warnings.filterwarnings("ignore", message=".*[Cc]omplex.*")
+warnings.filterwarnings("ignore", message=".*[Ee]xplicitly requested dtype.*")
 
-
-jax.config.update("jax_enable_x64", _precision() == "x64")
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from bench_systems import diffrax_final, median_time, relative_error  # noqa: E402
-from systems import xxz  # noqa: E402
-from timing import timed  # noqa: E402
-
-import hierax  # noqa: E402
-
-
-RTOL, ATOL = 1e-8, 1e-10
+SECTIONS = ("accuracy", "chains", "batch", "floquet", "lanczos")
 SPAN = 3.0
+LADDERS = {"x32": (1e-4, 1e-5, 1e-6, 1e-7), "x64": (1e-6, 1e-7, 1e-8, 1e-9, 1e-10)}
+TARGETS = {"x32": 1e-5, "x64": 1e-8}
+BATCH_TOLS = {"x32": 1e-6, "x64": 1e-9}
+FLOQUET_TOLS = {"x32": 1e-6, "x64": 1e-10}
+ACCURACY_TARGET = 2e-5
+ACCURACY_T = 0.7
+REFERENCE_TOLS = (1e-12, 1e-14)
+REPEATS = 3
+FLOQUET_OMEGA = 2.0
+SX = np.array([[0, 1], [1, 0]], complex)
+SY = np.array([[0, -1j], [1j, 0]])
 
 
-def _hierax(system, rtol, atol):
-    hamiltonian = system.hamiltonian()
+# --- the problems, the same in this process and in the reference's ---------------
+
+
+def _cdtype() -> Any:
+    return np.complex128 if jax.config.read("jax_enable_x64") else np.complex64
+
+
+def _hermitian(rng: np.random.Generator, n: int) -> np.ndarray:
+    a = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
+    h = a + a.conj().T
+    return h / np.linalg.norm(h, 2)
+
+
+def accuracy_problem() -> tuple[Any, np.ndarray, np.ndarray]:
+    """H = H0 + cos(1.3 t) H1, the observable and the unitary, at the precision."""
+    rng = np.random.default_rng(49)
+    h0, h1, x = (_hermitian(rng, 32) for _ in range(3))
+    u, _ = np.linalg.qr(rng.normal(size=(32, 32)) + 1j * rng.normal(size=(32, 32)))
+    c = _cdtype()
+    hamiltonian = hierax.Cos(1.3) * h1.astype(c) + h0.astype(c)
+    return hamiltonian, x.astype(c), u.astype(c)
+
+
+def heisenberg_levels() -> np.ndarray:
+    hamiltonian, x, _ = accuracy_problem()
+    return np.asarray(hierax.HeisenbergHierarchy(hamiltonian, x, 20)(ACCURACY_T))
+
+
+def propagator_levels() -> np.ndarray:
+    hamiltonian, _, u = accuracy_problem()
+    return np.asarray(hierax.PropagatorDerivatives(hamiltonian, 20)(ACCURACY_T, u))
+
+
+def seed_levels() -> np.ndarray:
+    c = _cdtype()
+    hierarchy = hierax.HeisenbergHierarchy(
+        hierax.Cos() * SY.astype(c), SX.astype(c), 30
+    )
+    return np.asarray(hierarchy(1.0))
+
+
+def chain(sites: int) -> System:
+    return xxz(span=SPAN, sites=sites)
+
+
+def hamiltonian_of(system: System) -> Any:
+    c = _cdtype()
+    return system.hamiltonian(matrix=lambda m: np.asarray(m, c))
+
+
+def chain_reference(sites: int) -> np.ndarray:
+    system = chain(sites)
+    final = jax.jit(diffrax_final(system, sparse=True))
+    return np.asarray(final(jnp.asarray(system.state), *REFERENCE_TOLS))
+
+
+def floquet_problem() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(8)
+    h0, h1 = (_hermitian(rng, 8) for _ in range(2))
+    c = _cdtype()
+    return h0.astype(c), h1.astype(c)
+
+
+def floquet_amplitudes(count: int) -> np.ndarray:
+    return np.linspace(0.0, 1.0, count)
+
+
+def floquet_reference(count: int) -> np.ndarray:
+    """The quasienergies (-angle of the eigenvalues of U(T), over T) from the
+    one-period propagator of diffrax Dopri8 at 1e-12, for each amplitude."""
+    import diffrax
+
+    h0, h1 = floquet_problem()
+    g0 = jnp.asarray(real_embedding(-1j * h0))
+    g1 = jnp.asarray(real_embedding(-1j * h1))
+    period = 2 * np.pi / FLOQUET_OMEGA
+
+    def propagator(amplitude):
+        def field(t, y, args):
+            return g0 @ y + amplitude * jnp.cos(FLOQUET_OMEGA * t) * (g1 @ y)
+
+        eye = np.eye(8)
+        y0 = jnp.asarray(np.concatenate([eye, np.zeros_like(eye)]))
+        y = diffrax.diffeqsolve(
+            diffrax.ODETerm(field),
+            diffrax.Dopri8(),
+            0.0,
+            period,
+            None,
+            y0,
+            stepsize_controller=diffrax.PIDController(
+                rtol=REFERENCE_TOLS[0], atol=REFERENCE_TOLS[1]
+            ),
+            max_steps=10**6,
+        ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
+        return y[:8] + 1j * y[8:]
+
+    u = np.asarray(
+        jax.jit(jax.vmap(propagator))(jnp.asarray(floquet_amplitudes(count)))
+    )
+    return -np.angle(np.linalg.eigvals(u)) / period
+
+
+def floquet_error(energies: np.ndarray, reference: np.ndarray) -> float:
+    """The largest distance, modulo the drive frequency, from each reference
+    quasienergy to the nearest computed one, over all amplitudes."""
+    d = reference[:, :, None] - np.asarray(energies)[:, None, :]
+    d = np.abs((d + FLOQUET_OMEGA / 2) % FLOQUET_OMEGA - FLOQUET_OMEGA / 2)
+    return float(d.min(axis=2).max())
+
+
+def lanczos_problem(quick: bool) -> tuple[Any, Any, int, int, int]:
+    qubits, steps, capacity = (8, 10, 256) if quick else (12, 30, 4096)
+    h = hierax.PauliSum.ising_chain(qubits, 1.0, 1.05, 0.5)
+    o = hierax.PauliSum.from_strings(["Z" + "I" * (qubits - 1)], [1.0])
+    return h, o, qubits, steps, capacity
+
+
+def lanczos_b(quick: bool) -> np.ndarray:
+    h, o, _, steps, capacity = lanczos_problem(quick)
+    return np.asarray(hierax.lanczos(h, o, steps, capacity=capacity).b)
+
+
+# --- the references: a CPU subprocess in x64 ----------------------------------------
+
+
+def reference_keys(args) -> list[str]:
+    sections = args.sections.split(",")
+    keys = []
+    if "accuracy" in sections:
+        keys += ["heisenberg", "propagator", "seed", f"chain_{_accuracy_sites(args)}"]
+    if "chains" in sections:
+        keys += [f"chain_{s}" for s in _sites(args)]
+    if "floquet" in sections:
+        keys.append(f"floquet_{_batch(args)}")
+    if "lanczos" in sections:
+        keys.append(f"lanczos_{'quick' if args.quick else 'full'}")
+    return list(dict.fromkeys(keys))
+
+
+def compute_reference(key: str) -> np.ndarray:
+    name, _, arg = key.partition("_")
+    if name == "heisenberg":
+        return heisenberg_levels()
+    if name == "propagator":
+        return propagator_levels()
+    if name == "seed":
+        return seed_levels()
+    if name == "chain":
+        return chain_reference(int(arg))
+    if name == "floquet":
+        return floquet_reference(int(arg))
+    return lanczos_b(arg == "quick")
+
+
+def reference_child(path: str, keys: list[str]) -> None:
+    """Run with JAX_PLATFORMS=cpu: every reference in x64, saved to `path`."""
+    jax.config.update("jax_enable_x64", True)
+    assert jax.default_backend() == "cpu", jax.default_backend()
+    out = {}
+    for key in keys:
+        start = time.perf_counter()
+        out[key] = compute_reference(key)
+        print(f"  reference {key}: {time.perf_counter() - start:.1f} s", flush=True)
+    np.savez(path, allow_pickle=False, **out)
+
+
+def references(args) -> dict[str, np.ndarray]:
+    """The references this run needs: those in `--reference` if it exists, the
+    others computed by a CPU subprocess (and added to the file)."""
+    path = args.reference or os.path.join(tempfile.mkdtemp(), "reference.npz")
+    have: dict[str, np.ndarray] = {}
+    if os.path.exists(path):
+        with np.load(path) as f:
+            have = {k: f[k] for k in f.files}
+    missing = [k for k in reference_keys(args) if k not in have]
+    if missing:
+        print(f"references (x64, CPU subprocess): {', '.join(missing)}", flush=True)
+        start = time.perf_counter()
+        scratch = path + ".new.npz"
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        command = [sys.executable, __file__, "--reference-child", scratch]
+        command += ["--reference-keys", ",".join(missing)]
+        subprocess.run(command, env=env, check=True)
+        with np.load(scratch) as f:
+            have.update({k: f[k] for k in f.files})
+        os.remove(scratch)
+        np.savez(path, allow_pickle=False, **have)
+        print(f"references: {time.perf_counter() - start:.1f} s, in {path}", flush=True)
+    return have
+
+
+# --- measurement ---------------------------------------------------------------------
+
+
+def context(args) -> dict:
+    device = jax.devices()[0]
+    return dict(
+        device=device.device_kind,
+        platform=device.platform,
+        precision=args.precision,
+        matmul=args.matmul,
+        load=list(os.getloadavg()),
+    )
+
+
+def _label(ctx: dict) -> str:
+    load = " ".join(f"{x:.2f}" for x in ctx["load"])
+    return (
+        f"{ctx['device']} ({ctx['platform']}), {ctx['precision']}, matmul "
+        f"{ctx['matmul']}, load {load}"
+    )
+
+
+def relative_error(state, reference) -> float:
+    state = np.asarray(state).reshape(reference.shape)
+    return float(np.linalg.norm(state - reference) / np.linalg.norm(reference))
+
+
+def level_errors(levels: np.ndarray, reference: np.ndarray) -> list[float]:
+    """Each level's relative error (Frobenius norms; absolute where the reference
+    level is zero)."""
+    out = []
+    for got, ref in zip(np.asarray(levels), reference):
+        norm = np.linalg.norm(ref)
+        out.append(float(np.linalg.norm(got - ref) / (norm if norm > 0 else 1.0)))
+    return out
+
+
+def first_and_median(fn: Callable, *args) -> tuple[float, float, np.ndarray]:
+    """The first call's time (compile included), the median of `REPEATS` more, and
+    the result."""
+    first, out = timed(fn, *args)
+    median = statistics.median(timed(fn, *args)[0] for _ in range(REPEATS))
+    return first, median, out
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.2f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _sites(args) -> list[int]:
+    return [int(s) for s in args.sites.split(",") if s]
+
+
+def _batch(args) -> int:
+    return 8 if args.quick and args.batch == 64 else args.batch
+
+
+def _accuracy_sites(args) -> int:
+    return 6 if args.quick else 10
+
+
+# --- the sections ---------------------------------------------------------------------
+
+
+def section_accuracy(args, refs) -> dict:
+    rows = []
+    for name, fn, key in (
+        ("HeisenbergHierarchy, n = 32, order 20", heisenberg_levels, "heisenberg"),
+        ("PropagatorDerivatives, n = 32, order 20", propagator_levels, "propagator"),
+        ("seed, order 30", seed_levels, "seed"),
+    ):
+        start = time.perf_counter()
+        errors = level_errors(fn(), refs[key])
+        rows.append(
+            dict(
+                name=name,
+                errors=errors,
+                max=max(errors),
+                seconds=time.perf_counter() - start,
+            )
+        )
+    sites = _accuracy_sites(args)
+    system = chain(sites)
+    psi = jnp.asarray(system.state, _cdtype())
+    start = time.perf_counter()
+    final = hierax.sesolve(
+        hamiltonian_of(system),
+        psi,
+        jnp.asarray(system.times),
+        rtol=1e-6,
+        atol=1e-8,
+        max_steps=10**6,
+    ).final_state
+    error = relative_error(final, refs[f"chain_{sites}"])
+    rows.append(
+        dict(
+            name=f"sesolve XXZ {sites} sites, rtol 1e-6",
+            errors=[error],
+            max=error,
+            seconds=time.perf_counter() - start,
+        )
+    )
+    print(f"| problem | max relative error | target {ACCURACY_TARGET:g} | per level |")
+    print("|---|---:|---|---|")
+    for r in rows:
+        r["met"] = r["max"] <= ACCURACY_TARGET
+        levels = " ".join(f"{e:.0e}" for e in r["errors"])
+        print(
+            f"| {r['name']} | {r['max']:.2e} | {'met' if r['met'] else 'NOT met'} "
+            f"| {levels} |"
+        )
+    return dict(rows=rows)
+
+
+def chain_methods(system: System, precision: str) -> dict[str, Callable]:
+    """Each method as solve(tol) -> final state, from the chain's initial state."""
+    hamiltonian = hamiltonian_of(system)
+    times = jnp.asarray(system.times)
+    psi = jnp.asarray(system.state, _cdtype())
+    rdtype = np.float64 if precision == "x64" else np.float32
+
+    def eager(tol):
+        return hierax.sesolve(
+            hamiltonian, psi, times, rtol=tol, atol=tol * 1e-2, max_steps=10**6
+        ).final_state
+
+    @jax.jit
+    def in_jit(start, rtol):
+        return hierax.sesolve(
+            hamiltonian, start, times, rtol=rtol, atol=rtol * 1e-2, max_steps=10**6
+        ).final_state
+
+    dopri8 = jax.jit(diffrax_final(system))
+    methods = {
+        "hierax": eager,
+        "hierax in jit": lambda tol: in_jit(psi, jnp.asarray(tol, rdtype)),
+        "diffrax Dopri8": lambda tol: dopri8(psi, tol, tol * 1e-2),
+    }
+    try:
+        dynamiqs = dynamiqs_final(system, "dopri8", _dq_precision(precision))
+        methods["dynamiqs Dopri8"] = lambda tol: dynamiqs(psi, tol, tol * 1e-2)
+    except ImportError as e:
+        print(f"dynamiqs not installed ({e})")
+    return methods
+
+
+def _dq_precision(precision: str) -> str:
+    return "double" if precision == "x64" else "single"
+
+
+def run_ladder(solve: Callable, reference: np.ndarray, tols, slow: float) -> list:
+    points = []
+    for tol in tols:
+        first, median, out = first_and_median(solve, tol)
+        error = relative_error(out, reference)
+        points.append(dict(tol=tol, error=error, seconds=median, first=first))
+        if median > slow:
+            break
+    return points
+
+
+def section_chains(args, refs) -> dict:
+    target = TARGETS[args.precision]
+    tols = LADDERS[args.precision]
+    rows = []
+    for sites in _sites(args):
+        jax.clear_caches()
+        system = chain(sites)
+        reference = refs[f"chain_{sites}"]
+        row: dict = dict(sites=sites, n=system.size, ladders={}, errors={})
+        for name, solve in chain_methods(system, args.precision).items():
+            try:
+                points = run_ladder(solve, reference, tols, 5.0 if args.quick else 30.0)
+            except Exception as e:  # a peer that fails on this device
+                row["errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
+                print(f"  {sites} sites, {name}: failed ({row['errors'][name]})")
+                continue
+            row["ladders"][name] = points
+            text = ", ".join(
+                "({tol:.0e}, {error:.1e}, {seconds:.2e} s)".format(**p) for p in points
+            )
+            print(f"  {sites} sites, {name}: (rtol, error, s) {text}", flush=True)
+        row["at"] = {n: time_at(p, target) for n, p in row["ladders"].items()}
+        peers = [
+            (entry[0], name)
+            for name, entry in row["at"].items()
+            if not name.startswith("hierax") and entry is not None
+        ]
+        row["best_peer"] = min(peers) if peers else None
+        for ours in ("hierax", "hierax in jit"):
+            base = row["at"].get(ours)
+            row[f"ratio {ours}"] = (
+                row["best_peer"][0] / base[0] if base and row["best_peer"] else None
+            )
+        rows.append(row)
+    print(f"\ntime at final error {target:g} (first call: compile + one solve)")
+    names = list(dict.fromkeys(n for r in rows for n in r["ladders"]))
+    print("| sites | n | " + " | ".join(names) + " | best peer / hierax (in jit) |")
+    print("|---:|---:|" + "---:|" * len(names) + "---:|")
+    for r in rows:
+        cells = []
+        for name in names:
+            entry, points = r["at"].get(name), r["ladders"].get(name)
+            if not points:
+                cells.append("failed")
+                continue
+            at = (
+                "not reached"
+                if entry is None
+                else ("<= " if entry[1] else "") + _ms(entry[0])
+            )
+            cells.append(f"{at} (first {_ms(points[0]['first'])})")
+        ratio = r["ratio hierax"]
+        ratio_jit = r["ratio hierax in jit"]
+        ratio_text = (
+            "-"
+            if ratio is None
+            else f"{ratio:.2f} ({ratio_jit:.2f})"
+            if ratio_jit is not None
+            else f"{ratio:.2f}"
+        )
+        print(
+            f"| {r['sites']} | {r['n']} | " + " | ".join(cells) + f" | {ratio_text} |"
+        )
+    return dict(target=target, tols=list(tols), rows=rows)
+
+
+def section_batch(args, refs) -> dict:
+    del refs
+    sites = min(_sites(args))
+    count = _batch(args)
+    system = chain(sites)
+    c = _cdtype()
+    rng = np.random.default_rng(0)
+    states = rng.normal(size=(count, system.size)) + 1j * rng.normal(
+        size=(count, system.size)
+    )
+    states = jnp.asarray(states / np.linalg.norm(states, axis=1, keepdims=True), c)
+    rtol = BATCH_TOLS[args.precision]
+    atol = rtol * 1e-2
+    hamiltonian = hamiltonian_of(system)
     times = jnp.asarray(system.times)
 
-    def solve(psi):
+    def one(psi):
         return hierax.sesolve(
             hamiltonian, psi, times, rtol=rtol, atol=atol, max_steps=10**6
         ).final_state
 
-    return solve
-
-
-def _dopri8(system, rtol, atol):
-    """Dopri8 as in `bench_systems.py`, as a function of the initial ket (so that it
-    can be mapped over states)."""
-    final = diffrax_final(system)
-    return lambda psi: final(psi, rtol, atol)
-
-
-def _first_and_median(fn, *args) -> tuple[float, float, np.ndarray]:
-    first, out = timed(fn, *args)
-    return first, median_time(fn, *args), out
-
-
-def bench_size(sites: int, rtol: float, atol: float) -> dict:
-    system = xxz(span=SPAN, sites=sites)
-    dtype = jnp.complex128 if jax.config.read("jax_enable_x64") else jnp.complex64
-    psi = jnp.asarray(system.state, dtype)
-    ours = _hierax(system, rtol, atol)
-    in_jit = jax.jit(ours)
-    theirs = jax.jit(_dopri8(system, rtol, atol))
-    row: dict = {"sites": sites, "n": system.size}
-    for name, fn in (("hierax", ours), ("hierax_in_jit", in_jit), ("dopri8", theirs)):
-        first, median, out = _first_and_median(fn, psi)
-        row[name] = {"first": first, "median": median}
-        row[name + "_state"] = out
-    row["difference"] = relative_error(row.pop("hierax_state"), row["dopri8_state"])
-    row["difference_in_jit"] = relative_error(
-        row.pop("hierax_in_jit_state"), row.pop("dopri8_state")
-    )
-    row["ratio"] = row["dopri8"]["median"] / row["hierax"]["median"]
-    row["ratio_in_jit"] = row["dopri8"]["median"] / row["hierax_in_jit"]["median"]
-    return row
-
-
-def bench_batch(sites: int, batch: int, rtol: float, atol: float) -> dict:
-    system = xxz(span=SPAN, sites=sites)
-    dtype = jnp.complex128 if jax.config.read("jax_enable_x64") else jnp.complex64
-    rng = np.random.default_rng(0)
-    states = rng.normal(size=(batch, system.size)) + 1j * rng.normal(
-        size=(batch, system.size)
-    )
-    states = jnp.asarray(states / np.linalg.norm(states, axis=1, keepdims=True), dtype)
-    ours = jax.jit(jax.vmap(_hierax(system, rtol, atol)))
-    theirs = jax.jit(jax.vmap(_dopri8(system, rtol, atol)))
-    row: dict = {"sites": sites, "n": system.size, "batch": batch}
+    dopri8 = diffrax_final(system)
+    calls: dict[str, Callable] = {
+        "hierax": jax.jit(jax.vmap(one)),
+        "diffrax Dopri8": jax.jit(jax.vmap(lambda psi: dopri8(psi, rtol, atol))),
+    }
+    try:
+        dynamiqs = dynamiqs_final(system, "dopri8", _dq_precision(args.precision))
+        calls["dynamiqs Dopri8"] = lambda s: dynamiqs(s, rtol, atol)
+    except ImportError as e:
+        print(f"dynamiqs not installed ({e})")
+    row: dict = dict(sites=sites, n=system.size, batch=count, rtol=rtol)
     outs = {}
-    for name, fn in (("hierax", ours), ("dopri8", theirs)):
-        first, median, outs[name] = _first_and_median(fn, states)
-        row[name] = {"first": first, "median": median}
-    row["difference"] = relative_error(outs["hierax"], outs["dopri8"])
-    row["ratio"] = row["dopri8"]["median"] / row["hierax"]["median"]
+    for name, fn in calls.items():
+        try:
+            first, median, outs[name] = first_and_median(fn, states)
+        except Exception as e:
+            row[name] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
+            continue
+        row[name] = dict(first=first, median=median)
+        if name != "hierax" and "hierax" in outs:
+            row[name]["difference"] = relative_error(outs[name], outs["hierax"])
+    print(
+        f"vmap over {count} states, {sites} sites (n = {system.size}), rtol {rtol:g}:"
+    )
+    for name in calls:
+        r = row[name]
+        if "error" in r:
+            print(f"  {name}: failed ({r['error']})")
+            continue
+        diff = (
+            f", difference to hierax {r['difference']:.1e}" if "difference" in r else ""
+        )
+        print(f"  {name}: {_ms(r['median'])} (first {_ms(r['first'])}){diff}")
     return row
+
+
+def section_floquet(args, refs) -> dict:
+    count = _batch(args)
+    h0, h1 = floquet_problem()
+    amplitudes = jnp.asarray(floquet_amplitudes(count), np.real(h0).dtype)
+    period = 2 * np.pi / FLOQUET_OMEGA
+    tol = FLOQUET_TOLS[args.precision]
+    reference = refs[f"floquet_{count}"]
+
+    def ours(amplitude):
+        h = hierax.Cos(FLOQUET_OMEGA, 0.0, amplitude) * h1 + h0
+        return hierax.floquet(h, period, rtol=tol, atol=tol * 1e-2).quasienergies
+
+    calls: dict[str, Callable] = {"hierax": jax.jit(jax.vmap(ours))}
+    try:
+        import dynamiqs as dq
+        import dynamiqs.method as dq_method
+
+        dq.set_precision(_dq_precision(args.precision))  # pyright: ignore[reportArgumentType]
+
+        def theirs(amplitude):
+            h = dq.constant(jnp.asarray(h0)) + dq.modulated(
+                lambda t: amplitude * jnp.cos(FLOQUET_OMEGA * t), jnp.asarray(h1)
+            )
+            method = dq_method.Dopri8(rtol=tol, atol=tol * 1e-2, max_steps=10**6)
+            return dq.floquet(
+                h, period, jnp.array([0.0]), method=method, progress_meter=False
+            ).quasienergies
+
+        calls["dynamiqs floquet"] = jax.jit(jax.vmap(theirs))
+    except ImportError as e:
+        print(f"dynamiqs not installed ({e})")
+    row: dict = dict(levels=8, amplitudes=count, rtol=tol)
+    for name, fn in calls.items():
+        try:
+            first, median, out = first_and_median(fn, amplitudes)
+        except Exception as e:
+            row[name] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
+            print(f"  {name}: failed ({row[name]['error']})")
+            continue
+        error = floquet_error(out, reference)
+        row[name] = dict(first=first, median=median, error=error)
+        print(
+            f"  {name}: {count} amplitudes in {_ms(median)} (first {_ms(first)}), "
+            f"largest quasienergy error {error:.1e}",
+            flush=True,
+        )
+    return row
+
+
+def section_lanczos(args, refs) -> dict:
+    h, o, qubits, steps, capacity = lanczos_problem(args.quick)
+    reference = refs[f"lanczos_{'quick' if args.quick else 'full'}"]
+
+    def b():
+        return hierax.lanczos(h, o, steps, capacity=capacity).b
+
+    first, median, out = first_and_median(b)
+    difference = float(np.max(np.abs(out - reference)))
+    print(
+        f"  {qubits} qubits, {steps} steps, "
+        f"capacity {capacity}: first {_ms(first)}, then {_ms(median)}; largest "
+        f"difference of b to x64 {difference:.1e}",
+        flush=True,
+    )
+    return dict(
+        qubits=qubits,
+        steps=steps,
+        capacity=capacity,
+        first=first,
+        median=median,
+        difference=difference,
+    )
+
+
+RUNNERS = {
+    "accuracy": section_accuracy,
+    "chains": section_chains,
+    "batch": section_batch,
+    "floquet": section_floquet,
+    "lanczos": section_lanczos,
+}
+
+
+def refusal() -> str | None:
+    """hierax's refusal of this configuration (x64 on a TPU), or None."""
+    try:
+        hierax.HeisenbergHierarchy(hierax.Cos() * SY, SX, 2)(1.0)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description="sesolve against Dopri8 on the default device"
-    )
-    parser.add_argument("--sites", default="4,6,8,10")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--precision", choices=("x32", "x64"), default="x32")
+    parser.add_argument("--matmul", choices=("highest", "default"), default="highest")
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--sites", default="8,10")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--precision", choices=("x64", "x32"), default="x64")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--quick", action="store_true", help="small sizes (CPU smoke)")
+    parser.add_argument("--reference", default=None, help="the references' .npz")
+    parser.add_argument("--out", default=None, help="write the results as JSON")
+    parser.add_argument("--reference-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--reference-keys", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rtol, atol = (RTOL, ATOL) if args.precision == "x64" else (1e-5, 1e-7)
-    device = jax.devices()[0]
-    print(
-        f"device: {device.device_kind} ({device.platform}), {args.precision}, "
-        f"rtol {rtol:g}, atol {atol:g}, load {os.getloadavg()[0]:.2f}",
-        flush=True,
+    if args.reference_child:
+        reference_child(args.reference_child, args.reference_keys.split(","))
+        return
+    unknown = set(args.sections.split(",")) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+    jax.config.update("jax_enable_x64", args.precision == "x64")
+    started = time.perf_counter()
+    record: dict = dict(
+        args=vars(args),
+        jax=jax.__version__,
+        hierax=hierax.__version__,
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        context=context(args),
+        sections={},
     )
-    print(
-        f"{'sites':>5} {'n':>5} | {'hierax':>9} {'in jit':>9} {'Dopri8':>9} | "
-        f"{'ratio':>6} {'in jit':>6} | {'first (s)':>9} {'Dopri8':>7} | difference"
-    )
-    rows = []
-    for sites in (int(s) for s in args.sites.split(",")):
-        start = time.perf_counter()
-        row = bench_size(sites, rtol, atol)
-        rows.append(row)
-        print(
-            f"{sites:5d} {row['n']:5d} | {row['hierax']['median'] * 1e3:7.2f}ms "
-            f"{row['hierax_in_jit']['median'] * 1e3:7.2f}ms "
-            f"{row['dopri8']['median'] * 1e3:7.2f}ms | {row['ratio']:6.2f} "
-            f"{row['ratio_in_jit']:6.2f} | {row['hierax']['first']:9.2f} "
-            f"{row['dopri8']['first']:7.2f} | {row['difference']:.1e} "
-            f"({time.perf_counter() - start:.0f} s)",
-            flush=True,
-        )
-    sites = int(args.sites.split(",")[0])
-    batch = bench_batch(sites, args.batch, rtol, atol)
-    print(
-        f"vmap over {args.batch} states, {sites} sites: hierax "
-        f"{batch['hierax']['median'] * 1e3:.2f} ms, Dopri8 "
-        f"{batch['dopri8']['median'] * 1e3:.2f} ms, ratio {batch['ratio']:.2f}, "
-        f"difference {batch['difference']:.1e}",
-        flush=True,
-    )
+    print(f"# bench_devices: {_label(record['context'])}", flush=True)
+    with hierax.matmul_precision(args.matmul):
+        record["refused"] = refusal()
+        if record["refused"]:
+            # The peers have no such guard: XLA would abort this process.
+            print(f"hierax refuses this configuration:\n  {record['refused']}")
+            print("nothing else is run (the peers would abort the process)")
+        else:
+            refs = references(args)
+            for name in args.sections.split(","):
+                # Every section compiles afresh (its first calls are compiles).
+                jax.clear_caches()
+                ctx = context(args)
+                print(f"\n## {name}: {_label(ctx)}", flush=True)
+                start = time.perf_counter()
+                result = RUNNERS[name](args, refs)
+                result["context"] = ctx
+                result["load_after"] = list(os.getloadavg())
+                result["seconds"] = time.perf_counter() - start
+                record["sections"][name] = result
+                print(f"({result['seconds']:.0f} s)", flush=True)
+    record["seconds"] = time.perf_counter() - started
+    record["load_after"] = list(os.getloadavg())
+    print(f"\n{record['seconds']:.0f} s in all; load after {record['load_after']}")
     if args.out:
-        record = {
-            "device": device.device_kind,
-            "platform": device.platform,
-            "precision": args.precision,
-            "rows": rows,
-            "batch": batch,
-        }
         with open(args.out, "w", encoding="utf-8") as file:
-            json.dump(record, file, indent=1)
+            json.dump(record, file, indent=1, default=float)
 
 
 if __name__ == "__main__":
