@@ -2,6 +2,7 @@
 
 from importlib.metadata import version as _version
 
+from ._backend import matmul_precision as matmul_precision
 from ._floquet import FloquetBasis as FloquetBasis, floquet as floquet
 from ._hierarchies import (
     AbstractHierarchy as AbstractHierarchy,

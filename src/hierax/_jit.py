@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from ._backend import products_context, refuse_unsupported_backend
 from ._cache import flatten_module
 
 
@@ -36,8 +37,16 @@ def _is_plain(leaf: Any) -> bool:
     )
 
 
-def module_jit(fn: Callable) -> Callable:
+def module_jit(
+    fn: Callable, api: str = "hierax", exact_products: bool = True
+) -> Callable:
     """Compile `fn(module, *args, **static_kwargs)` once per structure.
+
+    `api` names the public call in errors. The program is traced with its matrix
+    products at hierax's chosen precision (`_backend`), unless `exact_products` is
+    off (the Taylor transform, whose products are the user's own and keep the
+    precision the user traced them with); 64-bit mode on a TPU is refused before
+    anything compiles.
 
     Behaves like `eqx.filter_jit` (array leaves traced, everything else static), but
     when every leaf of the module is already an array (the usual case) and the other
@@ -112,6 +121,13 @@ def module_jit(fn: Callable) -> Callable:
         # under filtering, and must stay so); the other arguments are times and
         # states, which may be Python numbers.
         leaves, treedef, all_arrays, _ = flatten_module(module)
+        refuse_unsupported_backend(api, (*rest, leaves))
+        if exact_products:
+            with products_context():
+                return run(args, rest, leaves, treedef, all_arrays, static)
+        return run(args, rest, leaves, treedef, all_arrays, static)
+
+    def run(args, rest, leaves, treedef, all_arrays, static):
         if all_arrays and all(_is_plain(leaf) for leaf in jax.tree.leaves(rest)):
             jitted = compiled(treedef, tuple(sorted(static)))
             return jitted(leaves, *rest, **static)

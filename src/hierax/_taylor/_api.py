@@ -28,7 +28,7 @@ def _taylor_impl(fn: Callable, t: Array, order: int) -> PyTree[Array]:
 
 # The one compile policy of the public calls (`eqx.filter_jit` semantics, with a
 # fast path when `fn` is a module of arrays); the order is static.
-_taylor = module_jit(_taylor_impl)
+_taylor = module_jit(_taylor_impl, api="hierax.taylor", exact_products=False)
 
 
 @jaxtyped(typechecker=beartype)
