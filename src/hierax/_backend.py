@@ -103,7 +103,7 @@ def _platform(args: tuple) -> str:
                     return next(iter(leaf.sharding.device_set)).platform
                 except Exception:  # a deleted or donated array: decide by default
                     break
-    device = getattr(jax.config, "jax_default_device")  # a context's value too
+    device = jax.config.jax_default_device  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(device, str):
         return device
     if device is not None:
