@@ -72,7 +72,7 @@ _CALLS = {
             hierax.PauliSum.from_strings(["XX", "ZI", "IZ"], [1.0, 0.5, 0.5]),
             hierax.PauliSum.from_strings(["ZI"], [1.0], capacity=32),
             4,
-        ).coefficients
+        ).b
     ),
 }
 
