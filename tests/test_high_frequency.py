@@ -267,10 +267,66 @@ def test_bad_input_is_named():
     expansion = api(_qubit(omega), period, order=2)
     with pytest.raises(ValueError, match="at most the expansion's order 2"):
         expansion.effective(order=3)
-    with pytest.raises(TypeError, match="parameter 'exact'"):
+    # (The test suite's jaxtyping hook refuses it by its annotation first.)
+    with pytest.raises(TypeError, match="exact"):
         expansion.convergence(np.zeros(2))  # pyright: ignore[reportArgumentType]
     # Inside a jit the check runs in the program.
     with pytest.raises(Exception, match="not periodic with `period`"):
         jax.jit(lambda w: api(0.5 * SZ + hierax.Cos(w) * SX, period, order=1).terms)(
             1.3 * omega
         )
+
+
+@pytest.mark.parametrize(
+    ("period", "error", "match"),
+    [
+        (np.inf, ValueError, "`period` must be finite"),
+        (-np.inf, ValueError, "`period` must be positive"),
+        (np.nan, ValueError, "`period` must be positive"),
+        (0.0, ValueError, "`period` must be positive"),
+        (1j, ValueError, "`period` must be a real scalar"),
+        (None, TypeError, "period"),
+    ],
+)
+def test_a_bad_period_is_named(period, error, match):
+    """An infinite period gave nan terms; every bad period is refused, naming it."""
+    with pytest.raises(error, match=match):
+        hierax.high_frequency_expansion(_qubit(10.0), period, order=1)
+
+
+def test_a_bad_traced_period_or_hamiltonian_is_refused_at_run_time():
+    """Inside a jit an infinite period, and a nan amplitude (whose nan gaps passed
+    the comparisons), are refused by the compiled call."""
+    period = 2 * np.pi / 10.0
+
+    def terms(period, amplitude):
+        h = 0.5 * SZ + hierax.Cos(2 * jnp.pi / period, amplitude=amplitude) * SX
+        return hierax.high_frequency_expansion(h, period, order=1).terms
+
+    compiled = jax.jit(terms)
+    with pytest.raises(Exception, match="`period` must be positive and finite"):
+        jax.block_until_ready(compiled(np.inf, 1.0))
+    with pytest.raises(Exception, match="`hierax.high_frequency_expansion`"):
+        jax.block_until_ready(compiled(period, np.nan))
+
+
+def test_bad_times_of_the_methods_are_named():
+    """The methods' times: a batch, nan, complex, refused naming `t` or `t0` (a
+    start was named `t`); a nan on the device inside the compiled call."""
+    expansion = hierax.high_frequency_expansion(_qubit(10.0), 2 * np.pi / 10.0, order=1)
+    name = "`hierax.HighFrequencyExpansion"
+    with pytest.raises(ValueError, match=f"{name}.kick`: `t` must be finite"):
+        expansion.kick(np.nan)
+    with pytest.raises(ValueError, match=f"{name}.stroboscopic`: `t0` must be finite"):
+        expansion.stroboscopic(np.inf)
+    with pytest.raises(ValueError, match=f"{name}.stroboscopic_terms`: `t0` must be a"):
+        expansion.stroboscopic_terms(np.array([0.0, 1.0]))
+    with pytest.raises(TypeError, match=f"{name}.propagator`: `t0` must be a real"):
+        expansion.propagator(0.1, 1j)
+    with pytest.raises(Exception, match=f"{name}.propagator`: `t0` must be finite"):
+        jax.block_until_ready(expansion.propagator(0.1, jnp.array(np.nan)))
+    with pytest.raises(Exception, match=f"{name}.kick`: `t` must be finite"):
+        jax.block_until_ready(expansion.kick(jnp.array(np.inf)))
+    three_levels = hierax.floquet(np.diag([0.0, 1.0, 2.0]), 2 * np.pi / 10.0)
+    with pytest.raises(ValueError, match=f"{name}.convergence`: `exact` has 3"):
+        expansion.convergence(three_levels)

@@ -38,10 +38,10 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from ._arrays import complex_dtype, is_traced
 from ._custom_types import Time
-from ._floquet import FloquetBasis, fold
+from ._floquet import FloquetBasis, checked_period, fold, real_scalar
 from ._jit import module_jit
 from ._operators import AbstractTimeOperator, to_operator
-from ._validation import as_period, as_time, check_order
+from ._validation import check_order
 
 
 # Fractions of a period off every grid, where H is compared with the Fourier
@@ -102,7 +102,7 @@ class HighFrequencyExpansion(eqx.Module):
         Hamiltonian's order + 1: both enter the propagator at the same power)."""
         api = "hierax.HighFrequencyExpansion.kick"
         k = self._order(order, api)
-        return _kick(self, as_time(t, api, canonical=False), order=k)
+        return _kick(self, self._time(t, "t", api), order=k, api=api)
 
     def stroboscopic_terms(self, t0: ArrayLike) -> Complex[Array, "k n n"]:
         """The Floquet-Magnus terms of $H_F[t_0]$, one per power of $1/\\omega$
@@ -110,7 +110,7 @@ class HighFrequencyExpansion(eqx.Module):
         $e^{-iK(t_0)} H_{eff} e^{iK(t_0)}$, which depends on the start $t_0$ and
         has the same quasienergies."""
         api = "hierax.HighFrequencyExpansion.stroboscopic_terms"
-        return _stroboscopic_terms(self, as_time(t0, api, canonical=False))
+        return _stroboscopic_terms(self, self._time(t0, "t0", api), api=api)
 
     def stroboscopic(
         self, t0: ArrayLike, order: int | None = None
@@ -119,7 +119,7 @@ class HighFrequencyExpansion(eqx.Module):
         $U(t_0 + T, t_0) \\approx e^{-i H_F[t_0] T}$."""
         api = "hierax.HighFrequencyExpansion.stroboscopic"
         k = self._order(order, api)
-        return _stroboscopic(self, as_time(t0, api, canonical=False), order=k)
+        return _stroboscopic(self, self._time(t0, "t0", api), order=k, api=api)
 
     def propagator(
         self, t: ArrayLike, t0: ArrayLike, order: int | None = None
@@ -129,18 +129,37 @@ class HighFrequencyExpansion(eqx.Module):
         ones), with matrix exponentials."""
         api = "hierax.HighFrequencyExpansion.propagator"
         k = self._order(order, api)
-        t = as_time(t, api, canonical=False)
-        t0 = as_time(t0, api, canonical=False)
-        return _propagator(self, t, t0, order=k)
+        t, t0 = self._time(t, "t", api), self._time(t0, "t0", api)
+        return _propagator(self, t, t0, order=k, api=api)
 
     def convergence(self, exact: FloquetBasis) -> Float[Array, " k"]:
         """The largest distance (modulo $\\omega$) of the quasienergies at each
         order $0 .. K$ from `exact`'s (a [`hierax.FloquetBasis`][] of the same H
         and period): the expansion's error order by order."""
+        api = "hierax.HighFrequencyExpansion.convergence"
+        if not isinstance(exact, FloquetBasis):
+            raise TypeError(
+                f"`{api}`: `exact` must be a `hierax.FloquetBasis` (from "
+                f"`hierax.floquet`), got {type(exact).__name__}."
+            )
+        n = self.terms.shape[-1]
+        if exact.quasienergies.shape != (n,):
+            raise ValueError(
+                f"`{api}`: `exact` has {exact.quasienergies.shape[0]} quasienergies "
+                f"but the expansion's H is {n}x{n}; pass the Floquet basis of the same "
+                "H."
+            )
         return _convergence(self, exact.quasienergies)
 
-    def _weights(self, t: Time) -> Array:
-        """Fourier-interpolation weights of the grid at time t."""
+    def _time(self, t: Any, name: str, api: str) -> Array:
+        """A time argument as a real scalar of the period's dtype (a value on the
+        device is checked for finiteness inside the compiled call)."""
+        return real_scalar(t, name, api, self.period.dtype)
+
+    def _weights(self, t: Time, name: str, api: str) -> Array:
+        """Fourier-interpolation weights of the grid at time t (checked finite at
+        run time: the error names the argument `name` of `api`)."""
+        t = eqx.error_if(t, ~jnp.isfinite(t), f"`{api}`: `{name}` must be finite.")
         g = self.kicks.shape[1]
         phase = 2 * jnp.pi * (t / self.period - jnp.arange(g) / g)
         m = jnp.arange(1, (g - 1) // 2 + 1)
@@ -182,7 +201,13 @@ def high_frequency_expansion(
         )
     if harmonics < 1:
         raise ValueError(f"`{api}(harmonics=...)` must be positive, got {harmonics}.")
-    period = as_period(period, api)
+    period = checked_period(period, api)
+    if is_traced(period):  # checked before H is sampled at multiples of it
+        period = eqx.error_if(
+            period,
+            ~(jnp.isfinite(period) & (period > 0)),
+            f"`{api}`: `period` must be positive and finite.",
+        )
     expansion, leak, asymmetry = _expand(
         operator, period, order=order, harmonics=int(harmonics)
     )
@@ -197,12 +222,15 @@ def high_frequency_expansion(
         f"`{api}`: `hamiltonian` is not Hermitian (H(t) - H(t)^dagger reaches "
         "{gap:.2e} of its norm); the expansion is that of a Hermitian, periodic H."
     )
+    # (Written so that a nan gap, from a non-finite H, fails too.)
     for gap, message in ((leak, periodic), (asymmetry, hermitian)):
         if is_traced(gap):
             expansion = eqx.error_if(
-                expansion, gap > tolerance, message.replace("{gap:.2e}", "more than")
+                expansion,
+                ~(gap <= tolerance),
+                message.replace("{gap:.2e}", "more than"),
             )
-        elif float(gap) > tolerance:
+        elif not float(gap) <= tolerance:
             raise ValueError(message.format(gap=float(gap)))
     return expansion
 
@@ -229,13 +257,17 @@ def _truncated_quasienergies(expansion: HighFrequencyExpansion, *, order: int) -
     return _quasienergies(_effective_to(expansion, order), expansion.period)
 
 
-def _kick_at(expansion: HighFrequencyExpansion, t: Any, order: int) -> Array:
-    weights = expansion._weights(t)
+def _kick_at(
+    expansion: HighFrequencyExpansion, t: Any, order: int, api: str, name: str = "t"
+) -> Array:
+    weights = expansion._weights(t, name, api)
     return jnp.einsum("g,kgab->ab", weights, expansion.kicks[: order + 1])
 
 
-def _stroboscopic_terms_at(expansion: HighFrequencyExpansion, t0: Any) -> Array:
-    weights = expansion._weights(t0)
+def _stroboscopic_terms_at(
+    expansion: HighFrequencyExpansion, t0: Any, api: str
+) -> Array:
+    weights = expansion._weights(t0, "t0", api)
     return jnp.einsum("g,kgab->kab", weights, expansion.stroboscopic_grid)
 
 
@@ -244,17 +276,22 @@ _stroboscopic_terms = module_jit(_stroboscopic_terms_at)
 
 
 @module_jit
-def _stroboscopic(expansion: HighFrequencyExpansion, t0: Any, *, order: int) -> Array:
-    return _stroboscopic_terms_at(expansion, t0)[: order + 1].sum(0)
+def _stroboscopic(
+    expansion: HighFrequencyExpansion, t0: Any, *, order: int, api: str
+) -> Array:
+    return _stroboscopic_terms_at(expansion, t0, api)[: order + 1].sum(0)
 
 
 @module_jit
 def _propagator(
-    expansion: HighFrequencyExpansion, t: Any, t0: Any, *, order: int
+    expansion: HighFrequencyExpansion, t: Any, t0: Any, *, order: int, api: str
 ) -> Array:
     expm = jax.scipy.linalg.expm
+    kick, back = (
+        _kick_at(expansion, t, order, api),
+        _kick_at(expansion, t0, order, api, "t0"),
+    )
     middle = expm(-1j * _effective_to(expansion, order) * (t - t0))
-    kick, back = _kick_at(expansion, t, order), _kick_at(expansion, t0, order)
     return expm(-1j * kick) @ middle @ expm(1j * back)
 
 
