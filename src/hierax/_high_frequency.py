@@ -28,7 +28,7 @@ applied at the end.
 """
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -203,10 +203,13 @@ def high_frequency_expansion(
         raise ValueError(f"`{api}(harmonics=...)` must be positive, got {harmonics}.")
     period = checked_period(period, api)
     if is_traced(period):  # checked before H is sampled at multiples of it
-        period = eqx.error_if(
-            period,
-            ~(jnp.isfinite(period) & (period > 0)),
-            f"`{api}`: `period` must be positive and finite.",
+        period = cast(
+            Array,
+            eqx.error_if(
+                period,
+                ~(jnp.isfinite(period) & (period > 0)),
+                f"`{api}`: `period` must be positive and finite.",
+            ),
         )
     expansion, leak, asymmetry = _expand(
         operator, period, order=order, harmonics=int(harmonics)
