@@ -2,6 +2,8 @@
 coefficients against dense Lanczos and the free-fermion (Majorana) form of the
 transverse-field Ising and XX chains."""
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -179,7 +181,7 @@ def test_bad_input_is_named():
         hierax.PauliSum.from_terms([(1.0, [("X", 4)])], 4)
     with pytest.raises(ValueError, match="expected 2 coefficients"):
         hierax.PauliSum.from_strings(["XI", "IX"], [1.0, 2.0, 3.0])
-    with pytest.raises(ValueError, match="`capacity`: expected a positive integer"):
+    with pytest.raises(ValueError, match="truncate`: `capacity` must be a positive"):
         hierax.PauliSum.from_strings(["XI"]).truncate(0)
     with pytest.raises(ValueError, match="matrices are built for at most 14"):
         hierax.PauliSum.from_strings("X" * 15).todense()
@@ -215,7 +217,8 @@ def test_bad_input_is_named():
         hierax.PauliHierarchy(chain, hierax.PauliSum.from_strings("ZII"), -1)
     with pytest.raises(ValueError, match="`t` must be finite"):
         hierax.PauliHierarchy(chain, hierax.PauliSum.from_strings("ZII"), 2)(np.nan)
-    with pytest.raises(ValueError, match="Hermitian"):
+    # Checked inside the compiled call (no host read of device values).
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`observable` must be Hermitian"):
         hierax.lanczos(
             hierax.PauliSum.ising_chain(3, 1.0, 1.0),
             hierax.PauliSum.from_strings("XII", [1j]),
@@ -523,3 +526,400 @@ def test_sums_sharded_by_strings_on_two_devices(tmp_path_factory):
     result = fresh_output(tmp_path_factory, _SHARDED)
     assert result["status"] == 0, result["stderr"]
     assert "sharded ok" in result["stdout"]
+
+
+# --- issue 48: hostile input (round two) and issue 49: no host round trip ---------
+
+
+def _dense_of(terms: dict, n: int) -> np.ndarray:
+    out = np.zeros((2**n, 2**n), complex)
+    for s, c in terms.items():
+        out += c * dense_string(s)
+    return out
+
+
+def _weight(d: np.ndarray) -> float:
+    """Tr(D^dagger D)/2^N, from the matrix."""
+    return float(np.trace(d.conj().T @ d).real / d.shape[0])
+
+
+@pytest.mark.parametrize(
+    "threshold", [-1.0, -np.inf, np.float32(-2.0), -3, 0.0, "traced-", "device-"]
+)
+def test_truncate_below_zero_keeps_the_sum(threshold):
+    """A threshold at or below zero removes nothing, and padding never becomes a
+    string: the count and the inner product are those of the strings given."""
+    c = np.array([1.0, 2.0, 3.0])
+    a = hierax.PauliSum.from_strings(["XI", "IZ", "YY"], c, capacity=8)
+    if threshold == "traced-":
+        t = eqx.filter_jit(lambda a, v: a.truncate(threshold=v))(a, jnp.asarray(-1.0))
+    elif threshold == "device-":
+        t = a.truncate(threshold=jnp.asarray(-1.0))
+    else:
+        t = a.truncate(threshold=threshold)  # pyright: ignore[reportArgumentType]
+    assert int(t.count) == 3
+    np.testing.assert_allclose(complex(t.inner(t)), np.sum(c**2), rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(t.todense()), _dense_of(dict(zip(["XI", "IZ", "YY"], c)), 2)
+    )
+
+
+def test_truncate_thresholds_never_retrace_and_refuse_nan():
+    c = np.array([0.5, -2.0, 3.0, 1e-3])
+    a = hierax.PauliSum.from_strings(["XI", "IZ", "YY", "ZZ"], c, capacity=6)
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def cut(a, v):
+        return a.truncate(threshold=v).count
+
+    for v in (-1.0, 0.0, 0.4, 1.9, 2.5, np.inf):
+        assert int(cut(a, jnp.asarray(v))) == int(np.sum(np.abs(c) > v))
+        assert int(a.truncate(threshold=v).count) == int(np.sum(np.abs(c) > v))
+    for nan in (np.nan, np.float32(np.nan), jnp.asarray(np.nan)):
+        with pytest.raises(ValueError, match="truncate`: `threshold` must be a num"):
+            a.truncate(threshold=nan)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`threshold` must be a num"):
+        eqx.filter_jit(lambda a, v: a.truncate(threshold=v).count)(
+            a, jnp.asarray(np.nan)
+        )
+    for bad in ("1", True, 1j, jnp.ones(2), np.ones(2), None):
+        # Refused by the annotations (in the tests' jaxtyping plugin) or by hand.
+        with pytest.raises(TypeError, match="(?s)truncate.*`?threshold"):
+            a.truncate(threshold=bad)  # pyright: ignore[reportArgumentType]
+
+
+def test_overflowed_coefficients_do_not_wake_padding():
+    """A coefficient that overflowed to inf times padding (zero) is no nan string: a
+    product of a sum with spare slots keeps its inf, and nothing else appears."""
+    a = hierax.PauliSum.from_strings(["XZ"], [1e300], capacity=4) * 1e10
+    assert np.isinf(complex(a.terms()["XZ"]).real)
+    # XZ XZ = II; the pairs with padding add no XZ (inf * 0), and the string stays.
+    assert list((a @ a).terms()) == ["II"]
+    for b in (a + a, a.truncate(2), a * 2.0):
+        terms = b.terms()
+        assert len(terms) == 1 and not np.isnan(list(terms.values())[0])
+        assert np.isinf(abs(list(terms.values())[0]))
+    assert np.isinf(float(a.norm())) and complex(a.trace()) == 0
+
+
+def test_tiny_coefficients_survive_float32():
+    """Coefficients whose squares underflow float32 (1e-25) are strings still, and
+    the norm is not zero."""
+    c = np.array([1e-25, -2e-25], np.complex64)
+    a = hierax.PauliSum.from_strings(["XI", "IZ"], c)
+    assert a.dtype == jnp.complex64 and int(a.count) == 2
+    np.testing.assert_allclose(float(a.norm()), np.sqrt(5) * 1e-25, rtol=1e-6)
+    b = a @ hierax.PauliSum.from_strings(["ZI"], np.array([1.0], np.complex64))
+    np.testing.assert_allclose(
+        np.asarray(b.todense()),
+        _dense_of({"XI": 1e-25, "IZ": -2e-25}, 2) @ dense_string("ZI"),
+        rtol=1e-6,
+        atol=0,
+    )
+
+
+def test_dropped_is_carried_through_arithmetic():
+    """`dropped` bounds |exact - computed|^2, checked against dense matrices: equal
+    to it for one truncation, `2 * P` and `P + P` (both 4x), scaled by |s|^2,
+    kept by negation and adjoint, and an upper bound for truncations of
+    truncations, sums, products and commutators of truncated sums."""
+    rng = np.random.default_rng(7)
+    full_a, da = random_sum(rng, 3, 20)
+    full_b, db = random_sum(rng, 3, 12)
+    a, b = full_a.truncate(8), full_b.truncate(5)
+    d = float(a.dropped)
+    np.testing.assert_allclose(d, _weight(da - np.asarray(a.todense())), rtol=1e-12)
+    np.testing.assert_allclose(float((2 * a).dropped), 4 * d, rtol=1e-14)
+    np.testing.assert_allclose(float((a + a).dropped), 4 * d, rtol=1e-14)
+    np.testing.assert_allclose(
+        float((a + a).dropped), _weight(2 * da - np.asarray((a + a).todense()))
+    )
+    np.testing.assert_allclose(float((a / 2).dropped), d / 4, rtol=1e-14)
+    np.testing.assert_allclose(float((1j * a).dropped), d, rtol=1e-14)
+    assert float((-a).dropped) == d and float(a.adjoint().dropped) == d
+    cases = [
+        (a.truncate(4), da),
+        (a + b, da + db),
+        (a - b, da - db),
+        (a @ b, da @ db),
+        (a.commutator(b), da @ db - db @ da),
+        (a.commutator(b, capacity=6), da @ db - db @ da),
+        ((a @ b).truncate(3) * 0.5, 0.5 * da @ db),
+    ]
+    for computed, exact in cases:
+        missing = _weight(exact - np.asarray(computed.todense()))
+        assert missing > 1e-3  # something is missing in every case
+        assert float(computed.dropped) >= missing * (1 - 1e-12), (
+            float(computed.dropped),
+            missing,
+        )
+
+
+BAD_COUNTS = [2.5, True, "3", -2, 0, None, np.float64(3.0)]
+
+
+def _names(message: str, api: str, name: str) -> bool:
+    """Whether an error names the call and the argument: by hand (`hierax.api`:
+    `name`), or by the annotations (in the tests' jaxtyping plugin)."""
+    by_hand = f"`hierax.{api}`" in message and f"`{name}`" in message
+    method = api.split(".")[-1]
+    annotated = f".{method}" in message and f"'{name}'" in message
+    return by_hand or annotated
+
+
+@pytest.mark.parametrize("bad", BAD_COUNTS, ids=repr)
+def test_qubit_counts_and_capacities_are_ints(bad):
+    """Every call that takes a number of qubits, a capacity, a number of steps or an
+    order refuses non-integers, bools, strings and values too small, naming the
+    call and the argument."""
+    z = hierax.PauliSum.from_strings("ZII")
+    h = hierax.PauliSum.ising_chain(3, 1.0, 1.0)
+    calls = {
+        ("PauliSum.from_terms", "n_qubits"): lambda: hierax.PauliSum.from_terms(
+            [(1.0, [("X", 0)])], bad
+        ),
+        ("PauliSum.zeros", "n_qubits"): lambda: hierax.PauliSum.zeros(bad, 2),
+        ("PauliSum.zeros", "capacity"): lambda: hierax.PauliSum.zeros(2, bad),
+        ("PauliSum.ising_chain", "n_qubits"): lambda: hierax.PauliSum.ising_chain(bad),
+        ("PauliSum.xxz_chain", "n_qubits"): lambda: hierax.PauliSum.xxz_chain(bad),
+        ("PauliSum.xxz_chain", "capacity"): lambda: hierax.PauliSum.xxz_chain(
+            3, capacity=bad
+        ),
+        ("PauliSum.from_strings", "capacity"): lambda: hierax.PauliSum.from_strings(
+            "XY", capacity=bad
+        ),
+        ("PauliSum.truncate", "capacity"): lambda: z.truncate(bad),
+        ("PauliSum.product", "capacity"): lambda: z.product(z, bad),
+        ("PauliSum.commutator", "capacity"): lambda: z.commutator(z, bad),
+        ("lanczos", "steps"): lambda: hierax.lanczos(h, z, bad),
+        ("lanczos", "capacity"): lambda: hierax.lanczos(h, z, 2, bad),
+        ("moments", "capacity"): lambda: hierax.moments(h, z, 2, bad),
+        ("autocorrelation_series", "capacity"): lambda: hierax.autocorrelation_series(
+            h, z, 2, bad
+        ),
+        ("PauliHierarchy", "capacity"): lambda: hierax.PauliHierarchy(h, z, 2, bad),
+        ("PauliSum", "n_qubits"): lambda: hierax.PauliSum(
+            z.x, z.z, z.coefficients, z.count, z.dropped, bad
+        ),
+    }
+    for (api, name), call in calls.items():
+        if bad is None and name in ("capacity",) and api != "PauliSum.zeros":
+            continue  # None is the default capacity
+        with pytest.raises((TypeError, ValueError)) as info:
+            call()
+        assert _names(str(info.value), api, name), (api, str(info.value))
+
+
+@pytest.mark.parametrize("order", [-1, 1.5, True])
+def test_moments_and_lanczos_blame_their_own_argument(order):
+    h = hierax.PauliSum.ising_chain(3, 1.0, 1.0)
+    z = hierax.PauliSum.from_strings("ZII")
+    for api, call in [
+        ("moments", hierax.moments),
+        ("autocorrelation_series", hierax.autocorrelation_series),
+    ]:
+        with pytest.raises((TypeError, ValueError)) as info:
+            call(h, z, order)  # pyright: ignore[reportArgumentType]
+        assert _names(str(info.value), api, "order"), str(info.value)
+        assert "`capacity`" not in str(info.value)
+    with pytest.raises(ValueError, match=r"`hierax.lanczos`: `steps` must be a posit"):
+        hierax.lanczos(h, z, 0)
+
+
+def test_constructors_refuse_what_is_not_a_pauli_sum():
+    """Each refusal names the call and the argument (by hand, or by the annotations
+    where the tests' jaxtyping plugin sees a wrong type first)."""
+    P = hierax.PauliSum
+    z = P.from_strings("X")
+    F = "PauliSum.from_strings"
+    refused = [
+        (TypeError, F, "strings", lambda: P.from_strings(5)),  # pyright: ignore
+        (TypeError, F, "strings", lambda: P.from_strings([5])),  # pyright: ignore
+        (TypeError, F, "coefficients", lambda: P.from_strings("X", ["a"])),
+        (TypeError, F, "coefficients", lambda: P.from_strings({"X": "a"})),
+        (TypeError, F, "coefficients", lambda: P.from_strings("X", "1")),
+        (TypeError, F, "coefficients", lambda: P.from_strings("X", [True])),
+        (ValueError, F, "coefficients", lambda: P.from_strings("X", [np.nan])),
+        (ValueError, F, "coefficients", lambda: P.from_strings("XY", [np.inf])),
+        (
+            ValueError,
+            "PauliSum.from_terms",
+            "coefficients",
+            lambda: P.from_terms([(np.nan, [("X", 0)])], 1),
+        ),
+        (
+            ValueError,
+            "PauliSum.ising_chain",
+            "coefficients",
+            lambda: P.ising_chain(3, np.nan),
+        ),
+        (
+            TypeError,
+            "PauliSum.ising_chain",
+            "periodic",
+            lambda: P.ising_chain(3, periodic="yes"),  # pyright: ignore
+        ),
+        (
+            TypeError,
+            "PauliSum.from_terms",
+            "terms",
+            lambda: P.from_terms([(1.0, [("X", 1.5)])], 3),  # pyright: ignore
+        ),
+        (
+            TypeError,
+            "PauliSum.from_terms",
+            "terms",
+            lambda: P.from_terms([(1.0, "X0")], 3),  # pyright: ignore
+        ),
+        (
+            TypeError,
+            "PauliSum.from_terms",
+            "terms",
+            lambda: P.from_terms([1.0], 3),  # pyright: ignore
+        ),
+        (TypeError, "PauliSum.zeros", "dtype", lambda: P.zeros(2, 2, "foo")),
+        (TypeError, "PauliSum.zeros", "dtype", lambda: P.zeros(2, 2, jnp.int32)),
+        (
+            TypeError,
+            "PauliSum",
+            "x",
+            lambda: P(
+                z.x.astype(jnp.int32), z.z, z.coefficients, z.count, z.dropped, 1
+            ),
+        ),
+    ]
+    for kind, api, name, call in refused:
+        with pytest.raises(kind) as info:
+            call()
+        assert _names(str(info.value), api, name), (api, name, str(info.value))
+    with pytest.raises(ValueError, match="`hierax.PauliSum . number`: the number m"):
+        _ = z * np.nan
+    with pytest.raises(ValueError, match="`hierax.PauliSum / number`: division by"):
+        _ = z / 0
+    # Traced coefficients and factors are checked when the program runs.
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`coefficients` must be finite"):
+        eqx.filter_jit(lambda c: P.from_strings(["XI", "IZ"], c).coefficients)(
+            jnp.asarray([1.0, np.nan])
+        )
+    with pytest.raises(eqx.EquinoxRuntimeError, match="number must be finite"):
+        eqx.filter_jit(lambda s, f: (s * f).coefficients)(
+            P.from_strings("X"), jnp.asarray(np.inf)
+        )
+    # Ints as floats and NumPy ints pass; a traced coupling is kept (not compared).
+    assert P.from_terms([(1, [("X", 2)])], 3).n_qubits == 3
+    chain = eqx.filter_jit(lambda j: P.ising_chain(3, j).coefficients)(jnp.asarray(2.0))
+    np.testing.assert_allclose(np.sort(np.real(np.asarray(chain))), [2.0, 2.0])
+
+
+def test_overflowing_levels_read_inf_never_nan():
+    """H = w X, O = Z on one qubit: X_k = (2w)^k (Z, Y, -Z, -Y, ...) in closed form.
+    Levels past the largest float read inf with a zero part zero (no nan), in x64
+    and float32; the ones below it are exact; the normalised ones (2w)^k/k! stay
+    finite where they fit."""
+    for dtype, w, order, rtol in (
+        (np.complex128, 1e30, 12, 1e-13),
+        (np.complex64, 1e3, 14, 1e-5),
+    ):
+        h = hierax.PauliSum.from_strings("X", np.array([w], dtype))
+        o = hierax.PauliSum.from_strings("Z", np.array([1.0], dtype))
+        hierarchy = hierax.PauliHierarchy(h, o, order, capacity=4)
+        largest = float(np.finfo(dtype).max)
+        for normalised in (False, True):
+            levels = hierarchy.normalised(0.0) if normalised else hierarchy(0.0)
+            for k, level in enumerate(levels):
+                log_value = k * np.log(2 * w) - (
+                    math.lgamma(k + 1) if normalised else 0
+                )
+                terms = level.terms()
+                assert list(terms) == (["Z"] if k % 2 == 0 else ["Y"]), (k, terms)
+                value = complex(list(terms.values())[0])
+                sign = (-1) ** (k // 2)
+                assert not np.isnan(value.real) and not np.isnan(value.imag)
+                assert value.imag == 0 and not np.isnan(float(level.dropped))
+                if log_value < np.log(largest) - 1:
+                    np.testing.assert_allclose(
+                        value.real, sign * np.exp(log_value), rtol=rtol
+                    )
+                elif log_value > np.log(largest) + 1:
+                    assert value.real == sign * np.inf, (dtype, k, value)
+
+
+def test_strongly_driven_chain_in_float32_against_dense_x64():
+    """A strongly driven Ising chain at order 24 in float32: the levels' series
+    span many orders of magnitude (one scale for them all read 1e10 as inf);
+    every level below the float32 range agrees with the dense x64 hierarchy, and
+    none is nan."""
+    n, order = 3, 24
+    hx = hierax.PauliSum.from_terms([(50.0, [("X", j)]) for j in range(n)], n)
+    hzz = hierax.PauliSum.ising_chain(n, 40.0)
+    o = hierax.PauliSum.from_strings("Z" + "I" * (n - 1))
+
+    def as32(s):
+        return eqx.tree_at(
+            lambda s: s.coefficients, s, s.coefficients.astype(jnp.complex64)
+        )
+
+    drive = hierax.Cos(30.0)
+    levels = hierax.PauliHierarchy(
+        drive * as32(hx) + as32(hzz), as32(o), order, capacity=64
+    )(0.3)
+    dense_h = drive * np.asarray(hx.todense()) + np.asarray(hzz.todense())
+    expected = np.asarray(
+        hierax.HeisenbergHierarchy(dense_h, np.asarray(o.todense()), order)(0.3)
+    )
+    checked = 0
+    for k in range(order + 1):
+        c = np.asarray(levels[k].coefficients)
+        assert levels[k].dtype == jnp.complex64 and not np.isnan(c).any(), k
+        scale = np.abs(expected[k]).max()
+        if scale < 1e36:
+            got = np.asarray(levels[k].todense())
+            assert np.abs(got - expected[k]).max() < 1e-4 * scale, k
+            checked += 1
+    assert checked >= 14
+
+
+def test_autocorrelation_series_past_170_factorial():
+    """C(t) = cos(2 w t) for H = w X, O = Z: c_{2k} = (-1)^k (2w)^{2k}/(2k)!, also
+    past (2k)! = 170! (which overflows float64)."""
+    w, order = 4.0, 95
+    h = hierax.PauliSum.from_strings("X", [w])
+    o = hierax.PauliSum.from_strings("Z")
+    c = np.asarray(hierax.autocorrelation_series(h, o, order))
+    k = np.arange(order + 1)
+    expected = (-1.0) ** k * np.exp(
+        2 * k * np.log(2 * w) - np.array([math.lgamma(2 * j + 1) for j in k])
+    )
+    np.testing.assert_allclose(c[::2], expected, rtol=1e-10)
+    assert np.all(c[1::2] == 0) and c[-1] != 0
+
+
+def test_second_calls_stay_on_the_device():
+    """Issue 49: `lanczos`, `moments` and `PauliHierarchy` called again on values
+    already on the device move nothing between host and device."""
+    h = hierax.PauliSum.ising_chain(4, 1.0, 1.05, 0.5)
+    o = hierax.PauliSum.from_strings(["ZIII", "IXII"], [1.0, 0.3])
+    t = jnp.asarray(0.4)
+    hierarchy = hierax.PauliHierarchy(hierax.Cos(1.3) * h, o, 4, capacity=64)
+    first = hierax.lanczos(h, o, 4, capacity=64)
+    mu = hierax.moments(h, o, 3, capacity=64)[0]
+    levels = hierarchy(t)
+    with jax.transfer_guard("disallow"):
+        again = hierax.lanczos(h, o, 4, capacity=64)
+        mu_again = hierax.moments(h, o, 3, capacity=64)[0]
+        levels_again = hierarchy(t)
+        again_hierarchy = hierax.PauliHierarchy(hierax.Cos(1.3) * h, o, 4, capacity=64)
+        levels_third = again_hierarchy(t)
+    np.testing.assert_array_equal(np.asarray(again.b), np.asarray(first.b))
+    np.testing.assert_array_equal(np.asarray(mu_again), np.asarray(mu))
+    for a, b, c in zip(levels, levels_again, levels_third):
+        np.testing.assert_array_equal(
+            np.asarray(a.coefficients), np.asarray(b.coefficients)
+        )
+        np.testing.assert_array_equal(
+            np.asarray(a.coefficients), np.asarray(c.coefficients)
+        )
+    # A time on the device is checked in the compiled call.
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`t` must be finite"):
+        hierarchy(jnp.asarray(np.nan))

@@ -4,7 +4,8 @@ Every operation on Pauli sums produces candidates (a product gives one string pe
 pair of terms) and ends here: candidates sorted by string, equal strings summed
 (a segment sum over the sorted order), exact zeros (or those below a threshold)
 dropped, and, when more remain than the capacity holds, the largest kept by
-magnitude, their removed weight sum |c|^2 reported. All of it has fixed shapes
+magnitude (|c|, never |c|^2, which underflows), their removed weight sum |c|^2
+reported. All of it has fixed shapes
 (sorts, cumulative sums, scatters), so it compiles once per capacity and runs on any
 backend; the strings of the result are in sorted order, padding (the identity with
 coefficient zero) after them.
@@ -99,6 +100,19 @@ def _kth_largest(weights: Array, k: int) -> Array:
     return lax.bitcast_convert_type(ranked[weights.shape[0] - k], weights.dtype)
 
 
+def magnitude(c: Inexact[Array, " m *series"]) -> Array:
+    """$\\sqrt{\\sum |c|^2}$ per candidate (over a series, where there is one),
+    scaled by the largest entry so that it neither underflows nor overflows where
+    $|c|^2$ would (a coefficient of 1e-25 squares to zero in float32)."""
+    if c.ndim == 1:
+        return jnp.abs(c)
+    a = jnp.abs(c.reshape(c.shape[0], -1))
+    top = jnp.max(a, axis=1)
+    scale = jnp.where((top > 0) & jnp.isfinite(top), top, 1)
+    rest = jnp.sqrt(jnp.sum((a / scale[:, None]) ** 2, axis=1))
+    return jnp.where((top > 0) & jnp.isfinite(top), top * rest, top)
+
+
 def compress(
     x: UInt32[Array, "m words"],
     z: UInt32[Array, "m words"],
@@ -108,9 +122,16 @@ def compress(
     threshold: float | Array = 0.0,
 ) -> tuple[Array, Array, Array, Array, Array]:
     """`(x, z, c, count, dropped)`: the candidates merged by string into `capacity`
-    slots, sorted by string, those with |c| <= `threshold` removed and, past the
-    capacity, the smallest; `dropped` is the weight sum |c|^2 of what the capacity
-    removed (what the threshold removes is not counted: it is asked for)."""
+    slots, sorted by string, exact zeros and those with |c| <= `threshold` removed
+    and, past the capacity, the smallest; `dropped` is the weight sum |c|^2 of what
+    the capacity removed, per entry of a series (shape `c.shape[1:]`); what the
+    threshold removes is not counted: it is asked for.
+
+    A string whose coefficient is nan is kept (ranked first): a nan never vanishes
+    into a finite result. A removed weight too small to square in the working
+    precision reads the smallest normal number, never zero (zero means exact).
+    Candidates from padding slots must come in as exact zeros (`jnp.where`, not a
+    product with a masked value: inf * 0 is nan)."""
     m = x.shape[0]
     segment, order = segments(x, z, n_qubits)
     xs, zs, cs = x[order], z[order], c[order]
@@ -122,26 +143,33 @@ def compress(
         .at[jnp.where(new, segment, m)]
         .set(lax.iota(jnp.int32, m), mode="drop")
     )
-    # A coefficient may be a vector (a series per string): its weight is the sum.
-    weights = jnp.real(sums * jnp.conj(sums))
-    weights = weights.reshape(m, -1).sum(axis=1)
-    keep = jnp.sqrt(weights) > threshold
+    # Ranked by magnitude (a series' by its norm), nan first.
+    size = magnitude(sums)
+    size = jnp.where(jnp.isnan(size), jnp.inf, size)
+    nonzero = jnp.any((sums != 0).reshape(m, -1), axis=1)
+    keep = nonzero & ~(size <= threshold)
     n_keep = jnp.sum(keep)
+    weights = jnp.real(sums * jnp.conj(sums))
     if m > capacity:
-        # Over capacity: keep the `capacity` largest weights; of weights equal to the
-        # last one kept, the first in string order.
+        # Over capacity: keep the `capacity` largest; of sizes equal to the last one
+        # kept, the first in string order.
         def largest(keep):
-            kth = _kth_largest(jnp.where(keep, weights, 0), capacity)
-            above = keep & (weights > kth)
-            tied = keep & (weights == kth)
+            kth = _kth_largest(jnp.where(keep, size, 0), capacity)
+            above = keep & (size > kth)
+            tied = keep & (size == kth)
             room = capacity - jnp.sum(above)
             return above | (tied & (jnp.cumsum(tied) <= room))
 
         kept = lax.cond(n_keep > capacity, largest, lambda keep: keep, keep)
-        dropped = jnp.sum(jnp.where(keep & ~kept, weights, 0))
+        removed = keep & ~kept
+        mask = removed.reshape((m,) + (1,) * (c.ndim - 1))
+        dropped = jnp.sum(jnp.where(mask, weights, 0), axis=0)
+        lost = jnp.any(mask & (sums != 0), axis=0)
+        tiny = jnp.finfo(weights.dtype).tiny
+        dropped = jnp.where(lost & (dropped == 0), tiny, dropped)
         keep = kept
     else:
-        dropped = jnp.zeros((), weights.dtype)
+        dropped = jnp.zeros(c.shape[1:], weights.dtype)
     slot = jnp.where(keep, jnp.cumsum(keep) - 1, capacity)
     source = first
     out_x = (

@@ -14,6 +14,8 @@ fixed capacity, so every step has the same shapes: one compile, a `lax.scan` ove
 the steps.
 """
 
+import math
+
 import equinox as eqx
 import jax
 import jax.lax as lax
@@ -21,10 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._validation import is_traced
-from ._compress import compress, lookup
+from ._compress import compress, lookup, magnitude
 from ._strings import i_power, product_phase
-from ._sum import PauliSum, _capacity, _valid, check_chain
+from ._sum import PauliSum, _live, _valid, check_chain, check_int
 
 
 class LanczosCoefficients(eqx.Module):
@@ -44,29 +45,46 @@ class LanczosCoefficients(eqx.Module):
     orthogonality: Float[Array, " steps"]
 
 
-def _check_hermitian(s: PauliSum, name: str) -> None:
-    if is_traced(s.coefficients):
-        return
-    c = np.asarray(s.coefficients)
-    if np.any(np.abs(np.imag(c)) > 1e-12 * max(1.0, float(np.abs(c).max(initial=0)))):
-        raise ValueError(
-            f"`{name}`: expected a Hermitian operator (a Pauli sum with real "
-            "coefficients): the recursion assumes a Hermitian Liouvillian and "
-            "observable."
+def _checked(s: PauliSum, api: str, name: str, nonzero: bool = False) -> PauliSum:
+    """Inside the compiled call (no read of device values on the host): `s` with
+    an error at run time unless it is Hermitian (real coefficients, to rounding)
+    and finite, and, with `nonzero`, not zero."""
+    c = _valid(s)
+    a = jnp.abs(c)
+    top = jnp.max(a)
+    eps = jnp.finfo(c.dtype).eps
+    c = eqx.error_if(
+        c,
+        jnp.any(jnp.abs(jnp.imag(c)) > 100 * eps * jnp.maximum(1, top)),
+        f"`{api}`: `{name}` must be Hermitian (a Pauli sum with real "
+        "coefficients): the recursion assumes a Hermitian Liouvillian and observable.",
+    )
+    c = eqx.error_if(
+        c,
+        ~jnp.all(jnp.isfinite(c)),
+        f"`{api}`: `{name}` must have finite coefficients.",
+    )
+    if nonzero:
+        c = eqx.error_if(
+            c, top == 0, f"`{api}`: `{name}` is zero; its Krylov space is empty."
         )
+    return eqx.tree_at(lambda t: t.coefficients, s, c)
 
 
-def _check_pair(hamiltonian: PauliSum, observable: PauliSum, name: str) -> None:
+def _norm(c: Array) -> Array:
+    """$\\sqrt{\\sum |c|^2}$, scaled (no underflow or overflow of $|c|^2$)."""
+    return magnitude(c[None, :])[0]
+
+
+def _check_pair(hamiltonian: PauliSum, observable: PauliSum, api: str) -> None:
     names = ("hamiltonian", "observable")
     for arg, value in zip(names, (hamiltonian, observable)):
         if not isinstance(value, PauliSum):
             raise TypeError(
-                f"`hierax.{name}`: `{arg}` must be a `hierax.PauliSum`, got "
+                f"`{api}`: `{arg}` must be a `hierax.PauliSum`, got "
                 f"{type(value).__name__}."
             )
-    check_chain(hamiltonian, observable, f"hierax.{name}", names)
-    _check_hermitian(hamiltonian, "hamiltonian")
-    _check_hermitian(observable, "observable")
+    check_chain(hamiltonian, observable, api, names)
 
 
 # Working sizes: the step runs on the first `size` slots of its operators, the
@@ -95,8 +113,10 @@ def _liouvillian(h: PauliSum, current: tuple, previous: tuple, capacity: int):
         x, z, e, anti = product_phase(
             h.x[:, None], h.z[:, None], ox[None, :], oz[None, :]
         )
-        c = _valid(h)[:, None].astype(oc.dtype) * oc[None, :] * i_power(e, oc.dtype)
-        c = jnp.where(anti == 1, 2 * c, 0)
+        # Masked (not multiplied) by the pairs that count: inf * 0 is nan.
+        pairs = (anti == 1) & _live(h)[:, None]
+        c = h.coefficients[:, None].astype(oc.dtype) * oc[None, :]
+        c = jnp.where(pairs, 2 * c * i_power(e, oc.dtype), 0)
         m = x.shape[0] * x.shape[1]
         x = jnp.concatenate([x.reshape(m, -1), px[:size]])
         z = jnp.concatenate([z.reshape(m, -1), pz[:size]])
@@ -118,7 +138,7 @@ def _by_count(count: Array, capacity: int, at_size, operands):
     return lax.switch(index, branches, operands)
 
 
-def _start(observable: PauliSum, capacity: int, dtype) -> tuple:
+def _start(observable: PauliSum, capacity: int, dtype, api: str) -> tuple:
     """The observable in `capacity` slots, with its squared norm."""
     ox, oz, oc, count, _ = compress(
         observable.x,
@@ -131,7 +151,7 @@ def _start(observable: PauliSum, capacity: int, dtype) -> tuple:
         count = eqx.error_if(
             count,
             jnp.sum(_valid(observable) != 0) > capacity,
-            "`capacity` holds fewer strings than `observable` has.",
+            f"`{api}`: `capacity` holds fewer strings than `observable` has.",
         )
     return ox, oz, oc, count
 
@@ -154,24 +174,34 @@ def lanczos(
     all of them per step; without it the recursion's loss of orthogonality is
     only reported.
     """
-    _check_pair(hamiltonian, observable, "lanczos")
-    steps = _capacity(steps)
-    capacity = observable.capacity if capacity is None else _capacity(capacity)
+    api = "hierax.lanczos"
+    _check_pair(hamiltonian, observable, api)
+    steps = check_int(steps, api, "steps")
+    if capacity is not None:
+        capacity = check_int(capacity, api, "capacity")
+    if not isinstance(reorthogonalize, (bool, np.bool_)):
+        raise TypeError(
+            f"`{api}`: `reorthogonalize` must be a bool, got {reorthogonalize!r}."
+        )
+    capacity = observable.capacity if capacity is None else capacity
     return _lanczos(
         hamiltonian,
         observable,
         steps=steps,
         capacity=capacity,
-        reorthogonalize=reorthogonalize,
+        reorthogonalize=bool(reorthogonalize),
     )
 
 
 @eqx.filter_jit
 def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
+    api = "hierax.lanczos"
+    h = _checked(h, api, "hamiltonian")
+    o = _checked(o, api, "observable", nonzero=True)
     dtype = jnp.result_type(h.dtype, o.dtype)
     real = jnp.finfo(dtype).dtype
-    ox, oz, oc, count = _start(o, capacity, dtype)
-    oc = oc / jnp.sqrt(jnp.sum(jnp.abs(oc) ** 2))
+    ox, oz, oc, count = _start(o, capacity, dtype, api)
+    oc = oc / _norm(oc)
     w = ox.shape[1]
     # The Krylov basis, one operator per row (row n filled at step n).
     basis_x = jnp.zeros((steps + 1, capacity, w), ox.dtype).at[0].set(ox)
@@ -208,7 +238,7 @@ def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
                     capacity,
                 )
                 removed = removed + more
-        b = jnp.sqrt(jnp.sum(jnp.abs(ac) ** 2))
+        b = _norm(ac)
         ac = ac / jnp.where(b > 0, b, 1)
         lost = jnp.max(jnp.abs(overlaps(bx, bz, bc, bn, ax, az, ac, an)))
         bx, bz = bx.at[n].set(ax), bz.at[n].set(az)
@@ -241,17 +271,25 @@ def moments(
     `observable` under a Hermitian `hamiltonian`, each $\\mathcal{L}^k O$ kept to
     `capacity` strings (default: the observable's), and the weight the capacity
     removed on the way to each, as a fraction (zero: the moment is exact)."""
-    _check_pair(hamiltonian, observable, "moments")
-    order = _capacity(order + 1) - 1
-    capacity = observable.capacity if capacity is None else _capacity(capacity)
-    return _moments(hamiltonian, observable, order=order, capacity=capacity)
+    return _checked_moments(hamiltonian, observable, order, capacity, "hierax.moments")
+
+
+def _checked_moments(hamiltonian, observable, order, capacity, api):
+    _check_pair(hamiltonian, observable, api)
+    order = check_int(order, api, "order", minimum=0)
+    if capacity is not None:
+        capacity = check_int(capacity, api, "capacity")
+    capacity = observable.capacity if capacity is None else capacity
+    return _moments(hamiltonian, observable, order=order, capacity=capacity, api=api)
 
 
 @eqx.filter_jit
-def _moments(h, o, *, order, capacity):
+def _moments(h, o, *, order, capacity, api):
+    h = _checked(h, api, "hamiltonian")
+    o = _checked(o, api, "observable", nonzero=True)
     dtype = jnp.result_type(h.dtype, o.dtype)
-    ox, oz, oc, count = _start(o, capacity, dtype)
-    norm2 = jnp.sum(jnp.abs(oc) ** 2)
+    ox, oz, oc, count = _start(o, capacity, dtype, api)
+    oc = oc / _norm(oc)  # mu_0 = 1 (|O|^2 may underflow where |O| does not)
 
     none = (jnp.zeros_like(ox), jnp.zeros_like(oz), jnp.zeros_like(oc), 0 * count)
 
@@ -260,9 +298,9 @@ def _moments(h, o, *, order, capacity):
         x, z, c, n, removed = _liouvillian(h, (x, z, c, n), none, capacity)
         kept = jnp.sum(jnp.abs(c) ** 2)
         lost = lost + removed / jnp.where(kept + removed > 0, kept + removed, 1)
-        return ((x, z, c, n), lost), (kept / norm2, lost)
+        return ((x, z, c, n), lost), (kept, lost)
 
-    lost0 = jnp.zeros((), norm2.dtype)
+    lost0 = jnp.zeros((), jnp.finfo(dtype).dtype)
     _, (mu, lost) = lax.scan(step, ((ox, oz, oc, count), lost0), None, length=order)
     mu = jnp.concatenate([jnp.ones(1, mu.dtype), mu])
     return mu, jnp.concatenate([jnp.zeros(1, lost.dtype), lost])
@@ -279,14 +317,24 @@ def autocorrelation_series(
     $O(t) = e^{iHt} O e^{-iHt}$: $c_{2k} = (-1)^k \\mu_{2k}/(2k)!$ and the odd
     ones vanish (for Hermitian $H$ and $O$, $C$ is real and even). See
     [`hierax.moments`][] for `capacity`."""
-    mu, _ = moments(hamiltonian, observable, order, capacity)
-    k = np.arange(order + 1)
-    scale = np.array([(-1.0) ** j / float(np.prod(np.arange(1, 2 * j + 1))) for j in k])
-    return _even_series(mu, scale.astype(np.dtype(mu.dtype)))
+    api = "hierax.autocorrelation_series"
+    mu, _ = _checked_moments(hamiltonian, observable, order, capacity, api)
+    return _even_series(mu)
 
 
 @jax.jit  # one compiled call (eagerly, a handful of small programs otherwise)
-def _even_series(mu: Array, scale: Array) -> Array:
-    """$c_{2k} = \\mu_k s_k$ and zeros at the odd orders."""
-    even = mu * scale
+def _even_series(mu: Array) -> Array:
+    """$c_{2k} = (-1)^k \\mu_{2k} / (2k)!$ and zeros at the odd orders; where
+    $1/(2k)!$ underflows the working precision, in log space (the moments grow
+    like $(2|H|)^{2k}$, so their series need not vanish there)."""
+    k = np.arange(mu.shape[0])
+    inverse = np.array([1 / math.factorial(2 * j) for j in k])
+    sign = np.where(k % 2 == 1, -1.0, 1.0)
+    direct = inverse >= np.finfo(np.dtype(mu.dtype)).tiny
+    log_factorial = jax.lax.lgamma(jnp.asarray(2 * k + 1, mu.dtype))
+    logs = jnp.exp(jnp.log(jnp.where(mu == 0, 1, mu)) - log_factorial)
+    scale = jnp.asarray(np.where(direct, sign * inverse, 0), mu.dtype)
+    even = jnp.where(
+        jnp.asarray(direct), mu * scale, jnp.where(mu == 0, 0, sign * logs)
+    ).astype(mu.dtype)
     return jnp.stack([even, jnp.zeros_like(even)], axis=1).reshape(-1)[:-1]

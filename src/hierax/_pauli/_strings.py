@@ -15,6 +15,7 @@ and the two strings anticommute exactly when |x1 & z2| + |z1 & x2| is odd. Words
 are 32-bit so that the same code runs without x64.
 """
 
+import numbers
 from collections.abc import Sequence
 
 import jax.lax as lax
@@ -34,9 +35,10 @@ def words(n_qubits: int) -> int:
 _CODES = {"I": (0, 0), "X": (1, 0), "Y": (1, 1), "Z": (0, 1)}
 
 
-def parse(strings: Sequence[str], name: str) -> tuple[np.ndarray, np.ndarray, int]:
+def parse(strings: Sequence[str], api: str) -> tuple[np.ndarray, np.ndarray, int]:
     """The masks of `strings` ("XZIY...", site 0 first), as NumPy words (vectorised:
-    2^18 strings of 30 sites in a fraction of a second)."""
+    2^18 strings of 30 sites in a fraction of a second); errors name `api`."""
+    name = f"{api}`: `strings"
     if isinstance(strings, str):
         strings = [strings]
     strings = [str(s).upper() for s in strings]
@@ -84,18 +86,37 @@ def _pack(bits: np.ndarray, n_qubits: int) -> np.ndarray:
 
 
 def site_masks(
-    ops: Sequence[tuple[str, int]], n_qubits: int, name: str
+    ops: Sequence[tuple[str, int]], n_qubits: int, api: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """The masks of the product of single-site Paulis `[(op, site), ...]` (each site
-    at most once), as NumPy words."""
+    at most once), as NumPy words; errors name `api` and `terms`."""
+    name = f"{api}`: `terms"
     x = np.zeros(words(n_qubits), np.uint32)
     z = np.zeros_like(x)
     seen = set()
-    for op, site in ops:
-        op = str(op).upper()
-        if op not in _CODES:
+    if isinstance(ops, (str, bytes)) or not isinstance(ops, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"`{name}`: a term's operators must be a sequence of `(op, site)` pairs, "
+            f"got {ops!r}."
+        )
+    for pair in ops:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(
+                f"`{name}`: each operator must be a pair `(op, site)`, got {pair!r}."
+            )
+        op, site = pair
+        if not isinstance(op, str) or op.upper() not in _CODES:
             raise ValueError(f"`{name}`: operator {op!r} is not one of I, X, Y, Z.")
-        if not 0 <= int(site) < n_qubits:
+        op = op.upper()
+        if isinstance(site, (bool, np.bool_)) or not isinstance(
+            site, (numbers.Integral, np.integer)
+        ):
+            raise TypeError(
+                f"`{name}`: a site must be an int, got {site!r} of type "
+                f"{type(site).__name__}."
+            )
+        site = int(site)
+        if not 0 <= site < n_qubits:
             raise ValueError(
                 f"`{name}`: site {site} is outside the chain of {n_qubits} qubits "
                 f"(sites 0..{n_qubits - 1})."

@@ -1,5 +1,6 @@
 """Sums of Pauli strings with a fixed capacity: operators on 30-128 qubits."""
 
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -7,7 +8,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Inexact, Int, Real, UInt32
+from jaxtyping import Array, ArrayLike, Inexact, Int, Real, ScalarLike, UInt32
 
 from .._arrays import complex_dtype, float_dtype, is_traced, to_jax
 from .._jit import module_jit
@@ -45,6 +46,16 @@ class PauliSum(eqx.Module):
     squared norm $\\mathrm{Tr}(A^\\dagger A)/2^N$ of what is missing), in
     `dropped`; nothing is removed silently.
 
+    `dropped` is carried through arithmetic as a bound on what is missing: with
+    $\\|R\\|$ the normalised Frobenius norm of what is missing (so `dropped`
+    $= \\|R\\|^2$), a result's $\\|R\\|$ is at most $|s|\\,\\|R_A\\|$ for $sA$
+    (and $-A$, $A^\\dagger$ keep it), $\\|R_A\\| + \\|R_B\\|$ for $A \\pm B$,
+    $\\|R_A\\|\\,|B|_1 + |A|_1\\,\\|R_B\\| + 2^{N/2}\\|R_A\\|\\,\\|R_B\\|$ for $AB$
+    ($|A|_1 = \\sum_j |a_j|$ bounds the operator norm) and twice that for $[A, B]$,
+    each plus what the operation's own truncation removes. It is exact for one
+    truncation (as for `2 * A` and `A + A`: four times `A`'s), an upper bound after
+    several, and zero only when nothing was removed on the way.
+
     Build one from strings ([`from_strings`][hierax.PauliSum.from_strings], site 0
     first: `"XZI"` is $X \\otimes Z \\otimes I$), from site operators
     ([`from_terms`][hierax.PauliSum.from_terms]) or as a chain Hamiltonian
@@ -63,6 +74,13 @@ class PauliSum(eqx.Module):
     not_a_matrix: ClassVar[str] = _NOT_A_MATRIX
 
     def __check_init__(self):
+        check_int(self.n_qubits, "hierax.PauliSum", "n_qubits")
+        for name in ("x", "z"):
+            if getattr(self, name).dtype != jnp.uint32:
+                raise TypeError(
+                    f"`hierax.PauliSum`: `{name}` must be uint32 words, got "
+                    f"{getattr(self, name).dtype}."
+                )
         w = words(self.n_qubits)
         if self.x.shape != self.z.shape or self.x.ndim != 2 or self.x.shape[1] != w:
             raise ValueError(
@@ -89,9 +107,10 @@ class PauliSum(eqx.Module):
         """The sum $\\sum_j c_j P_j$ of the strings (`"XZIY..."`, site 0 first; a
         mapping from strings to coefficients also works); equal strings are merged.
 
-        - `coefficients`: one per string (default: all 1).
+        - `coefficients`: one per string (default: all 1), finite numbers.
         - `capacity`: the number of slots (default: the number of strings).
         """
+        api = "hierax.PauliSum.from_strings"
         if isinstance(strings, Mapping):
             if coefficients is not None:
                 raise ValueError(
@@ -99,7 +118,17 @@ class PauliSum(eqx.Module):
                     "in the mapping or as `coefficients`, not both."
                 )
             strings, coefficients = list(strings), list(strings.values())
-        x, z, n_qubits = parse(strings, "strings")
+        items: list[Any]
+        try:
+            items = [strings] if isinstance(strings, str) else list(strings)
+        except TypeError:
+            items = [None]
+        if not all(isinstance(item, str) for item in items):
+            raise TypeError(
+                f'`{api}`: `strings` must be a Pauli string ("XZIY..."), a sequence '
+                f"of them or a mapping from them to coefficients, got {strings!r}."
+            )
+        x, z, n_qubits = parse(items, api)
         return cls._build(x, z, n_qubits, coefficients, capacity, "from_strings")
 
     @classmethod
@@ -113,21 +142,40 @@ class PauliSum(eqx.Module):
         """The sum of `terms`, each `(coefficient, [(op, site), ...])` with `op` one
         of `"I"`, `"X"`, `"Y"`, `"Z"`: `(0.5, [("Z", 0), ("Z", 1)])` is
         $\\tfrac12 Z_0 Z_1$ on a chain of `n_qubits`."""
-        if int(n_qubits) < 1:
-            raise ValueError(f"`n_qubits`: expected at least 1, got {n_qubits}.")
+        return cls._from_terms(terms, n_qubits, capacity, "from_terms")
+
+    @classmethod
+    def _from_terms(cls, terms, n_qubits, capacity, name) -> "PauliSum":
+        api = f"hierax.PauliSum.{name}"
+        n_qubits = check_int(n_qubits, api, "n_qubits")
+        if isinstance(terms, (str, Mapping)) or not isinstance(terms, Sequence):
+            raise TypeError(
+                f"`{api}`: `terms` must be a sequence of `(coefficient, [(op, site), "
+                f"...])` pairs, got {type(terms).__name__}."
+            )
         if not terms:
-            raise ValueError("`terms`: expected at least one term, got none.")
-        masks = [site_masks(ops, n_qubits, "terms") for _, ops in terms]
+            raise ValueError(f"`{api}`: `terms` must hold at least one term, got none.")
+        for term in terms:
+            if not isinstance(term, (tuple, list)) or len(term) != 2:
+                raise TypeError(
+                    f"`{api}`: each of `terms` must be a pair `(coefficient, [(op, "
+                    f"site), ...])`, got {term!r}."
+                )
+        masks = [site_masks(ops, n_qubits, api) for _, ops in terms]
         x = np.stack([m[0] for m in masks])
         z = np.stack([m[1] for m in masks])
         coefficients = [coefficient for coefficient, _ in terms]
-        return cls._build(x, z, int(n_qubits), coefficients, capacity, "from_terms")
+        return cls._build(x, z, n_qubits, coefficients, capacity, name)
 
     @classmethod
     def zeros(cls, n_qubits: int, capacity: int, dtype: Any = None) -> "PauliSum":
-        """The zero operator with room for `capacity` strings."""
+        """The zero operator with room for `capacity` strings (`dtype`: the
+        precision, a floating or complex dtype; default: JAX's default float)."""
+        api = "hierax.PauliSum.zeros"
+        n_qubits = check_int(n_qubits, api, "n_qubits")
+        capacity = check_int(capacity, api, "capacity")
         w = words(n_qubits)
-        dtype = complex_dtype(dtype or float_dtype())
+        dtype = _precision(dtype, api)
         return cls(
             x=jnp.zeros((capacity, w), jnp.uint32),
             z=jnp.zeros((capacity, w), jnp.uint32),
@@ -141,9 +189,9 @@ class PauliSum(eqx.Module):
     def ising_chain(
         cls,
         n_qubits: int,
-        coupling: float = 1.0,
-        hx: float = 0.0,
-        hz: float = 0.0,
+        coupling: ScalarLike = 1.0,
+        hx: ScalarLike = 0.0,
+        hz: ScalarLike = 0.0,
         *,
         periodic: bool = False,
         capacity: int | None = None,
@@ -151,18 +199,18 @@ class PauliSum(eqx.Module):
         """$J \\sum_j Z_j Z_{j+1} + h_x \\sum_j X_j + h_z \\sum_j Z_j$ (the chaotic
         Ising chain of operator-growth studies: $J = 1$, $h_x = 1.05$,
         $h_z = 0.5$)."""
-        return cls.xxz_chain(
-            n_qubits, 0.0, coupling, hx, hz, periodic=periodic, capacity=capacity
+        return cls._chain(
+            n_qubits, 0.0, coupling, hx, hz, periodic, capacity, "ising_chain"
         )
 
     @classmethod
     def xxz_chain(
         cls,
         n_qubits: int,
-        jxy: float = 1.0,
-        jz: float = 1.0,
-        hx: float = 0.0,
-        hz: float = 0.0,
+        jxy: ScalarLike = 1.0,
+        jz: ScalarLike = 1.0,
+        hx: ScalarLike = 0.0,
+        hz: ScalarLike = 0.0,
         *,
         periodic: bool = False,
         capacity: int | None = None,
@@ -170,39 +218,39 @@ class PauliSum(eqx.Module):
         """$J_{xy} \\sum_j (X_j X_{j+1} + Y_j Y_{j+1}) + J_z \\sum_j Z_j Z_{j+1}
         + h_x \\sum_j X_j + h_z \\sum_j Z_j$ (open, or closed with `periodic`);
         terms with a zero coefficient are left out."""
-        n = int(n_qubits)
-        if n < 2:
-            raise ValueError(f"`n_qubits`: a chain needs at least 2 sites, got {n}.")
+        return cls._chain(n_qubits, jxy, jz, hx, hz, periodic, capacity, "xxz_chain")
+
+    @classmethod
+    def _chain(cls, n_qubits, jxy, jz, hx, hz, periodic, capacity, name) -> "PauliSum":
+        api = f"hierax.PauliSum.{name}"
+        n = check_int(n_qubits, api, "n_qubits", minimum=2)
+        if not isinstance(periodic, (bool, np.bool_)):
+            raise TypeError(f"`{api}`: `periodic` must be a bool, got {periodic!r}.")
+        if capacity is not None:
+            capacity = check_int(capacity, api, "capacity")
         bonds = [(j, (j + 1) % n) for j in range(n if periodic and n > 2 else n - 1)]
         terms: list[tuple[Any, list[tuple[str, int]]]] = []
         for coefficient, ops in ((jxy, "XX"), (jxy, "YY"), (jz, "ZZ")):
-            if coefficient != 0:
+            if not _is_zero(coefficient):
                 terms += [(coefficient, [(ops[0], a), (ops[1], b)]) for a, b in bonds]
         for coefficient, op in ((hx, "X"), (hz, "Z")):
-            if coefficient != 0:
+            if not _is_zero(coefficient):
                 terms += [(coefficient, [(op, j)]) for j in range(n)]
         if not terms:
             return cls.zeros(n, capacity or 1)
-        return cls.from_terms(terms, n, capacity=capacity)
+        return cls._from_terms(terms, n, capacity, name)
 
     @classmethod
     def _build(cls, x, z, n_qubits, coefficients, capacity, name) -> "PauliSum":
+        api = f"hierax.PauliSum.{name}"
         rows = x.shape[0]
-        if coefficients is None:
-            coefficients = np.ones(rows)
-        c = to_jax(coefficients)
-        if c.shape != (rows,):
-            raise ValueError(
-                f"`hierax.PauliSum.{name}`: expected {rows} coefficients (one per "
-                f"string), got shape {tuple(c.shape)}."
-            )
-        c = to_jax(c, complex_dtype(c.dtype))
-        capacity = rows if capacity is None else _capacity(capacity)
+        c = _coefficients(coefficients, rows, api)
+        capacity = rows if capacity is None else check_int(capacity, api, "capacity")
         if not is_traced(c) and capacity < rows:
             distinct = len({(a.tobytes(), b.tobytes()) for a, b in zip(x, z)})
             if capacity < distinct:
                 raise ValueError(
-                    f"`capacity`: {capacity} slots cannot hold the {distinct} "
+                    f"`{api}`: `capacity` {capacity} cannot hold the {distinct} "
                     "distinct strings given; raise it, or truncate explicitly "
                     "(`PauliSum.truncate`)."
                 )
@@ -241,13 +289,23 @@ class PauliSum(eqx.Module):
     # --- arithmetic -----------------------------------------------------------
 
     def truncate(
-        self, capacity: int | None = None, threshold: float | Array = 0.0
+        self, capacity: int | None = None, threshold: ScalarLike = 0.0
     ) -> "PauliSum":
         """The sum merged (equal strings summed), strings with $|c| \\le$
         `threshold` removed, and at most `capacity` (default: this capacity) kept,
-        the largest; `dropped` is the weight the capacity removed."""
-        capacity = self.capacity if capacity is None else _capacity(capacity)
-        return _truncate(self, threshold, capacity=capacity)
+        the largest; `dropped` adds the weight the capacity removed (what the
+        threshold removes is asked for, and not counted).
+
+        - `capacity`: a positive int.
+        - `threshold`: a real number or 0-d real array, not nan (a negative one
+            removes nothing, `inf` everything); a traced nan is an error at run
+            time. Padding never becomes a string.
+        """
+        api = "hierax.PauliSum.truncate"
+        capacity = (
+            self.capacity if capacity is None else check_int(capacity, api, "capacity")
+        )
+        return _truncate(self, _threshold(threshold, api), capacity=capacity)
 
     def __add__(self, other: Any) -> "PauliSum":
         if not isinstance(other, PauliSum):
@@ -256,7 +314,7 @@ class PauliSum(eqx.Module):
         return _sum(
             self,
             other,
-            jnp.ones(()),
+            subtract=False,
             capacity=self._bound(self.capacity + other.capacity),
         )
 
@@ -267,7 +325,7 @@ class PauliSum(eqx.Module):
         return _sum(
             self,
             other,
-            -jnp.ones(()),
+            subtract=True,
             capacity=self._bound(self.capacity + other.capacity),
         )
 
@@ -283,7 +341,8 @@ class PauliSum(eqx.Module):
     def __mul__(self, other: Any) -> "PauliSum":
         if isinstance(other, PauliSum) or not _is_number(other):
             return NotImplemented
-        return eqx.tree_at(lambda s: s.coefficients, self, self.coefficients * other)
+        _check_finite_number(other, "hierax.PauliSum * number", "the number")
+        return _scale(self, other)
 
     def __rmul__(self, other: Any) -> "PauliSum":
         return self.__mul__(other)
@@ -291,7 +350,11 @@ class PauliSum(eqx.Module):
     def __truediv__(self, other: Any) -> "PauliSum":
         if isinstance(other, PauliSum) or not _is_number(other):
             return NotImplemented
-        return self * (1 / other)
+        api = "hierax.PauliSum / number"
+        _check_finite_number(other, api, "the divisor")
+        if not is_traced(other) and other == 0:
+            raise ValueError(f"`{api}`: division by zero.")
+        return _scale(self, 1 / other)
 
     def __matmul__(self, other: Any) -> "PauliSum":
         if not isinstance(other, PauliSum):
@@ -304,7 +367,8 @@ class PauliSum(eqx.Module):
         self._same_chain(other, "@")
         if capacity is None:
             capacity = self._bound(self.capacity * other.capacity)
-        return _product(self, other, capacity=_capacity(capacity), commutator=False)
+        capacity = check_int(capacity, "hierax.PauliSum.product", "capacity")
+        return _product(self, other, capacity=capacity, commutator=False)
 
     def commutator(self, other: "PauliSum", capacity: int | None = None) -> "PauliSum":
         """$[A, B] = AB - BA$ for `self` = A and `other` = B, with room for
@@ -314,7 +378,8 @@ class PauliSum(eqx.Module):
         self._same_chain(other, "commutator")
         if capacity is None:
             capacity = self._bound(self.capacity * other.capacity)
-        return _product(self, other, capacity=_capacity(capacity), commutator=True)
+        capacity = check_int(capacity, "hierax.PauliSum.commutator", "capacity")
+        return _product(self, other, capacity=capacity, commutator=True)
 
     def adjoint(self) -> "PauliSum":
         """$A^\\dagger$: Pauli strings are Hermitian, so the conjugate coefficients."""
@@ -387,33 +452,171 @@ def check_chain(first: Any, second: Any, api: str, names: tuple[str, str]) -> No
         )
 
 
-def _capacity(capacity: Any) -> int:
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
-        raise ValueError(f"`capacity`: expected a positive integer, got {capacity!r}.")
-    if capacity < 1:
-        raise ValueError(f"`capacity`: expected a positive integer, got {capacity}.")
-    return int(capacity)
+def check_int(value: Any, api: str, name: str, minimum: int = 1) -> int:
+    """`value` as an int, or a `TypeError` (not an int: a float, a bool, a string)
+    or `ValueError` (below `minimum`) naming `api` and `name`."""
+    kind = "positive" if minimum == 1 else "non-negative" if minimum == 0 else ""
+    wanted = f"a {kind} int" if kind else f"an int of at least {minimum}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Integral, np.integer)
+    ):
+        raise TypeError(
+            f"`{api}`: `{name}` must be {wanted}, got {value!r} of type "
+            f"{type(value).__name__}."
+        )
+    if value < minimum:
+        raise ValueError(f"`{api}`: `{name}` must be {wanted}, got {value}.")
+    return int(value)
+
+
+def _precision(dtype: Any, api: str) -> Any:
+    """The complex dtype of a floating or complex `dtype` (default: JAX's float)."""
+    if dtype is None:
+        return complex_dtype(float_dtype())
+    try:
+        kind = np.dtype(dtype).kind
+    except TypeError:
+        kind = None
+    if kind not in ("f", "c"):
+        raise TypeError(
+            f"`{api}`: `dtype` must be a floating or complex dtype, got {dtype!r}."
+        )
+    return complex_dtype(jnp.dtype(dtype))
+
+
+def _coefficients(coefficients: Any, rows: int, api: str) -> Array:
+    """One finite number per string, as a complex JAX array."""
+    if coefficients is None:
+        return to_jax(np.ones(rows), complex_dtype(float_dtype()))
+    if isinstance(coefficients, (str, bytes)):
+        raise TypeError(
+            f"`{api}`: `coefficients` must be numbers, got {coefficients!r}."
+        )
+    if is_traced(coefficients) or isinstance(coefficients, jax.Array):
+        c = coefficients
+    else:
+        try:
+            value = np.asarray(coefficients)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value.dtype == object:
+            try:  # a list holding JAX values (traced ones included)
+                c = jnp.asarray(coefficients)
+            except TypeError:
+                c = None
+        else:
+            c = value
+        if c is None:
+            raise TypeError(
+                f"`{api}`: `coefficients` must be numbers, got {coefficients!r}."
+            )
+    if c.dtype.kind not in "iufc":
+        raise TypeError(
+            f"`{api}`: `coefficients` must be numbers (int, float or complex), got "
+            f"dtype {c.dtype}."
+        )
+    if c.shape != (rows,):
+        raise ValueError(
+            f"`{api}`: expected {rows} coefficients (one per string), got shape "
+            f"{tuple(c.shape)}."
+        )
+    if is_traced(c):
+        finite = jnp.all(jnp.isfinite(c))
+        c = eqx.error_if(c, ~finite, f"`{api}`: `coefficients` must be finite.")
+    elif not np.all(np.isfinite(np.asarray(c))):
+        bad = np.asarray(c)[~np.isfinite(np.asarray(c))][0]
+        raise ValueError(f"`{api}`: `coefficients` must be finite, got {bad}.")
+    c = to_jax(c)  # canonical first (float64 is float32 without x64)
+    return to_jax(c, complex_dtype(c.dtype))
+
+
+def _threshold(threshold: Any, api: str) -> Any:
+    """A real scalar that is not nan: a Python float when concrete (one compiled
+    program for every value), else the traced array (nan refused at run time)."""
+    if isinstance(threshold, (jax.Array, np.ndarray)):
+        if threshold.shape != () or threshold.dtype.kind not in "iuf":
+            raise TypeError(
+                f"`{api}`: `threshold` must be a real scalar, got an array of shape "
+                f"{tuple(threshold.shape)} and dtype {threshold.dtype}."
+            )
+        if is_traced(threshold):
+            return threshold
+        threshold = threshold.item()  # a concrete scalar: one word, read here
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(
+        threshold, (numbers.Real, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"`{api}`: `threshold` must be a real number, got {threshold!r} of type "
+            f"{type(threshold).__name__}."
+        )
+    value = float(threshold)
+    if np.isnan(value):
+        raise ValueError(f"`{api}`: `threshold` must be a number, got nan.")
+    return value
+
+
+def _check_finite_number(x: Any, api: str, name: str) -> None:
+    if isinstance(x, (bool, np.bool_)) or (
+        hasattr(x, "dtype") and np.dtype(x.dtype).kind == "b"
+    ):
+        raise TypeError(f"`{api}`: {name} must be a number, got {x!r}.")
+    if is_traced(x):
+        return  # checked at run time, in `_scale`
+    if not np.isfinite(x):
+        raise ValueError(f"`{api}`: {name} must be finite, got {x}.")
+
+
+def _is_zero(x: Any) -> bool:
+    """Whether a chain's coupling is a concrete zero (a traced one may not be)."""
+    if is_traced(x):
+        return False
+    try:
+        return bool(np.all(np.asarray(x) == 0))
+    except (TypeError, ValueError):
+        return False
 
 
 def _is_number(x: Any) -> bool:
     if isinstance(x, (int, float, complex, np.number)):
         return True
-    return isinstance(x, (jax.Array, np.ndarray)) and x.ndim == 0
+    return (
+        isinstance(x, (jax.Array, np.ndarray))
+        and x.ndim == 0
+        and (np.dtype(x.dtype).kind in "biufc")
+    )
+
+
+def _live(s: PauliSum) -> Array:
+    """Which slots hold strings (the first `count`)."""
+    return jnp.arange(s.capacity) < s.count
 
 
 def _valid(s: PauliSum) -> Array:
     """The coefficients with padding slots zeroed (slots past `count`)."""
-    return jnp.where(jnp.arange(s.capacity) < s.count, s.coefficients, 0)
+    return jnp.where(_live(s), s.coefficients, 0)
 
 
-def _rebuilt(s: PauliSum, parts: tuple, dropped: Array) -> PauliSum:
+def _one_norm(s: PauliSum) -> Array:
+    """$\\sum_j |c_j|$, which bounds the operator norm (each string's is 1)."""
+    return jnp.sum(jnp.abs(_valid(s)))
+
+
+def _times(factor: Array, root: Array) -> Array:
+    """`factor * root` for non-negative parts, zero where `root` is (inf * 0 is
+    nan: a factor that overflows times nothing missing is nothing missing)."""
+    return jnp.where(root == 0, 0, factor * root)
+
+
+def _rebuilt(s: PauliSum, parts: tuple, missing: Array) -> PauliSum:
+    """A sum from `compress`'s parts; `missing` bounds the norm of what was missing
+    before this merge, which adds the norm of what it removed (see `PauliSum`)."""
     x, z, c, count, removed = parts
     return PauliSum(
         x=x,
         z=z,
         coefficients=c,
         count=count,
-        dropped=dropped + removed,
+        dropped=(missing + jnp.sqrt(removed)) ** 2,
         n_qubits=s.n_qubits,
     )
 
@@ -424,13 +627,44 @@ def _rebuilt(s: PauliSum, parts: tuple, dropped: Array) -> PauliSum:
 
 @module_jit
 def _norm(s: PauliSum) -> Array:
-    return jnp.sqrt(jnp.sum(jnp.abs(s.coefficients) ** 2))
+    # Scaled by the largest |c|: |c|^2 underflows (1e-25 in float32) or overflows.
+    a = jnp.abs(_valid(s))
+    top = jnp.max(a)
+    ok = (top > 0) & jnp.isfinite(top)
+    scale = jnp.where(ok, top, 1)
+    return jnp.where(ok, scale * jnp.sqrt(jnp.sum((a / scale) ** 2)), top)
 
 
 @module_jit
 def _trace(s: PauliSum) -> Array:
     identity = jnp.all((s.x == 0) & (s.z == 0), axis=1)
-    return jnp.sum(jnp.where(identity, s.coefficients, 0))
+    return jnp.sum(jnp.where(identity & _live(s), s.coefficients, 0))
+
+
+@module_jit
+def _scale(s: PauliSum, factor: Array) -> PauliSum:
+    """`factor * s`: padding stays zero, and `dropped` scales by |factor|^2."""
+    factor = eqx.error_if(
+        factor,
+        ~jnp.isfinite(factor),
+        "`hierax.PauliSum * number`: the number must be finite.",
+    )
+    if jnp.iscomplexobj(factor):
+        c = s.coefficients * factor
+    else:  # part by part: (inf + 0j) * 2 is inf + nan j as a complex product
+        c = s.coefficients
+        c = jax.lax.complex(jnp.real(c) * factor, jnp.imag(c) * factor)
+    c = jnp.where(_live(s), c, 0)
+    real = jnp.finfo(c.dtype).dtype
+    root = _times(jnp.abs(factor).astype(real), jnp.sqrt(s.dropped).astype(real))
+    return PauliSum(
+        x=s.x,
+        z=s.z,
+        coefficients=c,
+        count=s.count,
+        dropped=root**2,
+        n_qubits=s.n_qubits,
+    )
 
 
 @module_jit
@@ -462,18 +696,28 @@ def _dense(s: PauliSum) -> Array:
 
 @module_jit
 def _truncate(s: PauliSum, threshold: Array, *, capacity: int) -> PauliSum:
+    threshold = eqx.error_if(
+        threshold,
+        jnp.isnan(threshold),
+        "`hierax.PauliSum.truncate`: `threshold` must be a number, got nan.",
+    )
+    threshold = jnp.asarray(threshold, jnp.finfo(s.dtype).dtype)
     parts = compress(s.x, s.z, _valid(s), s.n_qubits, capacity, threshold)
-    return _rebuilt(s, parts, jnp.zeros_like(s.dropped))
+    return _rebuilt(s, parts, jnp.sqrt(s.dropped))
 
 
 @eqx.filter_jit
-def _sum(a: PauliSum, b: PauliSum, sign: Array, *, capacity: int) -> PauliSum:
+def _sum(a: PauliSum, b: PauliSum, *, subtract: bool, capacity: int) -> PauliSum:
     dtype = jnp.result_type(a.dtype, b.dtype)
     x = jnp.concatenate([a.x, b.x])
     z = jnp.concatenate([a.z, b.z])
-    c = jnp.concatenate([_valid(a).astype(dtype), sign * _valid(b).astype(dtype)])
+    # Negated, not multiplied by -1 (as a complex product, (inf + 0j) * 1 has a nan).
+    cb = _valid(b).astype(dtype)
+    c = jnp.concatenate([_valid(a).astype(dtype), -cb if subtract else cb])
     parts = compress(x, z, c, a.n_qubits, capacity)
-    return _rebuilt(a, parts, jnp.zeros((), jnp.finfo(dtype).dtype))
+    real = jnp.finfo(dtype).dtype
+    missing = jnp.sqrt(a.dropped).astype(real) + jnp.sqrt(b.dropped).astype(real)
+    return _rebuilt(a, parts, missing)
 
 
 @eqx.filter_jit
@@ -481,18 +725,26 @@ def _product(a: PauliSum, b: PauliSum, *, capacity: int, commutator: bool) -> Pa
     """Every pair of strings multiplied (for a commutator, only anticommuting pairs,
     twice), then merged."""
     dtype = jnp.result_type(a.dtype, b.dtype)
+    real = jnp.finfo(dtype).dtype
     x, z, e, anti = product_phase(
         a.x[:, None], a.z[:, None], b.x[None, :], b.z[None, :]
     )
-    c = _valid(a)[:, None].astype(dtype) * _valid(b)[None, :].astype(dtype)
-    c = c * i_power(e, dtype)
+    # Pairs with a padding slot are exact zeros (a masked product: inf * 0 is nan).
+    pairs = _live(a)[:, None] & _live(b)[None, :]
     if commutator:
-        c = jnp.where(anti == 1, 2 * c, 0)
+        pairs = pairs & (anti == 1)
+    c = a.coefficients[:, None].astype(dtype) * b.coefficients[None, :].astype(dtype)
+    c = jnp.where(pairs, (2 if commutator else 1) * c * i_power(e, dtype), 0)
     m = a.capacity * b.capacity
     parts = compress(
         x.reshape(m, -1), z.reshape(m, -1), c.reshape(m), a.n_qubits, capacity
     )
-    return _rebuilt(a, parts, jnp.zeros((), jnp.finfo(dtype).dtype))
+    # What was missing from A and B, through the product (see `PauliSum`).
+    ra, rb = jnp.sqrt(a.dropped).astype(real), jnp.sqrt(b.dropped).astype(real)
+    cross = _times(jnp.exp2(jnp.asarray(a.n_qubits / 2, real)), ra * rb)
+    missing = _times(_one_norm(b).astype(real), ra)
+    missing = missing + _times(_one_norm(a).astype(real), rb) + cross
+    return _rebuilt(a, parts, (2 if commutator else 1) * missing)
 
 
 @eqx.filter_jit
