@@ -578,11 +578,56 @@ def test_lindblad_term_vector_field():
     [
         (SZ, [SM], np.ones(2), "rho"),
         (SZ, [SM], np.eye(3), "rho"),
-        (SZ, SM, RHO, "jump_operators"),
+        (SZ, None, RHO, "`jump_operators` must be a list"),
         (SZ, [np.eye(3)], RHO, r"jump_operators\[0\]"),
+        (SZ, np.eye(3), RHO, r"jump_operators\[0\]"),
+        (SZ, [SM], None, "`rho` must be a numeric array, got None"),
+        (None, [SM], RHO, "`hamiltonian`"),
+        (SZ, [SM], [[np.nan, 0], [0, 1]], "`rho` must be finite"),
     ],
-    ids=["rho-not-square", "rho-wrong-size", "not-a-list", "jump-wrong-size"],
+    ids=[
+        "rho-not-square",
+        "rho-wrong-size",
+        "jumps-none",
+        "jump-wrong-size",
+        "bare-jump-wrong-size",
+        "rho-none",
+        "hamiltonian-none",
+        "rho-nan",
+    ],
 )
 def test_bad_input_names_the_argument(hamiltonian, jumps, rho, match):
     with pytest.raises((ValueError, TypeError), match=match):
         mesolve(hamiltonian, jumps, rho, np.array([0.0, 1.0]))
+
+
+def test_one_jump_operator_alone_is_a_list_of_one_whatever_ran_before():
+    """A bare `(n, n)` jump matrix is one jump operator, an `(J, n, n)` array J of
+    them, a matrix written as nested lists one: each against expm of the
+    Liouvillian, right after the closed system was solved with the same
+    Hamiltonian object (its cached term was once returned for the bare matrix:
+    P_e(5) = 1 instead of e^{-5 gamma}). A list of times with a bare matrix is not
+    QuTiP's order; a list of operators in the place of the times still is."""
+    hamiltonian = jnp.asarray(0.5 * SZ + 0.3 * SX)
+    jump, dephasing = np.sqrt(0.2) * SM, np.sqrt(0.05) * SZ
+    times = np.linspace(0.0, 5.0, 3)
+    closed = mesolve(hamiltonian, [], RHO, times, rtol=RTOL, atol=ATOL).states
+    assert (
+        _error(closed, _expm_reference(np.asarray(hamiltonian), [], RHO, times)) < 1e-8
+    )
+    one = _expm_reference(np.asarray(hamiltonian), [jump], RHO, times)
+    two = _expm_reference(np.asarray(hamiltonian), [jump, dephasing], RHO, times)
+    for jumps, reference in (
+        (jump, one),
+        (jnp.asarray(jump), one),
+        (jump.tolist(), one),
+        (np.stack([jump, dephasing]), two),
+        (jnp.stack([jump, dephasing]), two),
+        ([jump, dephasing], two),
+    ):
+        states = mesolve(hamiltonian, jumps, RHO, times, rtol=RTOL, atol=ATOL).states
+        assert _error(states, reference) <= 1e-8
+    listed = mesolve(hamiltonian, jump, RHO, list(times), rtol=RTOL, atol=ATOL)
+    assert _error(listed.states, one) <= 1e-8
+    with pytest.raises(TypeError, match="QuTiP's order"):
+        mesolve(hamiltonian, RHO, times, [jump])

@@ -2,6 +2,7 @@
 scipy's DOP853 at rtol 1e-13, `jax.scipy.linalg.expm` for constant Hamiltonians,
 finite differences for gradients, Python loops for vmap."""
 
+import contextlib
 import re
 from typing import Any, cast
 
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
+from jax.core import Tracer
 from scipy.integrate import solve_ivp
 
 import hierax
@@ -1173,3 +1175,194 @@ def test_a_rebuilt_operator_finds_its_term_and_a_changed_one_does_not(monkeypatc
     off = solve(0.0, 2 * sx)
     assert len(built) == 3
     assert _error(off, jsl.expm(-0.8j * 0.4 * sz) @ state) <= 1e-9
+
+
+@pytest.mark.parametrize(
+    "name", ["H", "psi0", "rho0", "tlist", "tsave", "c_ops", "jump_ops", "e_ops"]
+)
+def test_foreign_keywords_get_their_hint_before_missing_arguments(name):
+    """A QuTiP or dynamiqs call spelled with its own keywords (`sesolve(H,
+    psi0=psi, tlist=t)`) leaves hierax's positional arguments missing: the hint
+    for the keyword comes first, not Python's "missing a required argument", in
+    both solvers; a hierax keyword alongside changes nothing."""
+    for solver, given in ((sesolve, (_qubit(),)), (hierax.mesolve, (_qubit(), []))):
+        with pytest.raises(TypeError, match=f"got `{name}=`.*in hierax it is"):
+            solver(*given, **cast(Any, {name: None, "exp_ops": [SZ]}))
+    with pytest.raises(TypeError, match="got `H=`"):
+        sesolve(H=_qubit(), psi0=np.array([1.0, 0.0]), tlist=np.array([0.0, 1.0]))
+
+
+@pytest.mark.parametrize("which", ["hamiltonian", "state", "times"])
+def test_none_names_the_argument(which):
+    arguments: dict[str, Any] = dict(
+        hamiltonian=_qubit(), state=np.array([1.0, 0.0]), times=np.array([0.0, 1.0])
+    )
+    arguments[which] = None
+    with pytest.raises((TypeError, ValueError), match=f"hierax.sesolve`: `{which}`"):
+        sesolve(*arguments.values())
+    arguments["state"] = np.diag([1.0, 0.0]) if which != "state" else None
+    name = "rho" if which == "state" else which
+    with pytest.raises((TypeError, ValueError), match=f"hierax.mesolve`: `{name}`"):
+        hierax.mesolve(arguments["hamiltonian"], [], *list(arguments.values())[1:])
+
+
+def test_non_finite_times_and_states_are_refused():
+    """nan and inf in `times` or in the state are refused, naming the argument:
+    from NumPy before compiling (a nan time once gave states of inf, an infinite
+    one ran to `max_steps`), from JAX arrays inside the compiled solve, and inside
+    a user's `jax.jit`; good values pass through the checked program unchanged."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 0.5, 1.0])
+    for bad in ([0.0, np.nan, 1.0], [0.0, np.inf], [np.nan, 1.0]):
+        with pytest.raises(ValueError, match="`times` must be finite"):
+            sesolve(_qubit(), state, np.array(bad))
+        with pytest.raises(ValueError, match="`times` must be finite"):
+            hierax.mesolve(_qubit(), [], np.diag([1.0, 0.0]), bad)
+    with pytest.raises(ValueError, match="`times` must be strictly increasing"):
+        sesolve(_qubit(), state, [0.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"`state` must be finite, got nan at index"):
+        sesolve(_qubit(), np.array([np.nan, 0.0]), times)
+
+    solve = jax.jit(lambda y, t: sesolve(_qubit(), y, t).states)
+    good = solve(jnp.asarray(state, complex), jnp.asarray(times))
+    assert _error(good, _reference(_qubit(), state, times)) <= 1e-7
+    for y, t, match in (
+        (state, [0.0, np.nan, 1.0], "`times` must be finite"),
+        (state, [0.0, np.inf], "`times` must be finite"),
+        (state, [0.0, 2.0, 1.0], "`times` must be strictly increasing"),
+        ([np.inf, 0.0], times, "`state` must be finite"),
+    ):
+        y, t = jnp.asarray(y, complex), jnp.asarray(t)
+        for call in (solve, lambda y, t: sesolve(_qubit(), y, t).states):
+            with pytest.raises(Exception, match=match):
+                jax.block_until_ready(call(y, t))
+    rho = jnp.asarray([[np.nan, 0.0], [0.0, 1.0]])
+    with pytest.raises(Exception, match="`rho` must be finite"):
+        jax.block_until_ready(hierax.mesolve(_qubit(), [], rho, times).states)
+
+
+def test_evaluate_outside_the_span_is_refused():
+    """The dense output holds between the first and the last time only: outside
+    (or at nan) it is refused, before compiling for numbers and NumPy times, at
+    run time for JAX arrays and inside a user's jit, where it once returned nan.
+    Within the span, the ends included, it is the solution."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0, 2.0])
+    solution = sesolve(_qubit(), state, times, dense=True, max_steps=64)
+    inside = np.array([0.0, 0.7, 2.0])
+    reference = _reference(_qubit(), state, inside)
+    assert _error(solution.evaluate(inside), reference) <= 1e-7
+    for t in (2.5, -0.1, np.nan, np.array([0.5, 3.0])):
+        with pytest.raises(ValueError, match="`t` must lie in the solved span"):
+            solution.evaluate(t)
+    evaluate = jax.jit(lambda s, t: s.evaluate(t))
+    assert _error(evaluate(solution, 0.7), reference[1]) <= 1e-7
+    for t in (jnp.asarray(2.5), jnp.asarray([1.0, jnp.nan])):
+        for call in (solution.evaluate, lambda t: evaluate(solution, t)):
+            with pytest.raises(Exception, match="`t` must lie in the solved span"):
+                jax.block_until_ready(call(t))
+
+
+def test_fixed_step_far_too_long_is_an_error():
+    """A fixed `dt` whose steps' series do not converge once returned |psi| of
+    1e6 ... 1e35: the step's own error estimate, far above the tolerances, now
+    stops the solve at run time (from Python and inside a user's jit), asking for
+    a smaller `dt`; a `dt` that converges gives the solution."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 10.0])
+    match = "fixed step `dt` is far too long"
+    with pytest.raises(Exception, match=match):
+        jax.block_until_ready(sesolve(_qubit(), state, times, dt=10.0).states)
+    run = jax.jit(lambda y: sesolve(_qubit(), y, times, dt=10.0).final_state)
+    with pytest.raises(Exception, match=match):
+        jax.block_until_ready(run(jnp.asarray(state, complex)))
+    rho, jumps = np.diag([0.0, 1.0]), [0.5 * np.array([[0.0, 1.0], [0.0, 0.0]])]
+    with pytest.raises(Exception, match=match):
+        jax.block_until_ready(
+            hierax.mesolve(_qubit(), jumps, rho, times, dt=10.0).states
+        )
+    fine = sesolve(_qubit(), state, times, dt=0.5)
+    assert _error(fine.states, _reference(_qubit(), state, times)) <= 1e-8
+
+
+@contextlib.contextmanager
+def _no_reads_to_the_host():
+    """Fail on any read of a concrete JAX array's values back to the host: JAX's
+    transfer guard (which on a CPU sees only host-to-device transfers, a CPU
+    array's memory being the host's), and a spy on NumPy's conversions and on the
+    arrays' scalar conversions, which catch reads there too."""
+    kind = type(jnp.zeros(1))
+    saved = {}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a JAX array was read back to the host")
+
+    for name in ("__float__", "__complex__", "__int__", "__bool__", "item", "tolist"):
+        saved[name] = kind.__dict__.get(name)
+        setattr(kind, name, refuse)
+    converters = {n: getattr(np, n) for n in ("asarray", "array", "asanyarray")}
+
+    def spy(convert):
+        def call(x, *args, **kwargs):
+            if isinstance(x, jax.Array) and not isinstance(x, Tracer):
+                refuse()
+            return convert(x, *args, **kwargs)
+
+        return call
+
+    try:
+        for name, convert in converters.items():
+            setattr(np, name, spy(convert))
+        with jax.transfer_guard("disallow"):
+            yield
+    finally:
+        for name, convert in converters.items():
+            setattr(np, name, convert)
+        for name, method in saved.items():
+            if method is None:
+                delattr(kind, name)
+            else:
+                setattr(kind, name, method)
+
+
+def test_repeated_solves_of_device_arrays_never_read_them_back():
+    """With every input already a JAX array on the device (the state real, the
+    times integers, a tolerance an array: each cast or checked inside the
+    program), a second `sesolve` and a second `mesolve` read nothing back to the
+    host: the values' checks run in the compiled program (issue 49)."""
+    hamiltonian = _qubit()
+    state, times = jnp.array([0.6, 0.8]), jnp.array([0, 1, 2])
+    rtol, observables = jnp.asarray(1e-9), [jnp.asarray(SZ)]
+    rho, jumps = jnp.array([[0.2, 0.1], [0.1, 0.8]]), [jnp.asarray(0.3 * SX)]
+
+    def solves():
+        closed = sesolve(hamiltonian, state, times, rtol=rtol, exp_ops=observables)
+        fixed = sesolve(hamiltonian, state, times, dt=0.25)
+        open_ = hierax.mesolve(hamiltonian, jumps, rho, times, atol=rtol)
+        return closed.expects, fixed.states, open_.states
+
+    first = solves()
+    with _no_reads_to_the_host():
+        again = jax.block_until_ready(solves())
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    reference = _reference(hamiltonian, np.asarray(state), np.arange(3.0))
+    assert _error(again[1], reference) <= 1e-8
+
+
+def test_an_operator_holding_a_writable_numpy_array_is_never_stale():
+    """An operator module whose matrices are a writable NumPy array (put there by
+    `eqx.tree_at`) may change in place between calls: the solvers rebuild what
+    they derive from it (its term, energy shift, Lindblad parts) instead of
+    keeping it by the module's identity, which once solved the old matrix."""
+    matrices = np.array([[[1.0, 0.5], [0.5, -1.0]]])
+    operator = hierax.TimeOperator([hierax.Constant(1.0)], [matrices[0]])
+    operator = eqx.tree_at(lambda o: o.matrices, operator, matrices)
+    state, times, rho = np.array([1.0, 0.0]), np.array([0.0, 1.0]), np.eye(2) / 2
+    sesolve(operator, state, times)
+    hierax.mesolve(operator, [], rho, times)
+    matrices[0] = [[2.0, 0.0], [0.0, -2.0]]
+    after = sesolve(operator, state, times, rtol=1e-12, atol=1e-14).final_state
+    np.testing.assert_allclose(after, [np.exp(-2j), 0.0], atol=1e-10)
+    rho = np.full((2, 2), 0.5)
+    coherence = hierax.mesolve(operator, [], rho, times, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        coherence.final_state[0, 1], 0.5 * np.exp(-4j), atol=1e-10
+    )

@@ -4,6 +4,8 @@ the Taylor solver on diffrax with its step control, and the result, for any
 
 import collections
 import contextlib
+import functools
+import inspect
 import math
 import warnings
 from collections.abc import Callable
@@ -14,9 +16,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import Array, PyTree
 
-from .._arrays import cast as cast_array, float_dtype, to_jax
+from .._arrays import complex_dtype, float_dtype, to_jax
 from .._cache import IdentityCache, content_key, flatten_module
 from .._jit import module_jit
 from .._sparse import available_memory
@@ -50,6 +53,7 @@ _PCOEFF, _ICOEFF, _DCOEFF = 0.3, 0.6, 0.1
 # an alias (an alias would be a second name in the docs, in completion and in every
 # later error message).
 _FOREIGN_NAMES = {
+    "H": "`hamiltonian`, the first positional argument",
     "e_ops": "`exp_ops=`",
     "c_ops": "the jump operators, `mesolve`'s second positional argument "
     "(`hierax.mesolve(H, jump_operators, rho0, times)`)",
@@ -71,12 +75,38 @@ _FOREIGN_NAMES = {
 }
 
 
+def keywords_checked(api: str) -> Callable[[Callable], Callable]:
+    """Refuse a keyword the solver `api` does not take before Python binds the
+    arguments: a QuTiP or dynamiqs call (`sesolve(H, psi0=psi, tlist=t)`) would
+    otherwise fail first on the missing positional argument, and never reach the
+    hint written for its keyword."""
+
+    def decorate(fn: Callable) -> Callable:
+        names = frozenset(
+            name
+            for name, parameter in inspect.signature(fn).parameters.items()
+            if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+        )
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if not kwargs.keys() <= names:
+                unknown = {k: v for k, v in kwargs.items() if k not in names}
+                check_no_foreign_keywords(unknown, api)
+            return fn(*args, **kwargs)
+
+        return call
+
+    return decorate
+
+
 def check_no_foreign_keywords(unknown: dict[str, Any], api: str) -> None:
     """Refuse keyword arguments the solver does not take, naming the hierax
     spelling of QuTiP's and dynamiqs' (`e_ops`, `c_ops`, `tlist`, `options`, ...)."""
     if not unknown:
         return
-    name = next(iter(unknown))
+    # A foreign name first: its hint says what the others are called too.
+    name = next((k for k in unknown if k in _FOREIGN_NAMES), next(iter(unknown)))
     hint = _FOREIGN_NAMES.get(name)
     if hint is not None:
         raise TypeError(
@@ -121,11 +151,15 @@ class TermCache:
         operators = tuple(_by_value(x) for x in operators)
         if not all(_immutable(x) for x in operators):
             return build(operators)
+        # The key is the whole input: every operator (by identity or by leaves),
+        # how many there are, and x64 (which sets the dtypes a term is built in).
+        x64 = bool(jax.config.read("jax_enable_x64"))
         hit = self.by_identity.get(operators[0])
-        if hit is not None and len(hit[0]) == len(operators):
+        if hit is not None and hit[2] == x64 and len(hit[0]) == len(operators):
             if all(a is b for a, b in zip(hit[0], operators, strict=True)):
                 return hit[1]
         key, held = _leaves_key(operators)
+        key = None if key is None else (x64, key)
         found = None if key is None else self.by_leaves.get(key)
         if found is not None:
             self.by_leaves.move_to_end(key)
@@ -139,7 +173,7 @@ class TermCache:
                     self.held_bytes > _LEAVES_BYTES and len(self.by_leaves) > 1
                 ):
                     self.held_bytes -= _nbytes(self.by_leaves.popitem(last=False)[1][0])
-        self.by_identity.put(operators[0], (operators, value))
+        self.by_identity.put(operators[0], (operators, value, x64))
         return value
 
 
@@ -175,13 +209,23 @@ def _leaves_key(operators: tuple[Any, ...]) -> tuple[Any, list]:
 
 
 def _immutable(x: Any) -> bool:
-    """Whether `x` can be kept by identity: a concrete module (its flattened form,
-    cached by identity, says whether every leaf is a concrete JAX array), a
-    concrete JAX array, or a read-only copy from `_by_value`."""
+    """Whether `x` can be kept by identity: a module whose leaves are all concrete
+    JAX arrays, numbers or read-only NumPy arrays (its flattened form, cached by
+    identity, says whether every leaf is a concrete JAX array; a writable NumPy
+    leaf could change in place and leave a stale term), a concrete JAX array, or a
+    read-only copy from `_by_value`."""
     if isinstance(x, eqx.Module):
         flat = flatten_module(x)
-        return flat.all_arrays or not any(is_traced(leaf) for leaf in flat.leaves)
-    return isinstance(x, np.ndarray | jax.Array) and not is_traced(x)
+        return flat.all_arrays or all(map(_immutable_leaf, flat.leaves))
+    return _immutable_leaf(x) and not isinstance(x, int | float | complex)
+
+
+def _immutable_leaf(x: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return not x.flags.writeable
+    if isinstance(x, jax.Array):
+        return not is_traced(x)
+    return isinstance(x, int | float | complex | np.generic)
 
 
 # The NumPy matrices `TermCache` keeps by value: a read-only copy per content, the
@@ -217,6 +261,38 @@ def _by_value(x: Any) -> Any:
     else:
         _BY_VALUE.move_to_end(key)
     return hit
+
+
+def read_state(x: Any, name: str, api: str) -> tuple[Array, bool]:
+    """A state as an array, and whether its values were read here. Host data (a
+    list, a NumPy array) is checked here (numeric, finite) and placed in its
+    complex dtype; a JAX array, concrete or traced, is taken as it is (its dtype
+    checked here, its values finite and its complex cast inside the compiled
+    solve, without a transfer)."""
+    if isinstance(x, jax.Array | Tracer):
+        if x.dtype == jnp.bool_ or not jnp.issubdtype(x.dtype, jnp.number):
+            raise ValueError(
+                f"`{api}`: `{name}` must be a numeric array, got {x.dtype}."
+            )
+        return x, False
+    if x is None:
+        raise TypeError(f"`{api}`: `{name}` must be a numeric array, got None.")
+    try:
+        values = np.asarray(x)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or values.dtype.kind not in "iufc":
+        kind = type(x).__name__ if values is None else f"{values.dtype}"
+        raise ValueError(f"`{api}`: `{name}` must be a numeric array, got {kind}.")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"`{api}`: `{name}` must be finite, got {values[bad].flat[0]} at index "
+            f"{where}."
+        )
+    dtype = complex_dtype(jax.dtypes.canonicalize_dtype(values.dtype))
+    return to_jax(values, dtype), True
 
 
 def per_precision(assemble: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -255,18 +331,36 @@ def solve(
     adjoint: diffrax.AbstractAdjoint | None,
     api: str,
     expectation: Callable[[Array, Array], Array],
+    state_name: str,
+    state_checked: bool,
     args: PyTree = None,
 ) -> Solution:
-    """The solve shared by `sesolve` and `mesolve`: checks the options (the state,
-    already checked and in its complex dtype, and the observables are the caller's)
-    and runs the compiled solve. `expectation(exp_ops, states)` gives the
-    expectation values of the caller's kind of state; `args` are the step's
-    diffrax arguments (the Lindblad generator's parts, assembled before
+    """The solve shared by `sesolve` and `mesolve`: checks the options (the state's
+    shape and the observables are the caller's) and runs the compiled solve.
+    `state_checked`: whether the caller read the state's values on the host (NumPy
+    input: in its complex dtype, finite); a JAX array is checked (finite) and cast
+    inside the program, `state_name` naming it. `expectation(exp_ops, states)`
+    gives the expectation values of the caller's kind of state; `args` are the
+    step's diffrax arguments (the Lindblad generator's parts, assembled before
     compiling)."""
-    times, checked = _check_times(times, api)
-    # Tolerances are values of the program: traced ones (a user's jit over them)
-    # are checked inside it, known ones here.
-    rtol, atol = _tolerance(rtol, "rtol", api), _tolerance(atol, "atol", api)
+    times, times_checked = _check_times(times, api)
+    # Values held on the host (numbers, lists, NumPy arrays) are checked here; JAX
+    # arrays, concrete or traced, inside the program (`_checked`): reading a
+    # device array back to the host would cost a round trip on every call.
+    (rtol, rtol_checked), (atol, atol_checked) = (
+        _tolerance(rtol, "rtol", api),
+        _tolerance(atol, "atol", api),
+    )
+    checks = tuple(
+        name
+        for name, checked in (
+            ("rtol", rtol_checked),
+            ("atol", atol_checked),
+            ("times", times_checked),
+            (state_name, state_checked),
+        )
+        if not checked
+    )
     if order is None:
         order = default_order(state.dtype)
     else:
@@ -305,8 +399,7 @@ def solve(
             adjoint=_static_adjoint(adjoint),
             api=api,
             expectation=expectation,
-            check_times=not checked,
-            check_tolerances=is_traced(rtol) or is_traced(atol),
+            checks=checks,
         )
 
 
@@ -328,10 +421,15 @@ def _solve_impl(
     adjoint: "_Static",
     api: str,
     expectation: Callable[[Array, Array], Array],
-    check_times: bool = True,
-    check_tolerances: bool = False,
+    checks: tuple[str, ...] = (),
 ) -> Solution:
-    times = _checked(times, rtol, atol, api, check_times, check_tolerances)
+    times, state = _checked(times, state, rtol, atol, api, checks)
+    # JAX arrays given as they are, cast here (no eager operation, no transfer).
+    if not jnp.issubdtype(times.dtype, jnp.floating):
+        times = times.astype(float_dtype())
+    state = state.astype(jnp.result_type(state.dtype, 1j))
+    # In the times' precision, as diffrax's controller keeps its state.
+    rtol, atol = rtol.astype(times.dtype), atol.astype(times.dtype)
     t0, t1 = times[0], times[-1]
     span = t1 - t0
     knots = jump_times(*term.operators)
@@ -344,7 +442,9 @@ def _solve_impl(
     unit = knots is None
     if args is None:  # nothing assembled before compiling: once here, not per step
         args = term.program_parts(t0, state.dtype)
-    controller, dt0 = _step_control(term, t0, t1, rtol, atol, dt, norms, knots, order)
+    controller, dt0 = _step_control(
+        term, t0, t1, rtol, atol, dt, norms, knots, order, api
+    )
     ends = times.shape[0] == 2
     if unit:
         solved: diffrax.AbstractTerm = UnitTimeTerm(term, t0, span)
@@ -407,35 +507,35 @@ def _solve_impl(
 
 
 def _checked(
-    times: Array,
-    rtol: Array,
-    atol: Array,
-    api: str,
-    check_times: bool,
-    check_tolerances: bool,
-) -> Array:
-    """`times`, with run-time checks of what was not known (concrete) before
-    compiling: known times and tolerances were checked then."""
-    if check_tolerances:
-        # One check for both (each check is a conditional and a callback to trace
-        # and compile), its message naming the first that fails.
-        bad = [~(jnp.isfinite(value) & (value > 0)) for value in (rtol, atol)]
-        times = eqx.branched_error_if(
-            times,
-            bad[0] | bad[1],
-            jnp.where(bad[0], 0, 1),
-            [
-                f"`{api}`: `{name}` must be positive and finite."
-                for name in ("rtol", "atol")
-            ],
-        )
-    if check_times:
-        times = eqx.error_if(
-            times,
-            jnp.any(jnp.diff(times) <= 0),
-            f"`{api}`: `times` must be strictly increasing.",
-        )
-    return times
+    times: Array, state: Array, rtol: Array, atol: Array, api: str, checks: tuple
+) -> tuple[Array, Array]:
+    """`times` and the state, with run-time checks of the values `checks` names
+    (the tolerances, `times`, the state's name): those that were JAX arrays
+    (concrete or traced); values held on the host were checked before compiling.
+    One check for all (each is a conditional and a callback to trace and
+    compile), its message naming the first that fails; the solve's inputs come
+    out of it, so nothing runs on bad values."""
+    failed, messages = [], []
+    for name in checks:
+        if name in ("rtol", "atol"):
+            value = rtol if name == "rtol" else atol
+            failed.append(~(jnp.isfinite(value) & (value > 0)))
+            messages.append(f"`{api}`: `{name}` must be positive and finite.")
+        elif name == "times":
+            # `~(diff > 0)`: a nan fails it (`diff <= 0` would let it through).
+            failed.append(~jnp.all(jnp.isfinite(times)))
+            messages.append(f"`{api}`: `times` must be finite (no nan or inf).")
+            failed.append(~jnp.all(jnp.diff(times) > 0))
+            messages.append(f"`{api}`: `times` must be strictly increasing.")
+        else:
+            failed.append(~jnp.all(jnp.isfinite(state)))
+            messages.append(f"`{api}`: `{name}` must be finite (no nan or inf).")
+    if not failed:
+        return times, state
+    bad = jnp.stack(failed)
+    return eqx.branched_error_if(
+        (times, state), jnp.any(bad), jnp.argmax(bad), messages
+    )
 
 
 def _step_control(
@@ -448,12 +548,14 @@ def _step_control(
     norms: tuple[TermNorms | None, ...] | None,
     knots: Array | None,
     order: int,
+    api: str,
 ) -> tuple[diffrax.AbstractStepSizeController, Array]:
-    """The step-size controller and the first step: adaptive steps (the PID
+    """The step-size control and the first step: adaptive steps (the PID
     controller on the largest entry, clipped at the knots of sampled pulses) from
-    a bound on the generator, or fixed steps no longer than `dt`."""
+    a bound on the generator, or fixed steps no longer than `dt`, checked against
+    the tolerances (`_FixedSteps`)."""
     if dt is not None:
-        return diffrax.ConstantStepSize(), jnp.minimum(dt, t1 - t0)
+        return _FixedSteps(rtol, atol, api), jnp.minimum(dt, t1 - t0)
     controller: diffrax.AbstractStepSizeController = diffrax.PIDController(
         rtol=rtol,
         atol=atol,
@@ -469,6 +571,53 @@ def _step_control(
         controller = diffrax.ClipStepSizeController(controller, jump_ts=knots)
     assert norms is not None  # `solve` passes them for adaptive steps
     return controller, _initial_step(term, t0, t1, rtol, order, norms)
+
+
+# How far above the tolerances a fixed step's error estimate may be before the solve
+# stops: the step is then far too long for its series to converge (the state grows
+# without bound: |psi| 1e6 ... 1e35 measured at a few times the step it needs).
+FIXED_STEP_LIMIT = 1e3
+
+
+class _FixedSteps(diffrax.AbstractStepSizeController):
+    """`diffrax.ConstantStepSize`, with each step's error estimate held to
+    `FIXED_STEP_LIMIT` times the tolerances, elementwise `atol + rtol * |y|`: past
+    that the solve stops with an error (at run time, inside any jit) instead of
+    returning a state of 1e35."""
+
+    rtol: Array
+    atol: Array
+    api: str = eqx.field(static=True)
+
+    def wrap(self, direction: Any) -> "_FixedSteps":
+        del direction
+        return self
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        return diffrax.ConstantStepSize().init(
+            terms, t0, t1, y0, dt0, args, func, error_order
+        )
+
+    def adapt_step_size(
+        self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
+    ):
+        keep, next_t0, *rest = diffrax.ConstantStepSize().adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
+        )
+        assert y_error is not None  # the Taylor solver always estimates it
+        size = jnp.maximum(jnp.abs(y0), jnp.abs(y1_candidate))
+        scale = self.atol + self.rtol * size.astype(self.rtol.dtype)
+        ratio = _max_norm(y_error / scale)  # nan and inf fail too
+        next_t0 = eqx.error_if(
+            next_t0,
+            ~(ratio <= FIXED_STEP_LIMIT),
+            f"`{self.api}`: the fixed step `dt` is far too long: a step's error "
+            f"estimate is more than {FIXED_STEP_LIMIT:.0e} times the tolerances "
+            "`atol + rtol * |state|` (its series does not converge). Pass a "
+            "smaller `dt` (or a higher `order`), or leave `dt` unset for adaptive "
+            "steps; or loosen `rtol` and `atol` if that accuracy is enough.",
+        )
+        return (keep, next_t0, *rest)
 
 
 @contextlib.contextmanager
@@ -603,66 +752,74 @@ def _check_dense_output(state: Array, order: int, max_steps: int, api: str) -> N
 
 
 def _check_times(times: Any, api: str) -> tuple[Array, bool]:
-    """`times` as a real array, and whether it was checked here (known values);
-    traced times are checked inside the compiled solve. Lists, tuples and NumPy
-    arrays are accepted as the state is. A JAX array (immutable) is checked once
-    (reading it back costs tens of microseconds)."""
-    key = (times, float_dtype())
-    hit = _CHECKED_TIMES.get(times) if isinstance(times, jax.Array) else None
-    if hit is not None and hit[0] == key[1]:
-        return hit[1], True
-    checked, known = _checked_times(times, api)
-    if known and isinstance(times, jax.Array):
-        _CHECKED_TIMES.put(times, (key[1], checked))
-    return checked, known
-
-
-_CHECKED_TIMES = IdentityCache(16)
-
-
-def _checked_times(times: Any, api: str) -> tuple[Array, bool]:
-    if not isinstance(times, jax.Array):
-        try:
-            times = np.asarray(times)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"`{api}`: `times` must be a real 1-d array (or list) of at least "
-                f"two times, got {type(times).__name__}."
-            ) from None
-        if not np.issubdtype(times.dtype, np.number) or times.dtype == np.bool_:
-            raise ValueError(
-                f"`{api}`: `times` must be a real 1-d array (or list) of at least "
-                f"two times, got {type(times).__name__} of {times.dtype}."
+    """`times` as a real array, and whether its values were checked here (held on
+    the host: a list, a tuple, a NumPy array). A JAX array, concrete or traced, is
+    checked (finite, strictly increasing) and cast inside the compiled solve: its
+    shape and dtype are read here, its values never leave the device."""
+    if isinstance(times, jax.Array | Tracer):
+        if (
+            times.ndim != 1
+            or times.shape[0] < 2
+            or not (
+                jnp.issubdtype(times.dtype, jnp.floating)
+                or jnp.issubdtype(times.dtype, jnp.integer)
             )
-    if jnp.iscomplexobj(times) or times.ndim != 1 or times.shape[0] < 2:
-        raise ValueError(
-            f"`{api}`: `times` must be a real 1-d array of at least two times, got "
-            f"{times.dtype} of shape {tuple(times.shape)}."
+        ):
+            raise ValueError(
+                f"`{api}`: `times` must be a real 1-d array of at least two times, "
+                f"got {times.dtype} of shape {tuple(times.shape)}."
+            )
+        return times, False
+    if times is None:
+        raise TypeError(
+            f"`{api}`: `times` must be a real 1-d array (or list) of at least two "
+            "times, got None."
         )
-    floating = jnp.issubdtype(times.dtype, jnp.floating)
-    if is_traced(times):  # checked at run time, inside `_solve`
-        return (times if floating else times.astype(float_dtype())), False
-    # Known times are checked in NumPy, in the precision they are solved in (two
-    # float64 times may round to one float32 time), and placed once.
-    dtype = jax.dtypes.canonicalize_dtype(times.dtype) if floating else float_dtype()
-    values = np.asarray(times).astype(dtype, copy=False)
-    if np.any(np.diff(values) <= 0):
+    try:
+        values = np.asarray(times)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{api}`: `times` must be a real 1-d array (or list) of at least two "
+            f"times, got {type(times).__name__}."
+        ) from None
+    if values.dtype.kind not in "iuf" or values.ndim != 1 or values.shape[0] < 2:
+        raise ValueError(
+            f"`{api}`: `times` must be a real 1-d array (or list) of at least two "
+            f"times, got {type(times).__name__} of {values.dtype} and shape "
+            f"{tuple(values.shape)}."
+        )
+    # Checked in the precision they are solved in (two float64 times may round to
+    # one float32 time; 1e39 overflows float32), and placed once.
+    floating = values.dtype.kind == "f"
+    dtype = jax.dtypes.canonicalize_dtype(values.dtype) if floating else float_dtype()
+    with np.errstate(over="ignore"):
+        values = values.astype(dtype, copy=False)
+    if not np.all(np.isfinite(values)):
+        raise ValueError(
+            f"`{api}`: `times` must be finite (in {np.dtype(dtype)}), got {values}."
+        )
+    if not np.all(np.diff(values) > 0):
         raise ValueError(f"`{api}`: `times` must be strictly increasing, got {values}.")
-    if isinstance(times, jax.Array):  # kept where it lives
-        return cast_array(times, dtype), True
     return to_jax(values), True
 
 
-def _tolerance(x: Any, name: str, api: str) -> Array:
-    """A tolerance as a real scalar array: known values checked here (and placed
-    without an eager JAX operation), traced ones inside the compiled solve."""
-    if is_traced(x):
-        if jnp.ndim(x) != 0 or jnp.iscomplexobj(x):
-            raise ValueError(f"`{api}`: `{name}` must be a real scalar.")
-        return jnp.asarray(x, float_dtype())
+def _tolerance(x: Any, name: str, api: str) -> tuple[Array, bool]:
+    """A tolerance as a real scalar array, and whether its value was checked here:
+    numbers (placed without an eager JAX operation) are; JAX arrays, concrete or
+    traced, are checked and cast inside the compiled solve."""
+    if isinstance(x, jax.Array | Tracer):
+        if x.ndim != 0 or not (
+            jnp.issubdtype(x.dtype, jnp.floating)
+            or jnp.issubdtype(x.dtype, jnp.integer)
+        ):
+            raise ValueError(
+                f"`{api}`: `{name}` must be a real scalar, got {x.dtype} of shape "
+                f"{tuple(x.shape)}."
+            )
+        return x, False
     # `to_jax` places a number once per value (and never keeps one placed inside
     # a trace).
-    return to_jax(_check_positive(x, name, api))
+    return to_jax(_check_positive(x, name, api)), True
 
 
 def _check_positive(x: Any, name: str, api: str) -> float:

@@ -5,14 +5,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import diffrax
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._arrays import as_array, cast, complex_dtype
+from .._arrays import complex_dtype
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
+from .._lindblad import check_jump_operators
+from .._operators import to_operator
 from ._density import known_density_parts
-from ._integrate import TermCache, check_no_foreign_keywords, per_precision, solve
+from ._integrate import (
+    TermCache,
+    check_no_foreign_keywords,
+    keywords_checked,
+    per_precision,
+    read_state,
+    solve,
+)
 from ._sesolve import check_exp_ops
 from ._solution import Solution
 from ._term import LindbladTerm
@@ -21,6 +32,7 @@ from ._term import LindbladTerm
 _API = "hierax.mesolve"
 
 
+@keywords_checked(_API)
 @typechecked
 def mesolve(
     hamiltonian: Any,
@@ -60,12 +72,15 @@ def mesolve(
         operator such as `hierax.Cos(w) * sx + sz`.
     - `jump_operators`: a list (or tuple) of the $L_j(t)$, in the same forms, rates
         included in the operators (`jnp.sqrt(gamma) * sm`,
-        `hierax.Polynomial(c) * sm`); `[]` for a closed system.
+        `hierax.Polynomial(c) * sm`); `[]` for a closed system. One operator
+        given alone (an `(n, n)` matrix, an operator) is one jump operator, and
+        an `(J, n, n)` array is J of them.
     - `rho`: the initial density matrix, shape `(n, n)` (any matrix works: the
         equation is linear), or a QuTiP or dynamiqs density matrix or ket (a ket
         $|\\psi\\rangle$ is read as $|\\psi\\rangle\\langle\\psi|$).
-    - `times`: the times at which to save $\\rho$, strictly increasing, shape `(T,)`
-        with T >= 2 (an array, a list or a NumPy array); the solve runs from
+    - `times`: the times at which to save $\\rho$, finite and strictly increasing,
+        shape `(T,)` with T >= 2 (an array, a list or a NumPy array; checked as
+        in [`hierax.sesolve`][]); the solve runs from
         `times[0]` to `times[-1]`. The order of the arguments is dynamiqs':
         QuTiP's `mesolve(H, rho0, tlist, c_ops)` is refused with a message.
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
@@ -73,8 +88,11 @@ def mesolve(
     - `order`: the order K of the series; by default 28 in float64 and 16 in
         float32, whatever the tolerance, so that a new `rtol` or `atol` never
         recompiles (the step size follows the tolerance).
-    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`
-        (`rtol` and `atol` are then unused).
+    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`.
+        `rtol` and `atol` then set no step; they bound each step's error
+        estimate, far above which (1000 times) the step cannot converge, and the
+        solve stops with an error that asks for a smaller `dt` (inside a
+        `jax.jit` too).
     - `exp_ops`: observables whose expectation values $\\mathrm{tr}(E\\rho)$ to
         return, a sequence of `(n, n)` matrices or an `(E, n, n)` array.
     - `progress`: print diffrax's text progress meter while solving.
@@ -102,7 +120,7 @@ def mesolve(
         ```
     """
     check_no_foreign_keywords(unknown, _API)
-    if not isinstance(jump_operators, list | tuple) and isinstance(times, list | tuple):
+    if _qutip_order(jump_operators, rho, times):
         raise TypeError(
             f"`{_API}`: the arguments look like QuTiP's order `mesolve(H, rho0, tlist, "
             "c_ops)`; hierax's is `hierax.mesolve(H, jump_operators, rho0, times)` "
@@ -110,9 +128,9 @@ def mesolve(
         )
     term, parts = _term(hamiltonian, jump_operators)
     n = term.size
-    rho = _check_rho(as_state(rho, "rho", _API, density=True), n)
+    rho, checked = read_state(as_state(rho, "rho", _API, density=True), "rho", _API)
+    _check_rho(rho, n)
     exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), None, n, _API)
-    rho = cast(rho, complex_dtype(rho.dtype))
     return solve(
         term,
         rho,
@@ -129,7 +147,9 @@ def mesolve(
         api=_API,
         expectation=_density_expectations,
         # The Lindblad step's constant parts, assembled before compiling.
-        args=parts(rho.dtype),
+        state_name="rho",
+        state_checked=checked,
+        args=parts(complex_dtype(rho.dtype)),
     )
 
 
@@ -137,16 +157,68 @@ def mesolve(
 _TERMS = TermCache(16)
 
 
+# A stack of jump operators, `(J, n, n)`, kept as one array: its own cache, so that
+# its key (the Hamiltonian and the stack) never meets that of a list of them.
+_STACKED_TERMS = TermCache(16)
+
+
 def _term(hamiltonian: Any, jump_operators: Any) -> tuple[LindbladTerm, Any]:
-    jumps = tuple(jump_operators) if isinstance(jump_operators, list | tuple) else ()
+    """The term and its step's parts, per precision (see `TermCache`), built from
+    what the cache keeps and keyed by all of it: the Hamiltonian and every jump
+    operator."""
+    if jump_operators is None:
+        raise TypeError(
+            f"`{_API}`: `jump_operators` must be a list of operators (e.g. "
+            "`[jnp.sqrt(gamma) * sigma_minus]`), or `[]` for a closed system, got "
+            "None."
+        )
+    stacked = not isinstance(jump_operators, list | tuple) and (
+        getattr(jump_operators, "ndim", None) == 3
+    )
 
     def build(kept: tuple[Any, ...]) -> tuple[LindbladTerm, Any]:
-        given = list(kept[1:]) if isinstance(jump_operators, list | tuple) else None
-        term = LindbladTerm(kept[0], jump_operators if given is None else given)
+        hamiltonian = to_operator(kept[0], "hamiltonian", _API)
+        jumps = list(kept[1]) if stacked else list(kept[1:])
+        jumps = check_jump_operators(jumps, hamiltonian.size, _API)
+        term = LindbladTerm(hamiltonian, jumps)
         operators = (term.hamiltonian, term.jump_operators)
         return term, per_precision(lambda d: known_density_parts(*operators, d))
 
-    return _TERMS.get((hamiltonian, *jumps), build)
+    if stacked:
+        return _STACKED_TERMS.get((hamiltonian, jump_operators), build)
+    return _TERMS.get((hamiltonian, *_jump_list(jump_operators)), build)
+
+
+def _jump_list(jump_operators: Any) -> tuple[Any, ...]:
+    """The jump operators as a tuple: a list or tuple as it is, except a nested
+    list of numbers (one matrix written as lists); one operator alone (a matrix,
+    an operator, a callable) as one jump operator."""
+    if not isinstance(jump_operators, list | tuple):
+        return (jump_operators,)
+    if jump_operators and all(isinstance(j, list | tuple) for j in jump_operators):
+        try:
+            matrix = np.asarray(jump_operators)
+        except (TypeError, ValueError):
+            matrix = None
+        if matrix is not None and matrix.ndim == 2 and matrix.dtype.kind in "iufc":
+            return (matrix,)
+    return tuple(jump_operators)
+
+
+def _qutip_order(jump_operators: Any, rho: Any, times: Any) -> bool:
+    """Whether `mesolve(H, rho0, tlist, c_ops)` was passed in QuTiP's order: the
+    last argument a list of operators (or empty), never of times, and the jump
+    operators not a list."""
+    if isinstance(jump_operators, list | tuple) or not isinstance(times, list | tuple):
+        return False
+    return not times or any(
+        jnp.ndim(t) != 0 if isinstance(t, jax.Array | np.ndarray) else _operator(t)
+        for t in times
+    )
+
+
+def _operator(x: Any) -> bool:
+    return not isinstance(x, int | float | np.number)
 
 
 def _density_expectations(exp_ops: Array, states: Array) -> Array:
@@ -154,15 +226,9 @@ def _density_expectations(exp_ops: Array, states: Array) -> Array:
     return jnp.einsum("enm,tmn->et", exp_ops.astype(states.dtype), states)
 
 
-def _check_rho(rho: Any, n: int) -> Array:
-    rho = as_array(rho)
-    if not (jnp.issubdtype(rho.dtype, jnp.number) and rho.dtype != jnp.bool_):
-        raise ValueError(
-            f"`{_API}`: `rho` must be a numeric ({n}, {n}) matrix, got {rho.dtype}."
-        )
+def _check_rho(rho: Array, n: int) -> None:
     if rho.shape != (n, n):
         raise ValueError(
             f"`{_API}`: `rho` must be a square matrix of shape ({n}, {n}) to match the "
             f"{n}x{n} `hamiltonian`, got shape {tuple(rho.shape)}."
         )
-    return rho

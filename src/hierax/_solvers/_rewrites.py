@@ -316,11 +316,15 @@ def _uniform(matrix: Any) -> Any:
         or matrix.values.size == 0
     ):
         return matrix
-    uniform = _UNIFORM.get(matrix.values)
+    # Kept by identity for JAX arrays only (immutable); any other values (a
+    # writable NumPy array, put in by hand) are read on every call.
+    kept = isinstance(matrix.values, jax.Array)
+    uniform = _UNIFORM.get(matrix.values) if kept else None
     if uniform is None:
         values = np.asarray(matrix.values)
         uniform = bool(np.all(values == values.flat[0]))
-        _UNIFORM.put(matrix.values, uniform)
+        if kept:
+            _UNIFORM.put(matrix.values, uniform)
     if not uniform:
         return matrix
     return UniformSparseMatrix(matrix.values, matrix.columns, diagonal=False)

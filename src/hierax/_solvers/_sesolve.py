@@ -11,10 +11,18 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._arrays import as_array, cast, complex_dtype, to_jax
+from .._arrays import complex_dtype, to_jax
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
-from ._integrate import TermCache, check_no_foreign_keywords, per_precision, solve
+from .._operators import to_operator
+from ._integrate import (
+    TermCache,
+    check_no_foreign_keywords,
+    keywords_checked,
+    per_precision,
+    read_state,
+    solve,
+)
 from ._rewrites import uniform_products
 from ._solution import Solution
 from ._term import SchrodingerTerm, known_embedded_parts
@@ -23,6 +31,7 @@ from ._term import SchrodingerTerm, known_embedded_parts
 _API = "hierax.sesolve"
 
 
+@keywords_checked(_API)
 @typechecked
 def sesolve(
     hamiltonian: Any,
@@ -57,17 +66,24 @@ def sesolve(
     - `state`: the initial state: a vector `(n,)`, several vectors as columns
         `(n, m)`, or a propagator `(n, n)` (a square state is a propagator, never
         a density matrix: use `mesolve` for those); QuTiP and dynamiqs kets too.
-    - `times`: the times at which to save the state, strictly increasing, shape
-        `(T,)` with T >= 2 (an array, a list or a NumPy array); the solve runs from
-        `times[0]` to `times[-1]`. (QuTiP's `tlist`, dynamiqs' `tsave`.)
+    - `times`: the times at which to save the state, finite and strictly
+        increasing, shape `(T,)` with T >= 2 (an array, a list or a NumPy array);
+        the solve runs from `times[0]` to `times[-1]`. (QuTiP's `tlist`, dynamiqs'
+        `tsave`.) Values held on the host (lists, NumPy arrays; the state's too)
+        are checked before compiling; those of JAX arrays inside the compiled
+        solve, which then stops with an error naming them (no transfer back to
+        the host).
     - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
         `atol + rtol * |psi|` as in diffrax and QuTiP. For unitary dynamics the
         final error is typically below `rtol` (see the how-to on tolerances).
     - `order`: the order K of the series; by default 28 in float64 and 16 in
         float32, whatever the tolerance, so that a new `rtol` or `atol` never
         recompiles (the step size follows the tolerance).
-    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`
-        (`rtol` and `atol` are then unused).
+    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`.
+        `rtol` and `atol` then set no step; they bound each step's error
+        estimate, far above which (1000 times) the step cannot converge, and the
+        solve stops with an error that asks for a smaller `dt` (inside a
+        `jax.jit` too).
     - `exp_ops`: observables whose expectation values to return, a sequence of
         `(n, n)` matrices or an `(E, n, n)` array. Not for a propagator. (QuTiP's
         `e_ops`; QuTiP's and dynamiqs' other names are refused with the hierax
@@ -102,12 +118,13 @@ def sesolve(
     check_no_foreign_keywords(unknown, _API)
     term, parts = _term(hamiltonian)
     n = term.size
-    state = _check_state(as_state(state, "state", _API), n)
+    state, checked = read_state(as_state(state, "state", _API), "state", _API)
+    _check_state(state, n)
     dtype = complex_dtype(state.dtype)
     exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), state, n, _API)
     return solve(
         term,
-        cast(state, dtype),
+        state,
         times,
         rtol=rtol,
         atol=atol,
@@ -120,6 +137,8 @@ def sesolve(
         adjoint=adjoint,
         api=_API,
         expectation=_ket_expectations,
+        state_name="state",
+        state_checked=checked,
         # The terms' real embeddings held by their diagonals, assembled before
         # compiling (`None` where they do not pay).
         args=parts(dtype),
@@ -134,7 +153,7 @@ def _term(hamiltonian: Any) -> tuple[SchrodingerTerm, Any]:
     (see `TermCache`)."""
 
     def build(kept: tuple[Any, ...]) -> tuple[SchrodingerTerm, Any]:
-        term = SchrodingerTerm(kept[0])
+        term = SchrodingerTerm(to_operator(kept[0], "hamiltonian", _API))
         # Sparse matrices with all entries equal, read as one value by the products.
         term = eqx.tree_at(
             lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
@@ -151,11 +170,8 @@ def _ket_expectations(exp_ops: Array, states: Array) -> Array:
     )
 
 
-def _check_state(state: Any, n: int) -> Array:
-    state = as_array(state)
-    if not (
-        jnp.issubdtype(state.dtype, jnp.number) and state.dtype != jnp.bool_
-    ) or state.ndim not in (1, 2):
+def _check_state(state: Array, n: int) -> None:
+    if state.ndim not in (1, 2):
         raise ValueError(
             f"`{_API}`: `state` must be a numeric array of shape ({n},), ({n}, m) or "
             f"({n}, {n}), got {state.dtype} of shape {tuple(state.shape)}."
@@ -165,7 +181,6 @@ def _check_state(state: Any, n: int) -> Array:
             f"`{_API}`: `state` has shape {tuple(state.shape)} but the `hamiltonian` "
             f"is {n}x{n}; the state's first axis must have size {n}."
         )
-    return state
 
 
 def check_exp_ops(exp_ops: Any, state: Array | None, n: int, api: str) -> Array | None:

@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, Real, Shaped
 
+from .._arrays import is_traced
+from .._cache import IdentityCache
 from .._jit import module_jit
 
 
@@ -69,7 +71,10 @@ class Solution(eqx.Module):
 
         **Arguments:**
 
-        - `t`: a time, or an array of times of any shape.
+        - `t`: a time, or an array of times of any shape, each within the solved
+            span `[times[0], times[-1]]`. A time outside it (or nan) is refused: a
+            number or a NumPy array here, a JAX array (concrete or traced) by an
+            error at run time (`eqx.error_if`, inside any `jax.jit`).
 
         **Returns:**
 
@@ -84,11 +89,57 @@ class Solution(eqx.Module):
         # sequences as NumPy arrays: all traced by the one compiled call.
         if not isinstance(t, (jax.Array, int, float, complex)):
             t = np.asarray(t)
-        return _evaluate(self.interpolation, t)
+        if not isinstance(t, jax.Array):
+            _check_span(t, self.times)
+        return _evaluate(self.interpolation, t, self.times)
 
 
-def _evaluate_impl(interpolation: diffrax.DenseInterpolation, t: Any) -> Array:
+def _check_span(t: Any, times: Array) -> None:
+    """Refuse host times (numbers, NumPy arrays) outside the solved span, read
+    once per solution (kept by the identity of its `times`)."""
+    if isinstance(t, complex) or np.iscomplexobj(t):
+        raise ValueError(
+            f"`hierax.Solution.evaluate`: `t` must be real, got {np.asarray(t)}."
+        )
+    if is_traced(times) or times.ndim != 1:
+        return  # checked inside the compiled call
+    span = _SPANS.get(times)
+    if span is None:
+        values = np.asarray(times)
+        span = (float(values[0]), float(values[-1]))
+        _SPANS.put(times, span)
+    try:
+        values = np.asarray(t, float)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"`hierax.Solution.evaluate`: `t` must be a real time or array of "
+            f"times, got {t!r}."
+        ) from None
+    inside = (values >= span[0]) & (values <= span[1])
+    if not np.all(inside):
+        bad = values[~inside].flat[0]
+        raise ValueError(
+            f"`hierax.Solution.evaluate`: `t` must lie in the solved span "
+            f"[{span[0]}, {span[1]}], got {bad}; the series of a step holds only "
+            "within its step."
+        )
+
+
+_SPANS = IdentityCache(16)
+
+
+def _evaluate_impl(
+    interpolation: diffrax.DenseInterpolation, t: Any, times: Array
+) -> Array:
     t = jnp.asarray(t)
+    # Outside the span diffrax's buffers hold no step: its answer is nan.
+    inside = (t >= times[0]) & (t <= times[-1])
+    t = eqx.error_if(
+        t,
+        ~jnp.all(inside),
+        "`hierax.Solution.evaluate`: `t` must lie in the solved span "
+        "[times[0], times[-1]] (and not be nan).",
+    )
     states = jax.vmap(interpolation.evaluate)(t.reshape(-1))
     return states.reshape(t.shape + states.shape[1:])
 
