@@ -19,7 +19,7 @@ import pytest
 
 import hierax
 
-from .helpers import SIGMA_X, SIGMA_Y
+from .helpers import SIGMA_X, SIGMA_Y, SIGMA_Z, compile_count
 
 
 def _envelope(t):
@@ -63,3 +63,40 @@ def test_assert_max_traces_guard(hierarchy):
     # The guard does fire: a float32 frequency is a new program.
     with pytest.raises(RuntimeError, match="can only be traced"):
         call(jnp.asarray(1.0, jnp.float32), 0.5)
+
+
+def test_solves_with_new_values_compile_nothing():
+    """`sesolve` and `mesolve` check the values of JAX-array inputs inside their
+    compiled program and those of NumPy inputs before it: either way, new times,
+    states, tolerances, a new fixed step and new parameter values (a drive's
+    frequency, a decay rate) compile nothing once each kind of input has run."""
+    lowering = np.array([[0.0, 1.0], [0.0, 0.0]])
+
+    def solve(frequency, rate, state, rho, times, rtol, dt):
+        hamiltonian = hierax.Cos(frequency) * SIGMA_X + 0.5 * SIGMA_Z
+        jumps = [hierax.Constant(rate) * lowering]
+        return (
+            hierax.sesolve(hamiltonian, state, times, rtol=rtol).final_state,
+            hierax.sesolve(hamiltonian, state, times, dt=dt).final_state,
+            hierax.mesolve(hamiltonian, jumps, rho, times, atol=rtol).final_state,
+        )
+
+    def values(k, on_device):
+        put = jnp.asarray if on_device else np.asarray
+        return (
+            jnp.asarray(1.0 + 0.1 * k),
+            jnp.asarray(0.3 + 0.1 * k),
+            put(np.array([1.0, 0.0]) * np.exp(0.2j * k)),
+            put(np.diag([0.1 * k, 1.0 - 0.1 * k]).astype(complex)),
+            put(np.array([0.0, 0.5, 1.0 + 0.1 * k])),
+            jnp.asarray(10.0 ** -(6 + k)) if on_device else 10.0 ** -(6 + k),
+            0.1 + 0.01 * k,
+        )
+
+    for on_device in (False, True):
+        first = solve(*values(0, on_device))
+        before = compile_count()
+        for k in (1, 2):
+            again = solve(*values(k, on_device))
+            assert not np.allclose(again[2], first[2])
+        assert compile_count() == before, on_device
