@@ -43,6 +43,7 @@ _X = jnp.asarray(np.diag(np.arange(_N)) + 0j)
 _H = hierax.Constant(1.0) * _H0 + hierax.Cos(1.3) * _X
 _PSI = jnp.ones(_N, complex) / _N**0.5
 _RHO = jnp.outer(_PSI, _PSI.conj())
+_JUMP = 0.2 * _X
 _TIMES = jnp.linspace(0.0, 1.0, 3)
 
 
@@ -55,13 +56,13 @@ _CALLS = {
     "HeisenbergHierarchy": lambda: hierax.HeisenbergHierarchy(_H, _X, 5)(0.3),
     "PropagatorDerivatives": lambda: hierax.PropagatorDerivatives(_H, 5)(0.3, _PSI),
     "NestedCommutators": lambda: hierax.NestedCommutators(_H0, _X, 5)(),
-    "LindbladHierarchy": lambda: hierax.LindbladHierarchy(_H, [0.2 * _X], _X, 4)(0.3),
-    "DensityMatrixDerivatives": lambda: hierax.DensityMatrixDerivatives(
-        _H, [0.2 * _X], 4
-    )(0.3, _RHO),
+    "LindbladHierarchy": lambda: hierax.LindbladHierarchy(_H, [_JUMP], _X, 4)(0.3),
+    "DensityMatrixDerivatives": lambda: hierax.DensityMatrixDerivatives(_H, [_JUMP], 4)(
+        0.3, _RHO
+    ),
     "sesolve": lambda: hierax.sesolve(_H, _PSI, _TIMES).states,
     "sesolve gradient": lambda: jax.grad(_scaled_final)(1.0),
-    "mesolve": lambda: hierax.mesolve(_H, [0.2 * _X], _RHO, _TIMES).states,
+    "mesolve": lambda: hierax.mesolve(_H, [_JUMP], _RHO, _TIMES).states,
     "floquet": lambda: (
         hierax.floquet(
             SIGMA_Z + hierax.Cos(2.0) * SIGMA_X, 2 * np.pi / 2.0
@@ -77,12 +78,20 @@ _CALLS = {
 }
 
 
+# Calls whose programs have no matrix product (Pauli strings multiply by bits).
+_PRODUCT_FREE = {"lanczos"}
+
+
 @pytest.mark.parametrize("name", sorted(_CALLS))
 def test_every_product_at_the_highest_precision(name):
     # A user's own default (bfloat16 passes on a TPU) must not reach hierax's
     # products: each records HIGHEST in the program.
     with jax.default_matmul_precision("bfloat16"):
         found = _products(_CALLS[name])
+    if name in _PRODUCT_FREE:
+        # Bit operations and sums only: the check is empty, and says so.
+        assert not found, f"{name} now has matrix products: drop it from the list"
+        return
     assert found, f"{name}: no matrix product found; the check would prove nothing"
     highest = (lax.Precision.HIGHEST, lax.Precision.HIGHEST)
     assert all(p == highest for p in found), (name, set(map(str, found)))

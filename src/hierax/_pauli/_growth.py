@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._backend import on_backend
 from ._compress import compress, lookup, magnitude
 from ._strings import i_power, product_phase
 from ._sum import PauliSum, _live, _valid, check_chain, check_int
@@ -193,6 +194,7 @@ def lanczos(
     )
 
 
+@on_backend("hierax.lanczos")
 @eqx.filter_jit
 def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
     api = "hierax.lanczos"
@@ -283,6 +285,7 @@ def _checked_moments(hamiltonian, observable, order, capacity, api):
     return _moments(hamiltonian, observable, order=order, capacity=capacity, api=api)
 
 
+@on_backend("hierax.moments")
 @eqx.filter_jit
 def _moments(h, o, *, order, capacity, api):
     h = _checked(h, api, "hamiltonian")
@@ -322,6 +325,7 @@ def autocorrelation_series(
     return _even_series(mu)
 
 
+@on_backend("hierax.autocorrelation_series")
 @jax.jit  # one compiled call (eagerly, a handful of small programs otherwise)
 def _even_series(mu: Array) -> Array:
     """$c_{2k} = (-1)^k \\mu_{2k} / (2k)!$ and zeros at the odd orders; where

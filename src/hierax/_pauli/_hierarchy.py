@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
+from .._backend import on_backend
 from .._time_functions import AbstractTimeFunction, Constant
 from .._validation import as_time, check_order, check_time_finite
 from ._compress import compress
@@ -216,6 +217,7 @@ def _exponent(top: Array) -> Array:
     return jnp.where(ok, jnp.floor(jnp.log2(jnp.where(ok, top, 1))), -jnp.inf)
 
 
+@on_backend("hierax.PauliHierarchy")
 @eqx.filter_jit
 def _pauli_levels(hierarchy: PauliHierarchy, t: Array, *, normalised: bool):
     h, o, order = hierarchy.hamiltonian, hierarchy.observable, hierarchy.order

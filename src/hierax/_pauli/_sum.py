@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int, Real, ScalarLike, UInt32
 
 from .._arrays import complex_dtype, float_dtype, is_traced, to_jax
+from .._backend import on_backend
 from .._jit import module_jit
 from ._compress import compress, lookup
 from ._strings import i_power, parse, product_phase, site_masks, to_strings, words
@@ -706,6 +707,7 @@ def _truncate(s: PauliSum, threshold: Array, *, capacity: int) -> PauliSum:
     return _rebuilt(s, parts, jnp.sqrt(s.dropped))
 
 
+@on_backend("hierax.PauliSum")
 @eqx.filter_jit
 def _sum(a: PauliSum, b: PauliSum, *, subtract: bool, capacity: int) -> PauliSum:
     dtype = jnp.result_type(a.dtype, b.dtype)
@@ -720,6 +722,7 @@ def _sum(a: PauliSum, b: PauliSum, *, subtract: bool, capacity: int) -> PauliSum
     return _rebuilt(a, parts, missing)
 
 
+@on_backend("hierax.PauliSum")
 @eqx.filter_jit
 def _product(a: PauliSum, b: PauliSum, *, capacity: int, commutator: bool) -> PauliSum:
     """Every pair of strings multiplied (for a commutator, only anticommuting pairs,
@@ -747,6 +750,7 @@ def _product(a: PauliSum, b: PauliSum, *, capacity: int, commutator: bool) -> Pa
     return _rebuilt(a, parts, (2 if commutator else 1) * missing)
 
 
+@on_backend("hierax.PauliSum")
 @eqx.filter_jit
 def _inner(a: PauliSum, b: PauliSum) -> Array:
     """Each of A's strings looked up in B (whose strings are sorted)."""
