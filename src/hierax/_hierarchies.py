@@ -48,6 +48,7 @@ from ._validation import (
     as_time,
     check_order,
     is_traced,
+    run_checked,
 )
 
 
@@ -120,7 +121,10 @@ def _call_checks(
     if state is not None:
         name = cast(tuple[str, ...], module.arguments)[1]
         checks.append(
-            (~jnp.all(jnp.isfinite(state)), f"`{api}`: `{name}` must be finite.")
+            (
+                ~jnp.all(jnp.isfinite(state)),
+                f"`{api}`: `{name}` must be finite (it holds a nan or inf).",
+            )
         )
     return checks
 
@@ -219,9 +223,7 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
         pauli = _pauli_of(self)
         if pauli is not None:
             return cast(LevelsT, pauli(*arguments))
-        return cast(
-            LevelsT, _evaluate(self, *arguments, normalised=False, errors=False)
-        )
+        return cast(LevelsT, _evaluated(self, arguments, False, False))
 
     @typechecked
     def normalised(self, t: TimeLike | None = None, state: Any = None) -> LevelsT:
@@ -239,7 +241,7 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
         pauli = _pauli_of(self)
         if pauli is not None:
             return cast(LevelsT, pauli.normalised(*arguments))
-        return cast(LevelsT, _evaluate(self, *arguments, normalised=True, errors=False))
+        return cast(LevelsT, _evaluated(self, arguments, True, False))
 
     @typechecked
     def error_estimate(
@@ -263,7 +265,16 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
                 "strings fit the capacity, and each level's `dropped` reports the "
                 "weight truncation removed."
             )
-        return _evaluate(self, *arguments, normalised=False, errors=True)
+        return _evaluated(self, arguments, False, True)
+
+
+def _evaluated(
+    hierarchy: "AbstractHierarchy", arguments: tuple, normalised: bool, errors: bool
+) -> Array:
+    """`_evaluate`, a failed check of a value raised as a `ValueError`."""
+    return run_checked(
+        _evaluate, hierarchy, *arguments, normalised=normalised, errors=errors
+    )
 
 
 def _pauli_of(hierarchy: AbstractHierarchy) -> PauliHierarchy | None:
@@ -324,12 +335,14 @@ def _checked_arguments(
         raise TypeError(f"`{api}`: takes {takes}, got {got}.")
     if t is None:
         return ()
-    checked_t = as_time(t, api)
+    # JAX arrays' values are checked by the compiled call (`_call_checks`), not read
+    # back here.
+    checked_t = as_time(t, api, in_program=True)
     if state is None:
         return (checked_t,)
     kind = second
     state = as_state(state, kind, api, density=kind == "rho")
-    state = as_numeric_array(state, kind, api, finite=True)
+    state = as_numeric_array(state, kind, api, finite=True, in_program=True)
     # The hierarchies that take a state have a Hamiltonian.
     n = cast(Any, hierarchy).hamiltonian.size
     return checked_t, _STATE_CHECKS[kind](state, n, api)

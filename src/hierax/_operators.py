@@ -43,8 +43,10 @@ from ._validation import (
     as_square_matrix,
     as_time,
     check_order,
+    check_time_finite,
     is_traced,
     refuse_non_matrix,
+    run_checked,
     trace_callable,
 )
 
@@ -89,7 +91,8 @@ class AbstractTimeOperator(eqx.Module):
         """$H(t)$ times a state of shape `(n,)` or `(n, m)`, with sparse terms
         kept sparse (`H(t) @ state` without forming the matrix)."""
         api = f"hierax.{type(self).__name__}.apply"
-        return _apply(self, as_time(t, api, canonical=False), jnp.asarray(state))
+        t = as_time(t, api, canonical=False, in_program=True)
+        return run_checked(_apply, self, t, jnp.asarray(state))
 
     @typechecked
     def __call__(self, t: TimeLike) -> Inexact[Array, "n n"]:
@@ -104,7 +107,8 @@ class AbstractTimeOperator(eqx.Module):
         The matrix $H(t)$, shape `(n, n)`.
         """
         api = f"hierax.{type(self).__name__}(...)(t)"
-        return _value(self, as_time(t, api, canonical=False))
+        t = as_time(t, api, canonical=False, in_program=True)
+        return run_checked(_value, self, t)
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> OperatorSeries:
@@ -121,7 +125,8 @@ class AbstractTimeOperator(eqx.Module):
         """
         api = f"hierax.{type(self).__name__}.taylor"
         order = check_order(order, api)
-        return _taylor(self, as_time(t, api, canonical=False), order=order)
+        t = as_time(t, api, canonical=False, in_program=True)
+        return run_checked(_taylor, self, t, order=order)
 
     def __add__(self, other: Any) -> "AbstractTimeOperator":
         if _is_zero(other):
@@ -441,11 +446,25 @@ class CallableOperator(AbstractTimeOperator):
         )
 
 
+def _checked_time(operator: AbstractTimeOperator, t: Array, method: str) -> Array:
+    """Inside the compiled evaluations: a time given as a JAX array is checked here
+    (`as_time(in_program=True)` does not read it back from the device)."""
+    return check_time_finite(t, f"hierax.{type(operator).__name__}{method}")
+
+
 # The public evaluations, compiled once per structure like the hierarchies.
-_value = module_jit(lambda op, t: op.term_series(t, 0, None).full()[0])
-_taylor = module_jit(lambda op, t, order: op.term_series(t, order, None).full())
+_value = module_jit(
+    lambda op, t: op.term_series(_checked_time(op, t, "(...)(t)"), 0, None).full()[0]
+)
+_taylor = module_jit(
+    lambda op, t, order: op.term_series(
+        _checked_time(op, t, ".taylor"), order, None
+    ).full()
+)
 _apply = module_jit(
-    lambda op, t, state: apply_at_order_zero(op.sparse_series(t, 0, None), state)
+    lambda op, t, state: apply_at_order_zero(
+        op.sparse_series(_checked_time(op, t, ".apply"), 0, None), state
+    )
 )
 
 

@@ -2,16 +2,21 @@
 
 Every check raises before any math runs, with a message that names the public call,
 the argument and what was expected. Values that are only known inside `jit` (a traced
-time) are checked with `eqx.error_if` instead.
+time) are checked with `eqx.error_if` instead, and so are the values of JAX arrays
+given to a call whose compiled program checks them (`in_program=True`): reading a
+device array here would be a round trip from the device on every call. NumPy and
+Python values live on the host and are checked here.
 """
 
 import functools
+import logging
 import math
 import numbers
 from typing import Any
 
 import equinox as eqx
 import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
@@ -73,12 +78,15 @@ def as_period(period: Any, api: str) -> Array:
     return period
 
 
-def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array:
+def as_numeric_array(
+    x: Any, name: str, api: str, finite: bool = False, in_program: bool = False
+) -> Array:
     """Convert `x` to a JAX array of a supported numeric dtype.
 
     Integers are promoted to the default float dtype; booleans, strings, objects and
     half precision are refused. With `finite`, nan and inf are refused too where the
-    values are known here (traced values are checked by the compiled calls).
+    values are known here (traced values are checked by the compiled calls, and so
+    are JAX arrays with `in_program`: see `check_finite`).
     """
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"`{api}`: `{name}` must be numeric, got the boolean {x!r}.")
@@ -96,11 +104,17 @@ def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array
             raise TypeError(
                 f"`{api}`: `{name}` must be a numeric array, got {type(x).__name__}."
             ) from e
+        if isinstance(x, np.ndarray) and x.dtype.hasobject and _all_numbers(x):
+            # Python numbers held as objects (`np.array(rows, dtype=object)`): the
+            # same numbers in the dtype NumPy gives them.
+            x = np.array(x.tolist())
+            dtype = x.dtype
         if not (
             np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.bool_)
         ) and str(dtype) not in ("bfloat16",):
             raise TypeError(
-                f"`{api}`: `{name}` must be a numeric array, got dtype {dtype}."
+                f"`{api}`: `{name}` must be a numeric array, got dtype {dtype}"
+                f"{object_hint(x)}."
             )
         try:
             array = to_jax(x)  # compiles nothing for concrete values
@@ -124,14 +138,44 @@ def as_numeric_array(x: Any, name: str, api: str, finite: bool = False) -> Array
     elif not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(f"`{api}`: `{name}` must be numeric, got dtype {dtype}.")
     if finite:
-        check_finite(array, name, api)
+        check_finite(array, name, api, in_program)
     return array
 
 
-def check_finite(array: Any, name: str, api: str) -> None:
+def _all_numbers(x: np.ndarray) -> bool:
+    return x.size > 0 and all(
+        isinstance(item, numbers.Number) and not isinstance(item, (bool, np.bool_))
+        for item in x.flat
+    )
+
+
+def object_hint(x: Any) -> str:
+    """For an array of Python objects: what it holds, and the usual fix for the
+    common mistake, `np.asarray(sparse_matrix)` (NumPy wraps the sparse matrix in a
+    0-d object array instead of converting it)."""
+    if not (isinstance(x, np.ndarray) and x.dtype.hasobject):
+        return ""
+    items = [item for item in x.flat[:1]]
+    if not items or isinstance(items[0], numbers.Number):
+        return ""
+    item = items[0]
+    kind = f"{type(item).__module__.split('.')[0]}.{type(item).__name__}"
+    hint = f" (an array of {kind} objects"
+    if x.ndim == 0 and hasattr(item, "shape") and hasattr(item, "tocoo"):
+        hint += (
+            "; `np.asarray` wraps a sparse matrix instead of converting it: pass "
+            "the sparse matrix itself, which hierax keeps sparse, or its "
+            "`.toarray()`"
+        )
+    return hint + ")"
+
+
+def check_finite(array: Any, name: str, api: str, in_program: bool = False) -> None:
     """Refuse nan or inf in a concrete array, naming the argument and the first bad
-    entry; traced arrays pass (the compiled calls check them with `eqx.error_if`)."""
-    if is_traced(array):
+    entry. Traced arrays pass (the compiled calls check them with `eqx.error_if`),
+    and so do JAX arrays with `in_program`, for calls whose compiled program checks
+    them: reading one here would wait for the device and copy it to the host."""
+    if is_traced(array) or (in_program and isinstance(array, jax.Array)):
         return
     values = np.asarray(array)
     bad = ~np.isfinite(values)
@@ -173,7 +217,7 @@ def _canonical_time_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(kind))
 
 
-def as_time(t: Any, api: str, canonical: bool = True) -> Time:
+def as_time(t: Any, api: str, canonical: bool = True, in_program: bool = False) -> Time:
     """Check a time and return it in one canonical form: a 0-d array of the default
     float (or complex) dtype, so that a Python float, a NumPy scalar and a JAX array
     all share one compiled program. The time never sets the precision of a
@@ -184,7 +228,9 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Time:
 
     Refused with an error naming `t`: non-scalars, non-numbers, and values that are
     not finite, including those that overflow the default dtype (1e39 without x64).
-    Traced times are checked inside the computation by `check_time_finite`.
+    Traced times are checked inside the computation by `check_time_finite`, and so
+    are JAX arrays with `in_program` (for calls whose compiled program checks the
+    time): a device scalar is then neither read here nor sent back.
     """
     if isinstance(t, (bool, np.bool_)):
         raise TypeError(f"`{api}`: `t` must be a real or complex number, got {t!r}.")
@@ -206,7 +252,23 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Time:
             )
         )
     if (
+        in_program
+        and isinstance(t, jax.Array)
+        and t.ndim == 0
+        and t.dtype in _TIME_DTYPES
+    ):
+        # Where it is (on the device, or traced): the compiled call checks it.
+        if not canonical:
+            return t
+        dtype = _canonical_time_dtype(t.dtype)
+        if t.dtype == dtype and not t.weak_type:
+            return t
+        # Converted on the device, weak type dropped (`jnp.asarray(0.1)` is weakly
+        # typed, a NumPy or Python time is not), so that it shares their program.
+        return lax.convert_element_type(t, dtype)
+    if (
         canonical
+        and not in_program
         and isinstance(t, jax.Array)
         and not is_traced(t)
         and t.ndim == 0
@@ -229,6 +291,8 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Time:
         )
     kind = complex if jnp.iscomplexobj(array) else float
     converted = array.astype(jnp.result_type(kind))
+    if in_program and isinstance(t, jax.Array):
+        return converted if canonical else array
     if not is_traced(converted) and not bool(np.isfinite(np.asarray(converted))):
         overflow = bool(np.isfinite(np.asarray(array))) or type(t) in (float, int)
         raise ValueError(
@@ -244,6 +308,53 @@ def as_time(t: Any, api: str, canonical: bool = True) -> Time:
 
 # The name of version 0.1 (the Taylor transform imports it).
 as_time_array = as_time
+
+
+# Where equinox's run-time error puts the message of a failed `eqx.error_if` in the
+# text of the error JAX raises, and where its own advice begins.
+_RUNTIME_MARKER = "EquinoxRuntimeError: `hierax"
+_RUNTIME_END = "\n\n\n"
+
+
+def runtime_message(error: BaseException) -> str | None:
+    """The message of a hierax check that failed inside a compiled program, from the
+    run-time error JAX raised for it (a long text: the callback's traceback and
+    equinox's advice around one line of ours); None for any other error."""
+    text = f"{type(error).__name__}: {error}"
+    start = text.find(_RUNTIME_MARKER)
+    if start < 0:
+        return None
+    start += len(_RUNTIME_MARKER) - len("`hierax")
+    end = text.find(_RUNTIME_END, start)
+    return text[start : end if end >= 0 else None].strip()
+
+
+def run_checked(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` (a compiled call), with a failed check of a value (a
+    nan in a state on the device) raised as the `ValueError` it is, with its message
+    alone: JAX's run-time error wraps it in a traceback of the callback and
+    equinox's advice. (Where a device reports errors only when a result is read,
+    JAX's error comes then, from the read.)"""
+    try:
+        return fn(*args, **kwargs)
+    # (JAX's cached dispatch raises the run-time error as a plain `ValueError`.)
+    except (jax.errors.JaxRuntimeError, ValueError) as error:
+        message = runtime_message(error)
+        if message is None:
+            raise
+        raise ValueError(message) from None
+
+
+class _QuietChecks(logging.Filter):
+    """Drops JAX's log record of a failed callback when it is a hierax check: the
+    record repeats, with a traceback, the message that the error itself carries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or runtime_message(error) is None
+
+
+logging.getLogger("jax._src.callback").addFilter(_QuietChecks())
 
 
 def check_time_finite(t: Array, api: str) -> Array:
