@@ -31,6 +31,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from ._arrays import complex_dtype, to_jax
+from ._backend import on_backend
 from ._jit import in_blocks, module_jit
 from ._operators import AbstractTimeOperator, TimeOperator, summands, to_operator
 from ._solvers import sesolve
@@ -106,9 +107,10 @@ def _modes_at_impl(basis: FloquetBasis, t: Any) -> Array:
 
 # One compiled call per basis structure (eagerly, a dozen small programs around
 # the solve otherwise); a new time is a value.
-_modes_at = module_jit(_modes_at_impl)
+_modes_at = module_jit(_modes_at_impl, api="hierax.FloquetBasis.modes_at")
 
 
+@on_backend("hierax.floquet")
 def floquet(
     hamiltonian: Any,
     period: ArrayLike,
@@ -428,7 +430,7 @@ def _hermitian_gap(operator: AbstractTimeOperator, period: Array, t0: Array) -> 
     return gap / jnp.where(scale > 0, scale, 1)
 
 
-_hermitian_gap_compiled = module_jit(_hermitian_gap)
+_hermitian_gap_compiled = module_jit(_hermitian_gap, api="hierax.floquet")
 
 
 class _ArraysSeen:

@@ -37,6 +37,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from ._arrays import complex_dtype, is_traced
+from ._backend import on_backend
 from ._custom_types import Time
 from ._floquet import FloquetBasis, checked_period, fold, real_scalar
 from ._jit import module_jit
@@ -166,6 +167,7 @@ class HighFrequencyExpansion(eqx.Module):
         return (1 + 2 * jnp.cos(phase[:, None] * m[None, :]).sum(1)) / g
 
 
+@on_backend("hierax.high_frequency_expansion")
 def high_frequency_expansion(
     hamiltonian: Any,
     period: ArrayLike,
@@ -252,7 +254,7 @@ def _effective_to(expansion: HighFrequencyExpansion, order: int) -> Array:
     return expansion.terms[: order + 1].sum(0)
 
 
-_effective = module_jit(_effective_to)
+_effective = module_jit(_effective_to, api="hierax.HighFrequencyExpansion")
 
 
 @module_jit
@@ -274,8 +276,10 @@ def _stroboscopic_terms_at(
     return jnp.einsum("g,kgab->kab", weights, expansion.stroboscopic_grid)
 
 
-_kick = module_jit(_kick_at)
-_stroboscopic_terms = module_jit(_stroboscopic_terms_at)
+_kick = module_jit(_kick_at, api="hierax.HighFrequencyExpansion.kick")
+_stroboscopic_terms = module_jit(
+    _stroboscopic_terms_at, api="hierax.HighFrequencyExpansion"
+)
 
 
 @module_jit
