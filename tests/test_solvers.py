@@ -1238,6 +1238,15 @@ def test_non_finite_times_and_states_are_refused():
     rho = jnp.asarray([[np.nan, 0.0], [0.0, 1.0]])
     with pytest.raises(Exception, match="`rho` must be finite"):
         jax.block_until_ready(hierax.mesolve(_qubit(), [], rho, times).states)
+    # Observables too: nan expectation values once came back without a word.
+    bad = np.array([[1.0, np.inf], [0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"`exp_ops\[1\]` must be finite"):
+        sesolve(_qubit(), state, times, exp_ops=[SZ, bad])
+    with pytest.raises(Exception, match="`exp_ops` must be finite"):
+        observed = hierax.mesolve(
+            _qubit(), [], np.eye(2) / 2, times, exp_ops=[jnp.asarray(bad)]
+        )
+        jax.block_until_ready(observed.expects)
 
 
 def test_evaluate_outside_the_span_is_refused():

@@ -333,13 +333,15 @@ def solve(
     expectation: Callable[[Array, Array], Array],
     state_name: str,
     state_checked: bool,
+    exp_ops_checked: bool = True,
     args: PyTree = None,
 ) -> Solution:
     """The solve shared by `sesolve` and `mesolve`: checks the options (the state's
     shape and the observables are the caller's) and runs the compiled solve.
     `state_checked`: whether the caller read the state's values on the host (NumPy
     input: in its complex dtype, finite); a JAX array is checked (finite) and cast
-    inside the program, `state_name` naming it. `expectation(exp_ops, states)`
+    inside the program, `state_name` naming it; so are the observables (finite)
+    unless `exp_ops_checked`. `expectation(exp_ops, states)`
     gives the expectation values of the caller's kind of state; `args` are the
     step's diffrax arguments (the Lindblad generator's parts, assembled before
     compiling)."""
@@ -358,6 +360,7 @@ def solve(
             ("atol", atol_checked),
             ("times", times_checked),
             (state_name, state_checked),
+            ("exp_ops", exp_ops_checked),
         )
         if not checked
     )
@@ -423,7 +426,7 @@ def _solve_impl(
     expectation: Callable[[Array, Array], Array],
     checks: tuple[str, ...] = (),
 ) -> Solution:
-    times, state = _checked(times, state, rtol, atol, api, checks)
+    times, state = _checked(times, state, exp_ops, rtol, atol, api, checks)
     # JAX arrays given as they are, cast here (no eager operation, no transfer).
     if not jnp.issubdtype(times.dtype, jnp.floating):
         times = times.astype(float_dtype())
@@ -507,10 +510,17 @@ def _solve_impl(
 
 
 def _checked(
-    times: Array, state: Array, rtol: Array, atol: Array, api: str, checks: tuple
+    times: Array,
+    state: Array,
+    exp_ops: Array | None,
+    rtol: Array,
+    atol: Array,
+    api: str,
+    checks: tuple,
 ) -> tuple[Array, Array]:
     """`times` and the state, with run-time checks of the values `checks` names
-    (the tolerances, `times`, the state's name): those that were JAX arrays
+    (the tolerances, `times`, `exp_ops`, the state's name): those that were JAX
+    arrays
     (concrete or traced); values held on the host were checked before compiling.
     One check for all (each is a conditional and a callback to trace and
     compile), its message naming the first that fails; the solve's inputs come
@@ -527,6 +537,10 @@ def _checked(
             messages.append(f"`{api}`: `times` must be finite (no nan or inf).")
             failed.append(~jnp.all(jnp.diff(times) > 0))
             messages.append(f"`{api}`: `times` must be strictly increasing.")
+        elif name == "exp_ops":
+            assert exp_ops is not None
+            failed.append(~jnp.all(jnp.isfinite(exp_ops)))
+            messages.append(f"`{api}`: `exp_ops` must be finite (no nan or inf).")
         else:
             failed.append(~jnp.all(jnp.isfinite(state)))
             messages.append(f"`{api}`: `{name}` must be finite (no nan or inf).")

@@ -130,7 +130,9 @@ def mesolve(
     n = term.size
     rho, checked = read_state(as_state(rho, "rho", _API, density=True), "rho", _API)
     _check_rho(rho, n)
-    exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), None, n, _API)
+    exp_ops, exp_checked = check_exp_ops(
+        as_matrices(exp_ops, "exp_ops", _API), None, n, _API
+    )
     return solve(
         term,
         rho,
@@ -149,6 +151,7 @@ def mesolve(
         # The Lindblad step's constant parts, assembled before compiling.
         state_name="rho",
         state_checked=checked,
+        exp_ops_checked=exp_checked,
         args=parts(complex_dtype(rho.dtype)),
     )
 

@@ -121,7 +121,9 @@ def sesolve(
     state, checked = read_state(as_state(state, "state", _API), "state", _API)
     _check_state(state, n)
     dtype = complex_dtype(state.dtype)
-    exp_ops = check_exp_ops(as_matrices(exp_ops, "exp_ops", _API), state, n, _API)
+    exp_ops, exp_checked = check_exp_ops(
+        as_matrices(exp_ops, "exp_ops", _API), state, n, _API
+    )
     return solve(
         term,
         state,
@@ -139,6 +141,7 @@ def sesolve(
         expectation=_ket_expectations,
         state_name="state",
         state_checked=checked,
+        exp_ops_checked=exp_checked,
         # The terms' real embeddings held by their diagonals, assembled before
         # compiling (`None` where they do not pay).
         args=parts(dtype),
@@ -183,10 +186,14 @@ def _check_state(state: Array, n: int) -> None:
         )
 
 
-def check_exp_ops(exp_ops: Any, state: Array | None, n: int, api: str) -> Array | None:
-    """The observables as an `(E, n, n)` array; `state` None for a density matrix."""
+def check_exp_ops(
+    exp_ops: Any, state: Array | None, n: int, api: str
+) -> tuple[Array | None, bool]:
+    """The observables as an `(E, n, n)` array (`state` None for a density
+    matrix), and whether their values were checked here (finite): NumPy ones are,
+    JAX arrays inside the compiled solve."""
     if exp_ops is None:
-        return None
+        return None, True
     if state is not None and state.ndim == 2 and state.shape[1] == n:
         raise ValueError(
             f"`{api}`: `exp_ops` needs a state vector `(n,)` or states as columns "
@@ -201,11 +208,13 @@ def check_exp_ops(exp_ops: Any, state: Array | None, n: int, api: str) -> Array 
                 f"`{api}`: `exp_ops[{i}]` has shape {tuple(op.shape)} but the "
                 f"`hamiltonian` is {n}x{n}; each observable must be ({n}, {n})."
             )
+        if not isinstance(op, jax.Array) and not np.all(np.isfinite(op)):
+            raise ValueError(f"`{api}`: `exp_ops[{i}]` must be finite (no nan or inf).")
         checked.append(op)
     if not checked:
-        return None
+        return None, True
     if any(isinstance(op, jax.Array) for op in checked):
-        return jnp.stack(checked)
+        return jnp.stack(checked), False
     # NumPy observables (and lists) stacked in NumPy and placed once per value (an
     # eager `jnp.stack` compiles a program per shape and costs a dispatch a call).
-    return to_jax(np.stack(checked))
+    return to_jax(np.stack(checked)), True
