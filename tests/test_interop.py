@@ -469,3 +469,20 @@ def test_hierax_never_imports_qutip_or_dynamiqs(tmp_path_factory):
     neither QuTiP nor dynamiqs."""
     result = fresh_output(tmp_path_factory, _NEVER_IMPORTS)
     assert result["status"] == 0, result["stderr"]
+
+
+def test_parts_built_inside_a_call_are_named_by_the_call():
+    """Issue 48: the pulse or coefficient hierax builds from a dynamiqs or QuTiP
+    operator is refused in the name of the call the user made and the argument."""
+    pulse = dq.pwc(jnp.array([0.0, 1.0, 2.0]), jnp.array([1.0, jnp.nan]), dq.sigmax())
+    with pytest.raises(ValueError) as info:
+        hierax.HeisenbergHierarchy(pulse, np.eye(2), 3)
+    message = str(info.value)
+    assert message.startswith("`hierax.HeisenbergHierarchy`: `hamiltonian`")
+    assert "must be finite" in message and "PiecewiseConstant" not in message
+    evo = qt.QobjEvo([[qt.sigmax(), qt.coefficient(np.nan)]])
+    with pytest.raises(ValueError) as info:
+        hierax.PropagatorDerivatives(evo, 3)
+    message = str(info.value)
+    assert message.startswith("`hierax.PropagatorDerivatives`: `hamiltonian`")
+    assert "must be finite" in message and "hierax.Constant" not in message

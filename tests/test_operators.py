@@ -254,3 +254,24 @@ def test_functions_of_one_structure_share_one_series():
     numeric = (first(0.6 + step) - first(0.6 - step)) / (2 * step)
     slope = jax.jit(jax.grad(first))(0.6)
     np.testing.assert_allclose(float(slope), float(numeric), rtol=1e-7)
+
+
+def test_products_are_refused_in_the_name_of_the_product():
+    """Issue 48: a factor that is no number (a sparse matrix wrapped by
+    `np.asarray`) or a number that is not finite is refused by the product the user
+    wrote, never by `hierax.Constant`, which hierax builds for it."""
+    import scipy.sparse
+
+    sx = np.array([[0, 1], [1, 0]], complex)
+    operator = hierax.Cos() * np.array([[0, -1j], [1j, 0]])
+    wrapped = np.asarray(scipy.sparse.csr_matrix(sx))
+    for product in (lambda: operator * wrapped, lambda: wrapped * operator):
+        with pytest.raises(TypeError, match=r"^`hierax.TimeOperator \* ...`: `other`"):
+            product()
+    for factor in (np.nan, np.float64(np.inf), jnp.asarray(np.nan)):
+        for product in (lambda f=factor: operator * f, lambda f=factor: f * operator):
+            with pytest.raises(ValueError) as info:
+                product()
+            message = str(info.value)
+            assert message.startswith("`hierax.TimeOperator * ...`: the factor")
+            assert "hierax.Constant" not in message

@@ -331,3 +331,39 @@ def test_values_first_met_inside_a_trace_do_not_leak():
     second = jax.jit(lambda y: solve(y) * 1.0)(y0)
     np.testing.assert_allclose(np.asarray(second), np.asarray(first), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(solve(y0)), np.asarray(first), rtol=1e-12)
+
+
+def test_object_arrays_say_what_they_hold():
+    """Issue 48: `np.asarray(sparse)` is a 0-d object array; every call that takes a
+    matrix or a state refuses it in its own name, naming the argument, with the fix;
+    an object array of plain numbers is the same numbers."""
+    import scipy.sparse
+
+    sx = np.array([[0, 1], [1, 0]], complex)
+    sy = np.array([[0, -1j], [1j, 0]])
+    wrapped = np.asarray(scipy.sparse.csr_matrix(sx))
+    assert wrapped.dtype == object and wrapped.shape == ()
+    calls = {
+        "`hierax.HeisenbergHierarchy`: `hamiltonian`": lambda: (
+            hierax.HeisenbergHierarchy(wrapped, sx, 2)
+        ),
+        "`hierax.HeisenbergHierarchy`: `observable`": lambda: (
+            hierax.HeisenbergHierarchy(sy, wrapped, 2)
+        ),
+        "`hierax.PropagatorDerivatives(...)(t, state)`: `state`": lambda: (
+            hierax.PropagatorDerivatives(sy, 2)(0.1, wrapped)
+        ),
+        "`hierax.NestedCommutators`: `generator`": lambda: hierax.NestedCommutators(
+            wrapped, sx, 2
+        ),
+    }
+    for start, call in calls.items():
+        with pytest.raises(TypeError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith(start), message
+        assert "scipy.csr_matrix" in message and "sparse matrix itself" in message
+    # Plain numbers held as objects: the same levels as the numeric array.
+    as_objects = hierax.HeisenbergHierarchy(sy.astype(object), sx.astype(object), 3)
+    plain = hierax.HeisenbergHierarchy(sy, sx, 3)
+    np.testing.assert_array_equal(np.asarray(as_objects(0.2)), np.asarray(plain(0.2)))

@@ -43,7 +43,7 @@ from ._time_functions import (
     TimeFunctionProduct,
     TimeFunctionSum,
 )
-from ._validation import as_square_matrix, is_traced
+from ._validation import as_square_matrix, built_for, is_traced
 
 
 def foreign_library(x: Any) -> str | None:
@@ -448,7 +448,14 @@ def _qobjevo(x: Any, name: str, api: str) -> AbstractTimeOperator:
                 "constant operators and JAX-traceable coefficients, or pass a JAX "
                 "function `t -> (n, n) array` (a `hierax.CallableOperator`)."
             )
-        function = _qutip_coefficient(coefficient, where, api)
+        function = built_for(
+            api,
+            f"`{name}` (a QuTiP QobjEvo), the coefficient of one of its terms",
+            _qutip_coefficient,
+            coefficient,
+            where,
+            api,
+        )
         terms.append((function, _qobj_matrix(operator, name, api)))
     if not terms:
         raise ValueError(f"`{api}`: `{name}` is an empty QuTiP QobjEvo.")
@@ -510,7 +517,13 @@ def _timeqarray(x: Any, name: str, api: str) -> AbstractTimeOperator:
             ) from e
         operator = TimeOperator((function,), [_qarray_matrix(x.qarray, name, api)])
     elif kind == "PWCTimeQArray":
-        function = PiecewiseConstant(x.times, _scalar_values(x.values))
+        function = built_for(
+            api,
+            f"`{name}` (a dynamiqs pwc TimeQArray), its pulse",
+            PiecewiseConstant,
+            x.times,
+            _scalar_values(x.values),
+        )
         operator = TimeOperator((function,), [_qarray_matrix(x.qarray, name, api)])
     elif kind == "CallableTimeQArray":
         operator = CallableOperator(_DenseOutput(x.f))

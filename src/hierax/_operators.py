@@ -42,9 +42,11 @@ from ._time_functions import (
 from ._validation import (
     as_square_matrix,
     as_time,
+    built_for,
     check_order,
     check_time_finite,
     is_traced,
+    object_hint,
     refuse_non_matrix,
     run_checked,
     trace_callable,
@@ -172,6 +174,12 @@ class AbstractTimeOperator(eqx.Module):
     def __mul__(self, other: Any) -> "AbstractTimeOperator":
         if isinstance(other, AbstractTimeFunction) or _is_number(other):
             return _scaled(other, self)
+        hint = object_hint(other)
+        if hint:
+            raise TypeError(
+                f"`hierax.{type(self).__name__} * ...`: `other` must be a number or "
+                f"a time function, got an array of dtype object{hint}."
+            )
         return NotImplemented
 
     def __rmul__(self, other: Any) -> "AbstractTimeOperator":
@@ -193,7 +201,8 @@ def _scaled(factor: Any, operator: AbstractTimeOperator) -> AbstractTimeOperator
     functions where the operator has terms (`2 * (Cos(w) * sx)` is
     `Cos(w, amplitude=2) * sx`), so that a solve's step computes no product of
     series for it; a time function otherwise scales the whole operator."""
-    function = as_time_function(factor, "factor", f"{type(operator).__name__} * ...")
+    api = f"hierax.{type(operator).__name__} * ..."
+    function = built_for(api, "the factor", as_time_function, factor, "factor", api)
     if isinstance(function, Constant):
         return operator._times_constant(function)
     return ScaledOperator(function, operator)
@@ -204,7 +213,13 @@ def _is_number(x: Any) -> bool:
         return False
     if isinstance(x, (int, float, complex)):
         return True
-    return hasattr(x, "shape") and hasattr(x, "dtype") and x.shape == ()
+    # (A 0-d array of objects is no number: `np.asarray` of a sparse matrix is one.)
+    return (
+        hasattr(x, "shape")
+        and hasattr(x, "dtype")
+        and x.shape == ()
+        and np.dtype(x.dtype).kind in "iufc"
+    )
 
 
 # What `term_series` says when a sparse operator would need too much memory dense.

@@ -142,6 +142,22 @@ def as_numeric_array(
     return array
 
 
+def built_for(api: str, where: str, build: Any, *args: Any) -> Any:
+    """`build(*args)`: a hierax object made inside the call `api` for a part of the
+    user's argument (a coefficient, a pulse, a factor), its errors named by that
+    call and `where` in the argument, not by the class built (which the user never
+    wrote)."""
+    try:
+        return build(*args)
+    except (TypeError, ValueError) as error:
+        text = str(error)
+        if text.startswith(f"`{api}`"):
+            raise
+        if text.startswith("`hierax."):
+            text = text.partition("`: ")[2] or text
+        raise type(error)(f"`{api}`: {where}: {text}") from None
+
+
 def _all_numbers(x: np.ndarray) -> bool:
     return x.size > 0 and all(
         isinstance(item, numbers.Number) and not isinstance(item, (bool, np.bool_))
