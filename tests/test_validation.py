@@ -367,3 +367,21 @@ def test_object_arrays_say_what_they_hold():
     as_objects = hierax.HeisenbergHierarchy(sy.astype(object), sx.astype(object), 3)
     plain = hierax.HeisenbergHierarchy(sy, sx, 3)
     np.testing.assert_array_equal(np.asarray(as_objects(0.2)), np.asarray(plain(0.2)))
+
+
+def test_failed_check_inside_a_users_jit(caplog):
+    """Issue 48: a nan time traced inside a user's `jax.jit` is refused at run time.
+    JAX wraps the message in the callback's traceback (not ours to shorten), but the
+    message is in the error and JAX's log does not repeat it with a second traceback;
+    `hierax` itself, called from Python, raises the message alone."""
+    sx = jnp.array([[0, 1], [1, 0]], complex)
+    sy = jnp.array([[0, -1j], [1j, 0]])
+    hierarchy = hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, 3)
+    message = "`hierax.HeisenbergHierarchy(...)(t)`: `t` must be finite."
+    with caplog.at_level("ERROR"), pytest.raises(Exception) as info:
+        jax.jit(lambda t: hierarchy(t))(jnp.nan).block_until_ready()
+    assert message in str(info.value)
+    assert not [r for r in caplog.records if r.name.startswith("jax")]
+    with pytest.raises(ValueError) as info:
+        hierarchy(jnp.asarray(jnp.nan))
+    assert str(info.value) == message
