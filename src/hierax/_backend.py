@@ -144,9 +144,22 @@ def on_backend(api: str) -> Callable[[Callable], Callable]:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             refuse_unsupported_backend(api, args)
-            with products_context():
-                return fn(*args, **kwargs)
+            return exact(*args, **kwargs)
 
+        exact = exact_products(fn)
         return call
 
     return decorate
+
+
+def exact_products(fn: Callable) -> Callable:
+    """`fn` with its products at the chosen precision wherever it is traced: for
+    functions JAX traces after the call that defined them returned (the backward
+    rule of a `jax.custom_vjp`, traced when the derivative is transposed)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with products_context():
+            return fn(*args, **kwargs)
+
+    return call

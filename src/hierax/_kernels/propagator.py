@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from .._backend import exact_products
 from .._jit import by_differentiation
 from .._series import TermSeries, frobenius, real_dtype
 from .._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix, sparse_products
@@ -494,7 +495,7 @@ def _by_adjoint(
         y0_bar = g[0].reshape(y0.shape).astype(y0.dtype)
         return bars[: len(rows_of)], sparse_bar, y0_bar
 
-    run.defvjp(forward, backward)
+    run.defvjp(forward, exact_products(backward))
     return run(inputs, given, y0)
 
 
@@ -873,7 +874,7 @@ def _small_by_adjoint(run: Any, order: int) -> Any:
         )
         return generator_bar, past_bar
 
-    adjoint_run.defvjp(forward, backward)
+    adjoint_run.defvjp(forward, exact_products(backward))
     return adjoint_run
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
 from .._arrays import complex_dtype
+from .._backend import on_backend
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from .._lindblad import check_jump_operators
@@ -32,6 +33,7 @@ from ._term import LindbladTerm
 _API = "hierax.mesolve"
 
 
+@on_backend(_API)
 @keywords_checked(_API)
 @typechecked
 def mesolve(

@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
 from .._arrays import complex_dtype, to_jax
+from .._backend import on_backend
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from .._operators import to_operator
@@ -31,6 +32,7 @@ from ._term import SchrodingerTerm, known_embedded_parts
 _API = "hierax.sesolve"
 
 
+@on_backend(_API)
 @keywords_checked(_API)
 @typechecked
 def sesolve(

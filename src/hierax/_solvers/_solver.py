@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
+from .._backend import on_backend
 from ._term import AbstractTaylorTerm, UnitTimeTerm
 
 
@@ -124,6 +125,7 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         del terms, t0, t1, y0, args
         return None
 
+    @on_backend("hierax.TaylorSolver")
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         del solver_state, made_jump
         term, direction, start, span = _unwrap(terms)
@@ -140,6 +142,7 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         dense_info = dict(terms=v, rate=rate)
         return y1, y_error, dense_info, None, diffrax.RESULTS.successful
 
+    @on_backend("hierax.TaylorSolver")
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
 

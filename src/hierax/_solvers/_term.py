@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
 from .._arrays import placed, to_jax
+from .._backend import on_backend
 from .._jit import by_batching
 from .._kernels.density import REAL_DENSITY_SIZE, StructuredParts, VectorisedParts
 from .._kernels.propagator import (
@@ -164,6 +165,7 @@ class SchrodingerTerm(AbstractTaylorTerm):
     def generator_bound(self, t, norms):
         return operator_bound(self.hamiltonian, t, norms[0])
 
+    @on_backend("hierax.SchrodingerTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         del args
         hy = self.hamiltonian.apply(t, y)  # sparse terms stay sparse
@@ -426,6 +428,7 @@ class LindbladTerm(AbstractTaylorTerm):
             size = size + 2 * operator_bound(op, t, op_norms) ** 2
         return size
 
+    @on_backend("hierax.LindbladTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         del args
         matrix = self.hamiltonian(t)
