@@ -115,13 +115,15 @@ def _platform(args: tuple) -> str:
 platform_of: Callable[[tuple], str] = _platform
 
 
-def refuse_unsupported_backend(api: str, args: tuple = ()) -> None:
+def refuse_unsupported_backend(api: str | Callable[[], str], args: tuple = ()) -> None:
     """Raise before anything is compiled where the backend cannot compile the call:
-    64-bit mode on a TPU (see the module)."""
+    64-bit mode on a TPU (see the module). `api`: the call's name, or a function
+    that gives it (called only to raise)."""
     if not jax.config.read("jax_enable_x64"):
         return
     platform = platform_of(args)
     if platform == "tpu":
+        api = api if isinstance(api, str) else api()
         raise ValueError(
             f"`{api}`: 64-bit mode (`jax_enable_x64`) is not supported on a TPU. "
             "XLA's TPU compiler has no float64 -> complex128 conversion, which every "

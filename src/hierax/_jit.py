@@ -38,15 +38,16 @@ def _is_plain(leaf: Any) -> bool:
 
 
 def module_jit(
-    fn: Callable, api: str = "hierax", exact_products: bool = True
+    fn: Callable, api: str | None = None, exact_products: bool = True
 ) -> Callable:
     """Compile `fn(module, *args, **static_kwargs)` once per structure.
 
-    `api` names the public call in errors. The program is traced with its matrix
-    products at hierax's chosen precision (`_backend`), unless `exact_products` is
-    off (the Taylor transform, whose products are the user's own and keep the
-    precision the user traced them with); 64-bit mode on a TPU is refused before
-    anything compiles.
+    `api` names the public call in errors (by default the module's class, which
+    is what the user called: `hierax.HeisenbergHierarchy`, `hierax.Cos`). The
+    program is traced with its matrix products at hierax's chosen precision
+    (`_backend`), unless `exact_products` is off (the Taylor transform, whose
+    products are the user's own and keep the precision the user traced them
+    with); 64-bit mode on a TPU is refused before anything compiles.
 
     Behaves like `eqx.filter_jit` (array leaves traced, everything else static), but
     when every leaf of the module is already an array (the usual case) and the other
@@ -121,7 +122,9 @@ def module_jit(
         # under filtering, and must stay so); the other arguments are times and
         # states, which may be Python numbers.
         leaves, treedef, all_arrays, _ = flatten_module(module)
-        refuse_unsupported_backend(api, (*rest, leaves))
+        refuse_unsupported_backend(
+            lambda: api or f"hierax.{type(module).__name__}", (*rest, leaves)
+        )
         if exact_products:
             with products_context():
                 return run(args, rest, leaves, treedef, all_arrays, static)
