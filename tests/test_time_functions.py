@@ -275,3 +275,17 @@ def test_folded_factor_is_traced_differentiable_and_keeps_precision():
     np.testing.assert_allclose(
         (2.0 * g).taylor(0.4, 5), 2.0 * np.asarray(g.taylor(0.4, 5)), rtol=1e-14
     )
+
+
+def test_a_product_with_a_wrapped_sparse_matrix_names_the_product():
+    # `np.asarray` of a sparse matrix is a 0-d object array: not a number to make a
+    # `hierax.Constant` of, but an operand the product names, with the fix.
+    import scipy.sparse
+
+    wrapped = np.asarray(scipy.sparse.csr_matrix(np.eye(2)))
+    for product in (lambda: hierax.Cos() * wrapped, lambda: wrapped * hierax.Cos()):
+        with pytest.raises(TypeError) as info:
+            product()
+        message = str(info.value)
+        assert "hierax.Cos * ..." in message and "hierax.Constant" not in message
+        assert "sparse matrix itself" in message

@@ -241,7 +241,10 @@ def _as_time_function_or_none(x: Any) -> "AbstractTimeFunction | None":
     if isinstance(x, (int, float, complex)):
         return Constant(x)
     if hasattr(x, "shape") and hasattr(x, "dtype") and x.shape == ():
-        return Constant(x)
+        # Numbers only: a 0-d object array (`np.asarray` of a sparse matrix) is an
+        # operand of another kind, which the product then names.
+        if np.issubdtype(np.dtype(x.dtype), np.number):
+            return Constant(x)
     return None
 
 
