@@ -64,7 +64,14 @@ def _calls(system):
         run = jax.jit(
             lambda y: (
                 hierax.sesolve(
-                    hamiltonian, y, times, dt=system.span / steps
+                    hamiltonian,
+                    y,
+                    times,
+                    dt=system.span / steps,
+                    # A step's cost, not its accuracy: tolerances so loose that
+                    # `sesolve`'s check of too long fixed steps lets 1 and 2 pass.
+                    rtol=1e12,
+                    atol=1e12,
                 ).final_state
             )
         )
