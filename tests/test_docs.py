@@ -546,6 +546,7 @@ RUNNABLE_PAGES = [
     "coming-from-qutip.md",
     "how-to/operator-growth.md",
     "how-to/floquet.md",
+    "how-to/accelerators.md",
 ]
 
 
