@@ -50,3 +50,16 @@ import jax  # noqa: E402
 # blocks are not used: the float32 tests build float32/complex64 inputs directly).
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_precision_left_behind():
+    """hierax traces its programs inside `jax.default_matmul_precision(...)`
+    blocks: none may outlive the call that entered it (a leaked one would change
+    the precision of a user's own products). Checked after every test."""
+    yield
+    leaked = jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
+    assert leaked is None, f"JAX's default_matmul_precision left at {leaked!r}"

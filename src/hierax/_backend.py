@@ -21,6 +21,7 @@ is compiled.
 import contextlib
 import contextvars
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, get_args
 
@@ -140,13 +141,15 @@ def on_backend(api: str) -> Callable[[Callable], Callable]:
     """Decorate a public call (or a method a user's own diffrax solve calls): refuse
     what its backend cannot compile, then run it with its products at the chosen
     precision, including products computed eagerly and programs traced later from
-    inside it (a derivative's backward pass traces the steps again)."""
+    inside it (a derivative's backward pass traces the steps again). A check of a
+    value that fails inside the compiled call is raised as a one-line
+    `ValueError`."""
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             refuse_unsupported_backend(api, args)
-            return exact(*args, **kwargs)
+            return run_checked(exact, *args, **kwargs)
 
         exact = exact_products(fn)
         return call
@@ -165,3 +168,50 @@ def exact_products(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
 
     return call
+
+
+# Where equinox's run-time error puts the message of a failed `eqx.error_if` in the
+# text of the error JAX raises, and where its own advice begins.
+_RUNTIME_MARKER = "EquinoxRuntimeError: `hierax"
+_RUNTIME_END = "\n\n\n"
+
+
+def runtime_message(error: BaseException) -> str | None:
+    """The message of a hierax check that failed inside a compiled program, from the
+    run-time error JAX raised for it (a long text: the callback's traceback and
+    equinox's advice around one line of ours); None for any other error."""
+    text = f"{type(error).__name__}: {error}"
+    start = text.find(_RUNTIME_MARKER)
+    if start < 0:
+        return None
+    start += len(_RUNTIME_MARKER) - len("`hierax")
+    end = text.find(_RUNTIME_END, start)
+    return text[start : end if end >= 0 else None].strip()
+
+
+def run_checked(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` (a compiled call), with a failed check of a value (a
+    nan in a state on the device) raised as the `ValueError` it is, with its message
+    alone: JAX's run-time error wraps it in a traceback of the callback and
+    equinox's advice. (Where a device reports errors only when a result is read,
+    JAX's error comes then, from the read.)"""
+    try:
+        return fn(*args, **kwargs)
+    # (JAX's cached dispatch raises the run-time error as a plain `ValueError`.)
+    except (jax.errors.JaxRuntimeError, ValueError) as error:
+        message = runtime_message(error)
+        if message is None:
+            raise
+        raise ValueError(message) from None
+
+
+class _QuietChecks(logging.Filter):
+    """Drops JAX's log record of a failed callback when it is a hierax check: the
+    record repeats, with a traceback, the message that the error itself carries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or runtime_message(error) is None
+
+
+logging.getLogger("jax._src.callback").addFilter(_QuietChecks())

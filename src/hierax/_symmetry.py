@@ -415,24 +415,24 @@ def operator_frequencies(operator: AbstractTimeOperator) -> Frequencies:
     return None
 
 
-@operator_frequencies.register
-def _(operator: TimeOperator) -> Frequencies:
-    parts = [frequencies(f) for f in operator.functions]
+def _of_terms(parts: list[Frequencies]) -> Frequencies:
+    """The frequencies of a sum of terms with these: unknown if one is, not
+    periodic if one is not (its matrix is not cancelled by the others')."""
     if any(p is None for p in parts):
         return None
     if any(p is NOT_PERIODIC for p in parts):
         return NOT_PERIODIC
     return _sum_frequencies(parts)
+
+
+@operator_frequencies.register
+def _(operator: TimeOperator) -> Frequencies:
+    return _of_terms([frequencies(f) for f in operator.functions])
 
 
 @operator_frequencies.register
 def _(operator: OperatorSum) -> Frequencies:
-    parts = [operator_frequencies(part) for part in operator.operators]
-    if any(p is None for p in parts):
-        return None
-    if any(p is NOT_PERIODIC for p in parts):
-        return NOT_PERIODIC
-    return _sum_frequencies(parts)
+    return _of_terms([operator_frequencies(part) for part in operator.operators])
 
 
 @operator_frequencies.register

@@ -9,7 +9,6 @@ Python values live on the host and are checked here.
 """
 
 import functools
-import logging
 import math
 import numbers
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 from jaxtyping import Array
 
 from ._arrays import cast, is_traced, to_jax
+from ._backend import run_checked as run_checked
 from ._custom_types import Time
 
 
@@ -324,53 +324,6 @@ def as_time(t: Any, api: str, canonical: bool = True, in_program: bool = False) 
 
 # The name of version 0.1 (the Taylor transform imports it).
 as_time_array = as_time
-
-
-# Where equinox's run-time error puts the message of a failed `eqx.error_if` in the
-# text of the error JAX raises, and where its own advice begins.
-_RUNTIME_MARKER = "EquinoxRuntimeError: `hierax"
-_RUNTIME_END = "\n\n\n"
-
-
-def runtime_message(error: BaseException) -> str | None:
-    """The message of a hierax check that failed inside a compiled program, from the
-    run-time error JAX raised for it (a long text: the callback's traceback and
-    equinox's advice around one line of ours); None for any other error."""
-    text = f"{type(error).__name__}: {error}"
-    start = text.find(_RUNTIME_MARKER)
-    if start < 0:
-        return None
-    start += len(_RUNTIME_MARKER) - len("`hierax")
-    end = text.find(_RUNTIME_END, start)
-    return text[start : end if end >= 0 else None].strip()
-
-
-def run_checked(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)` (a compiled call), with a failed check of a value (a
-    nan in a state on the device) raised as the `ValueError` it is, with its message
-    alone: JAX's run-time error wraps it in a traceback of the callback and
-    equinox's advice. (Where a device reports errors only when a result is read,
-    JAX's error comes then, from the read.)"""
-    try:
-        return fn(*args, **kwargs)
-    # (JAX's cached dispatch raises the run-time error as a plain `ValueError`.)
-    except (jax.errors.JaxRuntimeError, ValueError) as error:
-        message = runtime_message(error)
-        if message is None:
-            raise
-        raise ValueError(message) from None
-
-
-class _QuietChecks(logging.Filter):
-    """Drops JAX's log record of a failed callback when it is a hierax check: the
-    record repeats, with a traceback, the message that the error itself carries."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return error is None or runtime_message(error) is None
-
-
-logging.getLogger("jax._src.callback").addFilter(_QuietChecks())
 
 
 def check_time_finite(t: Array, api: str) -> Array:
