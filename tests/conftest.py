@@ -59,7 +59,9 @@ import pytest  # noqa: E402
 def _no_precision_left_behind():
     """hierax traces its programs inside `jax.default_matmul_precision(...)`
     blocks: none may outlive the call that entered it (a leaked one would change
-    the precision of a user's own products). Checked after every test."""
+    the precision of a user's own products). Checked around every test (against
+    the value before it: importing dynamiqs sets "highest" for the process)."""
+    before = jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
     yield
-    leaked = jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
-    assert leaked is None, f"JAX's default_matmul_precision left at {leaked!r}"
+    after = jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
+    assert after == before, f"JAX's default_matmul_precision {before!r} -> {after!r}"
