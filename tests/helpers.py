@@ -8,6 +8,7 @@ JAX configuration (x64, rank promotion) is set once, in `conftest.py`, which pyt
 loads before any test module imports this one.
 """
 
+import contextlib
 import functools
 import json
 import math
@@ -27,6 +28,7 @@ import mpmath as mp
 import numpy as np
 import scipy.integrate
 import sympy as sp
+from jax.core import Tracer
 
 import hierax
 
@@ -466,3 +468,43 @@ def fresh_output(tmp_path_factory: Any, name: str) -> dict[str, Any]:
         900,
     )
     return runs[name]
+
+
+@contextlib.contextmanager
+def no_reads_to_the_host():
+    """Fail on any read of a concrete JAX array's values back to the host: JAX's
+    transfer guard (which on a CPU sees only host-to-device transfers, a CPU
+    array's memory being the host's), and a spy on NumPy's conversions and on the
+    arrays' scalar conversions, which catch reads there too."""
+    kind = type(jnp.zeros(1))
+    saved = {}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a JAX array was read back to the host")
+
+    for name in ("__float__", "__complex__", "__int__", "__bool__", "item", "tolist"):
+        saved[name] = kind.__dict__.get(name)
+        setattr(kind, name, refuse)
+    converters = {n: getattr(np, n) for n in ("asarray", "array", "asanyarray")}
+
+    def spy(convert):
+        def call(x, *args, **kwargs):
+            if isinstance(x, jax.Array) and not isinstance(x, Tracer):
+                refuse()
+            return convert(x, *args, **kwargs)
+
+        return call
+
+    try:
+        for name, convert in converters.items():
+            setattr(np, name, spy(convert))
+        with jax.transfer_guard("disallow"):
+            yield
+    finally:
+        for name, convert in converters.items():
+            setattr(np, name, convert)
+        for name, method in saved.items():
+            if method is None:
+                delattr(kind, name)
+            else:
+                setattr(kind, name, method)

@@ -2,7 +2,6 @@
 scipy's DOP853 at rtol 1e-13, `jax.scipy.linalg.expm` for constant Hamiltonians,
 finite differences for gradients, Python loops for vmap."""
 
-import contextlib
 import re
 from typing import Any, cast
 
@@ -13,7 +12,6 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from jax.core import Tracer
 from scipy.integrate import solve_ivp
 
 import hierax
@@ -30,7 +28,7 @@ from hierax._solvers._sesolve import _term as _sesolve_term
 from hierax._solvers._term import schrodinger_terms
 from hierax._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix
 
-from .helpers import compile_count, recorded_returns
+from .helpers import compile_count, no_reads_to_the_host, recorded_returns
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
@@ -1291,46 +1289,6 @@ def test_fixed_step_far_too_long_is_an_error():
     assert _error(fine.states, _reference(_qubit(), state, times)) <= 1e-8
 
 
-@contextlib.contextmanager
-def _no_reads_to_the_host():
-    """Fail on any read of a concrete JAX array's values back to the host: JAX's
-    transfer guard (which on a CPU sees only host-to-device transfers, a CPU
-    array's memory being the host's), and a spy on NumPy's conversions and on the
-    arrays' scalar conversions, which catch reads there too."""
-    kind = type(jnp.zeros(1))
-    saved = {}
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a JAX array was read back to the host")
-
-    for name in ("__float__", "__complex__", "__int__", "__bool__", "item", "tolist"):
-        saved[name] = kind.__dict__.get(name)
-        setattr(kind, name, refuse)
-    converters = {n: getattr(np, n) for n in ("asarray", "array", "asanyarray")}
-
-    def spy(convert):
-        def call(x, *args, **kwargs):
-            if isinstance(x, jax.Array) and not isinstance(x, Tracer):
-                refuse()
-            return convert(x, *args, **kwargs)
-
-        return call
-
-    try:
-        for name, convert in converters.items():
-            setattr(np, name, spy(convert))
-        with jax.transfer_guard("disallow"):
-            yield
-    finally:
-        for name, convert in converters.items():
-            setattr(np, name, convert)
-        for name, method in saved.items():
-            if method is None:
-                delattr(kind, name)
-            else:
-                setattr(kind, name, method)
-
-
 def test_repeated_solves_of_device_arrays_never_read_them_back():
     """With every input already a JAX array on the device (the state real, the
     times integers, a tolerance an array: each cast or checked inside the
@@ -1348,7 +1306,7 @@ def test_repeated_solves_of_device_arrays_never_read_them_back():
         return closed.expects, fixed.states, open_.states
 
     first = solves()
-    with _no_reads_to_the_host():
+    with no_reads_to_the_host():
         again = jax.block_until_ready(solves())
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)

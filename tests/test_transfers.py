@@ -8,6 +8,8 @@ import pytest
 
 import hierax
 
+from .helpers import no_reads_to_the_host
+
 
 def _pauli():
     sx = jnp.array([[0, 1], [1, 0]], jnp.complex128)
@@ -44,7 +46,7 @@ def test_second_call_moves_nothing(name):
     # Another time, on the device too: the same compiled program, and no transfer.
     if arguments:
         arguments = (jnp.asarray(0.7),) + arguments[1:]
-    with jax.transfer_guard("disallow"):
+    with no_reads_to_the_host():
         second = hierarchy(*arguments)
         if name != "NestedCommutators":
             hierarchy.normalised(*arguments)
@@ -56,10 +58,28 @@ def test_operator_evaluation_moves_nothing():
     operator = hierax.Cos() * sy + sx
     t, psi = jnp.asarray(0.3), jnp.array([1.0, 0j])
     expected = (operator(t), operator.taylor(t, 3), operator.apply(t, psi))
-    with jax.transfer_guard("disallow"):
+    with no_reads_to_the_host():
         got = (operator(t), operator.taylor(t, 3), operator.apply(t, psi))
     for a, b in zip(got, expected):
         assert jnp.array_equal(a, b)
+
+
+def test_time_function_evaluation_moves_nothing():
+    # Parameters and the time on the device: the time is checked in the program.
+    f = hierax.Cos(jnp.asarray(2.0), jnp.asarray(0.3)) * hierax.Gaussian(
+        jnp.asarray(0.5), jnp.asarray(1.0)
+    )
+    t = jnp.asarray(0.7)
+    expected = (f(t), f.taylor(t, 4))
+    with no_reads_to_the_host():
+        got = jax.block_until_ready((f(t), f.taylor(t, 4)))
+    for a, b in zip(got, expected):
+        assert jnp.array_equal(a, b)
+    # cos(2t + 0.3) exp(-(t - 0.5)^2 / 2), a closed form.
+    value = jnp.cos(2 * 0.7 + 0.3) * jnp.exp(-((0.7 - 0.5) ** 2) / 2)
+    assert abs(float(got[0]) - float(value)) <= 1e-14
+    with pytest.raises(ValueError, match=r"hierax.TimeFunctionProduct.*`t` must be"):
+        f(jnp.asarray(jnp.nan))
 
 
 @pytest.mark.parametrize(

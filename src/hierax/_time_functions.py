@@ -33,7 +33,9 @@ from ._validation import (
     as_numeric_array,
     as_time,
     check_order,
+    check_time_finite,
     is_traced,
+    run_checked,
     trace_callable,
 )
 
@@ -99,7 +101,8 @@ class AbstractTimeFunction(eqx.Module):
         """
         api = f"hierax.{type(self).__name__}.taylor"
         order = check_order(order, api)
-        return _taylor(self, as_time(t, api, canonical=False), order=order)
+        t = as_time(t, api, canonical=False, in_program=True)
+        return run_checked(_taylor, self, t, order=order)
 
     @typechecked
     def __call__(self, t: TimeLike) -> Array:
@@ -114,7 +117,8 @@ class AbstractTimeFunction(eqx.Module):
         $f(t)$, a 0-d array.
         """
         api = f"hierax.{type(self).__name__}(...)(t)"
-        return _value(self, as_time(t, api, canonical=False))
+        t = as_time(t, api, canonical=False, in_program=True)
+        return run_checked(_value, self, t)
 
     def __add__(self, other: Any) -> "AbstractTimeFunction":
         term = _as_time_function_or_none(other)
@@ -202,8 +206,18 @@ _OPERATOR_PRODUCT: list[Callable[[AbstractTimeFunction, Any], Any]] = []
 
 
 # The public evaluations, compiled once per structure like the hierarchies.
-_value = module_jit(lambda f, t: f.series(t, 0, None)[0])
-_taylor = module_jit(lambda f, t, order: f.series(t, order, None))
+# A time given as a JAX array is checked inside them (`as_time(in_program=True)`
+# does not read it back from the device).
+_value = module_jit(
+    lambda f, t: f.series(
+        check_time_finite(t, f"hierax.{type(f).__name__}(...)(t)"), 0, None
+    )[0]
+)
+_taylor = module_jit(
+    lambda f, t, order: f.series(
+        check_time_finite(t, f"hierax.{type(f).__name__}.taylor"), order, None
+    )
+)
 
 
 def register_operator_product(fn: Callable[[AbstractTimeFunction, Any], Any]) -> None:
