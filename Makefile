@@ -32,9 +32,10 @@ test: lint typecheck
 docs: $(VENV)/.installed-dev
 	$(BIN)/mkdocs build --strict
 
-## Benchmarks side by side (naive recursion, jax.experimental.jet, hierax).
+## The benchmark suite in its quick mode, one JSON record per benchmark in
+## benchmarks/out (the full suite: python -m benchmarks run all).
 bench: $(VENV)/.installed-dev
-	$(BIN)/python benchmarks/bench_hierarchies.py --out benchmarks/out
+	$(BIN)/python -m benchmarks run all --quick
 
 ## ruff: formatting and lint rules.
 lint: $(VENV)/.installed-dev

@@ -5,8 +5,6 @@ of the test suite, on its three systems, in complex128 and complex64.
 """
 
 import argparse
-import pathlib
-import sys
 
 import jax
 
@@ -20,12 +18,9 @@ require_cpu("accuracy.py")
 
 import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from oracle import SYSTEMS, mp_relative_errors, sympy_levels  # noqa: E402
 
 import hierax  # noqa: E402
-
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from tests.helpers import SYSTEMS, mp_relative_errors, sympy_levels  # noqa: E402
 
 
 def _single(tree):

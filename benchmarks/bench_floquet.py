@@ -41,6 +41,7 @@ require_cpu("bench_floquet.py")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import call_times  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -153,16 +154,6 @@ LADDERS = {
 }
 
 
-def timed(run, amplitudes, repeats: int) -> tuple[float, np.ndarray]:
-    result = run(amplitudes)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = run(amplitudes)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
-
-
 def expansion_row(levels: int = 100, order: int = 10) -> None:
     """`hierax.high_frequency_expansion` at `order` for a large spin S = (n - 1)/2
     (n levels) driven fast: H = Sz / S + 0.8 cos(w t) Sx / S + 0.3 sin(w t) Sy / S,
@@ -239,7 +230,8 @@ def main() -> None:
             subset = amplitudes[:: 10 if loop else 1]
             for tol in LADDERS[name]:
                 run = build(levels, tol)
-                seconds, result = timed(run, subset, 1 if loop else 5)
+                times, result = call_times(run, (subset,), 1 if loop else 5)
+                seconds = statistics.median(times)
                 error = np.abs(result - reference[:: 10 if loop else 1]).max()
                 print(f"  {name} tol {tol:.0e}: {seconds:.3f} s, error {error:.1e}")
                 if error < TARGET:

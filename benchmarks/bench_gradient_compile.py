@@ -45,10 +45,10 @@ require_cpu("bench_gradient_compile.py")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from peers import diffrax_final  # noqa: E402
+from seed import make_naive_recursion  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 
 import hierax  # noqa: E402
-from hierax._cli import _reference  # noqa: E402
 
 
 warnings.filterwarnings("ignore", message="Complex dtype support")
@@ -81,7 +81,7 @@ def compile_times(make, args: tuple, repeats: int) -> tuple[float, float, float]
 def hierarchy_cases():
     sx = np.array([[0, 1], [1, 0]], complex)
     sy = np.array([[0, -1j], [1j, 0]])
-    naive = _reference.make_naive_recursion
+    naive = make_naive_recursion
 
     for order in (2, 4, 6):
 

@@ -30,6 +30,7 @@ import json
 import math
 import pathlib
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -43,15 +44,10 @@ import numpy as np
 from device import require_cpu
 from jax import lax
 from jax.experimental import jet
+from seed import complex_dtype, make_naive_recursion, pauli_x, pauli_y
+from timing import call_times, first_call_time, format_seconds, median_time, warm_up
 
 import hierax
-from hierax._cli import _reference
-from hierax._cli._timing import (
-    first_call_time,
-    format_seconds,
-    median_call_time,
-    warm_up,
-)
 
 
 def make_jet_hierarchy(order: int) -> Callable[[Any], Any]:
@@ -71,9 +67,9 @@ def make_jet_hierarchy(order: int) -> Callable[[Any], Any]:
 
     @jax.jit
     def levels(t: Any) -> Any:
-        dtype = _reference.complex_dtype()
+        dtype = complex_dtype()
         real = jnp.zeros((), dtype).real.dtype
-        sx, sy = _reference.pauli_x(), _reference.pauli_y()
+        sx, sy = pauli_x(), pauli_y()
         out = jnp.zeros((order + 1, 2, 2), dtype).at[0].set(sx)
         if order == 0:
             return out
@@ -154,14 +150,14 @@ def _log(text: str) -> None:
 def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> dict:
     """Part (a): first-call (compile + run) time against the order, per method."""
     t = 1.0
-    t_complex = jnp.asarray(t, _reference.complex_dtype())
-    sx, sy = _reference.pauli_x(), _reference.pauli_y()
+    t_complex = jnp.asarray(t, complex_dtype())
+    sx, sy = pauli_x(), pauli_y()
     results: dict[str, Any] = {"orders": list(orders), "budget_seconds": budget}
 
     _log(f"(a) compile time against the order; budget {budget:g} s per measurement")
     # The naive recursion is run level by level, as in the question: level K is
     # timed after levels 0..K-1 have been compiled (which does not help it).
-    naive = _reference.make_naive_recursion()
+    naive = make_naive_recursion()
     naive_rows = []
     naive_budget_tracker = _Budget(naive_budget)
     cumulative = 0.0
@@ -197,7 +193,7 @@ def bench_compile(orders: Sequence[int], budget: float, naive_budget: float) -> 
                 break
             fn = make(order)
             first = first_call_time(fn)
-            steady, _ = median_call_time(fn, budget=0.1, min_calls=3)
+            steady = median_time(fn, (), 3, budgets=((2000, 0.1),))
             tracker.record(order, first)
             rows.append(
                 {
@@ -236,15 +232,15 @@ def bench_sizes(sizes: Sequence[int], orders: Sequence[int], budget: float) -> d
     (two)."""
     _log(f"(b) steady-state run time against n at orders {list(orders)}")
     rng = np.random.default_rng(0)
-    dtype = _reference.complex_dtype()
+    dtype = complex_dtype()
     matmul = jax.jit(lambda a, b: a @ b)
     rows = []
     for n in sizes:
         a, b, c, d = (
             jnp.asarray(_memory.random_hermitian(rng, n), dtype) for _ in range(4)
         )
-        matmul_seconds, _ = median_call_time(
-            lambda a=a, b=b: matmul(a, b), budget=budget
+        matmul_seconds = median_time(
+            lambda a=a, b=b: matmul(a, b), (), 5, budgets=((2000, budget),)
         )
         hamiltonian = hierax.Cos(1.3) * a + hierax.Sin(0.7) * b
         observables = {"hermitian": c, "general": c + 1j * d}
@@ -252,7 +248,8 @@ def bench_sizes(sizes: Sequence[int], orders: Sequence[int], budget: float) -> d
             hierarchy = hierax.HeisenbergHierarchy(hamiltonian, observable, order)
             call = lambda hierarchy=hierarchy: hierarchy(1.0)
             first = first_call_time(call)
-            seconds, calls = median_call_time(call, budget=budget, min_calls=3)
+            times, _ = call_times(call, (), 3, budgets=((2000, budget),))
+            seconds, calls = statistics.median(times), len(times)
             rows.append(
                 {
                     "n": n,
@@ -277,7 +274,7 @@ def bench_memory(n: int, order: int, rss: bool) -> dict:
     """Part (c): XLA's memory analysis of one call at size n, order K, and the
     resident-set growth of that call in a fresh process."""
     _log(f"(c) memory at n = {n}, order {order}")
-    dtype = _reference.complex_dtype()
+    dtype = complex_dtype()
     hierarchy = _memory.two_term_hierarchy(n, order)
     t = jnp.asarray(1.0)
     compiled = jax.jit(lambda h, s: h(s)).lower(hierarchy, t).compile()

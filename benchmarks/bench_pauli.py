@@ -45,7 +45,7 @@ from memory import _status  # noqa: E402  (benchmarks/memory.py: /proc/self/stat
 import hierax  # noqa: E402
 
 
-def timed(call, repeats: int = 3) -> tuple[float, float, int]:
+def time_and_memory(call, repeats: int = 3) -> tuple[float, float, int]:
     """(first call s, median of `repeats` further calls s, peak RSS growth bytes)."""
     t0 = time.perf_counter()
     jax.block_until_ready(call())
@@ -167,7 +167,9 @@ def commutators(sizes: list[int], qubits: list[int]) -> list[dict]:
             strings, coefficients = random_strings(n, k)
             o = hierax.PauliSum.from_strings(strings, coefficients)
             row: dict = {"n_qubits": n, "strings": k, "terms": h.capacity}
-            first, run, memory = timed(lambda h=h, o=o: h.commutator(o).coefficients)
+            first, run, memory = time_and_memory(
+                lambda h=h, o=o: h.commutator(o).coefficients
+            )
             result = h.commutator(o)
             row["hierax"] = {"s": run, "first_s": first, "rss": memory}
             row["result_strings"] = int(result.count)
@@ -180,7 +182,7 @@ def commutators(sizes: list[int], qubits: list[int]) -> list[dict]:
                 if rss * k / size > _MEMORY_BUDGET:
                     row[name] = None
                     continue
-                _, run, memory = timed(build(n, strings, coefficients), 1)
+                _, run, memory = time_and_memory(build(n, strings, coefficients), 1)
                 row[name] = {"s": run, "rss": memory}
                 last[name] = (k, memory)
             rows.append(row)

@@ -23,7 +23,7 @@ require_cpu("bench_seed_calls.py")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from bench_sparse import median_time  # noqa: E402
+from timing import median_time  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -42,9 +42,9 @@ def main():
     times = jnp.linspace(0.0, 10.0, 10**5)
     batched = jax.jit(jax.vmap(lambda t: h(t)))
     for _ in range(args.rounds):
-        python = median_time(lambda: h(1.0).block_until_ready(), 400)
-        jitted = median_time(lambda: inside(1.0).block_until_ready(), 400)
-        vmapped = median_time(lambda: batched(times).block_until_ready(), 5) / 1e5
+        python = median_time(lambda: h(1.0).block_until_ready(), (), 400)
+        jitted = median_time(lambda: inside(1.0).block_until_ready(), (), 400)
+        vmapped = median_time(lambda: batched(times).block_until_ready(), (), 5) / 1e5
         print(
             f"seed, order 9: from Python {python * 1e6:.0f} us, inside a user's jit "
             f"{jitted * 1e6:.0f} us, under vmap {vmapped * 1e6:.1f} us per time",

@@ -30,7 +30,6 @@ same Taylor steps in a bare `lax.scan` (the 30-line loop of issue 10), per step.
 """
 
 import argparse
-import importlib
 import json
 import statistics
 import subprocess
@@ -50,17 +49,12 @@ require_cpu("bench_sesolve.py")
 import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from timing import timed  # noqa: E402
+from timing import median_time, timed  # noqa: E402
 
 import hierax  # noqa: E402
-from hierax._solvers._term import schrodinger_terms as step_terms  # noqa: E402
 
 
-# The solvers are re-exported by hierax once they land in its __init__.
-sesolve = (
-    getattr(hierax, "sesolve", None)
-    or importlib.import_module("hierax._solvers").sesolve
-)
+sesolve = hierax.sesolve
 SchrodingerTerm = hierax.SchrodingerTerm
 
 warnings.filterwarnings("ignore", message="Complex dtype support")
@@ -244,14 +238,6 @@ METHODS = {
 # --- measurement -----------------------------------------------------------------
 
 
-def median_time(fn, tol, budget):
-    """Median of repeated calls, at least three, until `budget` seconds pass."""
-    times = []
-    while len(times) < 3 or (sum(times) < budget and len(times) < 21):
-        times.append(timed(fn, tol)[0])
-    return statistics.median(times)
-
-
 def error(state, reference):
     return float(np.linalg.norm(np.asarray(state).reshape(-1) - reference))
 
@@ -339,7 +325,9 @@ def bench_system(system, methods, budget, slow_limit):
                 rows.append(dict(method=name, target=target, tol=None))
                 continue
             best = met[0]
-            seconds = median_time(solve, best["tol"], budget)
+            seconds = median_time(
+                solve, (best["tol"],), 3, warm=False, budgets=((21, budget),)
+            )
             rows.append(
                 dict(
                     method=name,
@@ -474,8 +462,8 @@ def plot(results, path, title):
 
 def bench_machinery(system, order=24):
     """diffrax's cost per step: `sesolve` with fixed steps against a bare scan of
-    the same Taylor steps (the solver's own kernel, `step_terms`; steps short
-    enough, |H| dt <= 2, that the series converges)."""
+    the same Taylor steps (the solver's own kernel, the term's `taylor_terms`;
+    steps short enough, |H| dt <= 2, that the series converges)."""
     hamiltonian = hierax.TimeOperator(
         [hierax.Constant(1.0), coefficient_hierax(system["f"])],
         [system["h0"], system["h1"]],
@@ -491,13 +479,12 @@ def bench_machinery(system, order=24):
     times = jnp.array([0.0, span])
     # The kernel and energy shift that sesolve's solver steps with.
     term = SchrodingerTerm(hamiltonian)
-    phase = jnp.exp(-1j * dt * term.energy_shift)
 
     @jax.jit
     def scan_loop(state):
         def body(y, k):
-            v = step_terms(term.hamiltonian, k * dt, jnp.asarray(dt), y, order)
-            return phase * jnp.sum(v, axis=0), None
+            v, phase = term.taylor_terms(k * dt, jnp.asarray(dt), y, order, None)
+            return jnp.exp(phase) * jnp.sum(v, axis=0), None
 
         return jax.lax.scan(body, state, jnp.arange(steps))[0]
 

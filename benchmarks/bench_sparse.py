@@ -15,7 +15,6 @@ import argparse
 import functools
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from jax.experimental import sparse as jsparse  # noqa: E402
+from timing import median_time  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -42,16 +42,6 @@ import hierax  # noqa: E402
 SX = np.array([[0.0, 1.0], [1.0, 0.0]])
 SZ = np.diag([1.0, -1.0])
 TARGET = 1e-8
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def scipy_terms(sites: int):
@@ -104,9 +94,9 @@ def product_times(m, repeats) -> dict:
     row = {"n": n, "entries per row": ours.width}
     for label, (fn, arg) in cases.items():
         row[label] = median_time(
-            lambda fn=fn, arg=arg: fn(arg, vj).block_until_ready(), repeats
+            lambda fn=fn, arg=arg: fn(arg, vj).block_until_ready(), (), repeats
         )
-    row["scipy CSR"] = median_time(lambda: m @ v, repeats)
+    row["scipy CSR"] = median_time(lambda: m @ v, (), repeats)
     return row
 
 
@@ -136,7 +126,7 @@ def scaling_row(sites, order, repeats) -> dict:
     start = time.perf_counter()
     call(0.3, psi).block_until_ready()
     compile_time = time.perf_counter() - start
-    ours = median_time(lambda: call(0.3, psi).block_until_ready(), repeats)
+    ours = median_time(lambda: call(0.3, psi).block_until_ready(), (), repeats)
     xs, zz = scipy_terms(sites)
     bx, bz = jsparse.BCOO.from_scipy_sparse(xs), jsparse.BCOO.from_scipy_sparse(zz)
     sx_ = hierax.SparseMatrix.from_matrix(xs)
@@ -144,8 +134,10 @@ def scaling_row(sites, order, repeats) -> dict:
     # The matrices are arguments, as in the call (closed over, they are constants).
     plain_bcoo = jax.jit(lambda bx, bz, v: bx @ v + bz @ v)
     plain_ours = jax.jit(lambda sx_, sz_, v: sx_.matvec(v) + sz_.matvec(v))
-    bcoo = median_time(lambda: plain_bcoo(bx, bz, psi).block_until_ready(), repeats)
-    own = median_time(lambda: plain_ours(sx_, sz_, psi).block_until_ready(), repeats)
+    bcoo = median_time(lambda: plain_bcoo(bx, bz, psi).block_until_ready(), (), repeats)
+    own = median_time(
+        lambda: plain_ours(sx_, sz_, psi).block_until_ready(), (), repeats
+    )
     return {
         "n": n,
         "order": order,
@@ -200,7 +192,7 @@ def matched(label, run, tolerances, exact, repeats):
         if error > TARGET:
             print(f"    {label} tol {tol:.0e}: error {error:.1e} (above target)")
             continue
-        seconds = median_time(lambda tol=tol: np.asarray(run(tol)), repeats)
+        seconds = median_time(lambda tol=tol: np.asarray(run(tol)), (), repeats)
         print(
             f"    {label} tol {tol:.0e}: error {error:.1e}, {seconds:.3f} s "
             f"(first call {first:.1f} s)",
@@ -278,9 +270,10 @@ def solvers(sites, span, repeats):
     ):
         out["methods"][label] = matched(label, run, ladder, exact, repeats)
     # Memory: what XLA allocates for one hierax step, against one dense matrix.
-    from hierax._solvers._term import schrodinger_terms as step_terms
-
-    step = jax.jit(lambda y: step_terms(h, jnp.asarray(0.1), jnp.asarray(0.05), y, 20))
+    term = hierax.SchrodingerTerm(h)
+    step = jax.jit(
+        lambda y: term.taylor_terms(jnp.asarray(0.1), jnp.asarray(0.05), y, 20, None)
+    )
     memory = step.lower(psi).compile().memory_analysis()
     if memory is not None:
         used = memory.temp_size_in_bytes + memory.argument_size_in_bytes

@@ -42,7 +42,6 @@ The load average is printed before and after each system.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -63,7 +62,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from peers import diffrax_final, dynamiqs_final  # noqa: E402
 from systems import SYSTEMS, System  # noqa: E402
-from timing import time_at, timed  # noqa: E402
+from timing import median_time, time_at, timed  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -206,18 +205,9 @@ METHODS = {
 
 # --- measurement -------------------------------------------------------------------
 
-
-def median_time(fn, *args, calls=3):
-    """The median of at least `calls` calls: 5 when they take under 2 s in all,
-    and up to 25 until 0.25 s have passed (short calls vary most with load)."""
-    times = []
-    while (
-        len(times) < calls
-        or (len(times) < 5 and sum(times) < 2.0)
-        or (len(times) < 25 and sum(times) < 0.25)
-    ):
-        times.append(timed(fn, *args)[0])
-    return statistics.median(times)
+# A median of at least 3 (or 5) calls: 5 when they take under 2 s in all, and up to
+# 25 until 0.25 s have passed (short calls vary most with load).
+BUDGETS = ((5, 2.0), (25, 0.25))
 
 
 def relative_error(state, reference) -> float:
@@ -244,7 +234,7 @@ def run_ladder(solve, reference, tols, slow_limit):
     points = []
     for tol in tols:
         first, out = timed(solve, tol)
-        seconds = median_time(solve, tol)
+        seconds = median_time(solve, (tol,), 3, warm=False, budgets=BUDGETS)
         err = relative_error(out, reference)
         points.append(dict(tol=tol, error=err, seconds=seconds, first=first))
         # A floor (the reference's, or the method's rounding): two points in a
@@ -288,14 +278,16 @@ def hierax_probes(system, quick):
     first_jit, _ = timed(inside, PROBE_TOL)
     timed(inside_traced, PROBE_TOL)
     timed(inside_jnp, PROBE_TOL)
-    eager_time = median_time(eager, PROBE_TOL, calls=5)
-    jit_time = median_time(inside, PROBE_TOL, calls=5)
-    jit_traced_time = median_time(inside_traced, PROBE_TOL, calls=5)
-    jit_jnp_time = median_time(inside_jnp, PROBE_TOL, calls=5)
+    eager_time = median_time(eager, (PROBE_TOL,), 5, warm=False, budgets=BUDGETS)
+    jit_time = median_time(inside, (PROBE_TOL,), 5, warm=False, budgets=BUDGETS)
+    jit_traced_time = median_time(
+        inside_traced, (PROBE_TOL,), 5, warm=False, budgets=BUDGETS
+    )
+    jit_jnp_time = median_time(inside_jnp, (PROBE_TOL,), 5, warm=False, budgets=BUDGETS)
     before = _COMPILES[0]
     new_tol_time, _ = timed(eager, NEW_RTOL)
     compiles = _COMPILES[0] - before
-    new_tol_steady = median_time(eager, NEW_RTOL)
+    new_tol_steady = median_time(eager, (NEW_RTOL,), 3, warm=False, budgets=BUDGETS)
     out = dict(
         eager=eager_time,
         jit=jit_time,

@@ -51,9 +51,9 @@ require_cpu("bench_taylor.py")
 
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental.jet import jet  # noqa: E402
+from taylor_cases import LINALG  # noqa: E402
 
-from hierax._recursion import Recursion  # noqa: E402
-from hierax._taylor import taylor  # noqa: E402
+from hierax import Recursion, taylor  # noqa: E402
 
 
 H = (jnp.arange(16.0).reshape(4, 4) / 10 + 0.3j * jnp.eye(4)).astype(jnp.complex128)
@@ -409,9 +409,6 @@ def _bench_diffrax(args):
 
 
 def _check(order, cases=None):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))
-    from tests.test_taylor_rules import LINALG
-
     print(f"hierax.taylor against {order} nested jax.jvp, t = 0.3")
     for name, fn in LINALG.items():
         if cases is not None and name not in cases:

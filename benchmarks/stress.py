@@ -7,8 +7,6 @@ far-detuned spectators, a lab-frame transmon, complex64).
 """
 
 import argparse
-import pathlib
-import sys
 
 import jax
 
@@ -24,12 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 import mpmath as mp  # noqa: E402
 import numpy as np  # noqa: E402
 import sympy as sp  # noqa: E402
-
-import hierax  # noqa: E402
-
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from tests.helpers import (  # noqa: E402
+from oracle import (  # noqa: E402
     SIGMA_X,
     SIGMA_Y,
     SIGMA_Z,
@@ -37,6 +30,8 @@ from tests.helpers import (  # noqa: E402
     sympy_levels,
     t_sym,
 )
+
+import hierax  # noqa: E402
 
 
 def main() -> None:

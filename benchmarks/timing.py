@@ -1,12 +1,15 @@
-"""The one clock of the benchmark scripts: a call timed to its result's arrival."""
+"""The one clock of the benchmark scripts: a call timed to its result's arrival
+(`timed`), repeated calls (`call_times`, `median_time`), calls taking turns
+(`alternating_times`), and a time read off a work-precision ladder (`time_at`)."""
 
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -18,16 +21,70 @@ def timed(fn, *args) -> tuple[float, np.ndarray]:
     return time.perf_counter() - start, out
 
 
-def median_time(fn, args: tuple, repeats: int) -> float:
-    """The median wall time in seconds of `repeats` calls `fn(*args)`, each until
-    its result is ready, after a first call (which compiles)."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
+def call_times(
+    fn: Callable[..., Any],
+    args: tuple = (),
+    calls: int = 3,
+    *,
+    budgets: Sequence[tuple[int, float]] = (),
+    warm: bool = True,
+) -> tuple[list[float], Any]:
+    """Wall times in seconds of calls `fn(*args)`, each until its result is ready,
+    and the last result: after a first untimed call (which compiles) if `warm`, at
+    least `calls` calls, and more while some `(most, seconds)` of `budgets` has
+    fewer than `most` calls taking under `seconds` in all (short calls vary most
+    with the machine's load)."""
+    out = jax.block_until_ready(fn(*args)) if warm else None
+    times: list[float] = []
+
+    def more() -> bool:
+        spent = sum(times)
+        return len(times) < calls or any(
+            len(times) < most and spent < seconds for most, seconds in budgets
+        )
+
+    while more():
         start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
+        out = jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
+    return times, out
+
+
+def median_time(
+    fn: Callable[..., Any],
+    args: tuple = (),
+    calls: int = 3,
+    *,
+    budgets: Sequence[tuple[int, float]] = (),
+    warm: bool = True,
+) -> float:
+    """The median of [`call_times`][]'s times (the same arguments)."""
+    times, _ = call_times(fn, args, calls, budgets=budgets, warm=warm)
     return statistics.median(times)
+
+
+def first_call_time(fn: Callable[[], Any]) -> float:
+    """Wall time of one call of `fn()`, until its result is ready (compile and run
+    when the call is the first)."""
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - start
+
+
+def warm_up() -> None:
+    """Start the backend and XLA's compiler on an unrelated program, so that the
+    first method measured does not pay the process's one-time costs."""
+    x = jnp.eye(2, dtype=jnp.result_type(complex))
+    jax.block_until_ready(jax.jit(lambda a: a @ a + jnp.cos(a))(x))
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration with a unit that suits it: us, ms or s."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
 
 
 def alternating_times(
