@@ -30,15 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
-from ._arrays import complex_dtype, to_jax
+from ._arrays import complex_dtype, is_traced, to_jax
 from ._backend import on_backend
 from ._jit import in_blocks, module_jit
 from ._operators import AbstractTimeOperator, TimeOperator, summands, to_operator
-from ._solvers import sesolve
-from ._solvers._rewrites import merge_equal_terms
+from ._solvers import merge_equal_terms, sesolve
 from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
 from ._time_functions import CallableTimeFunction
-from ._validation import as_period, check_order, is_traced
+from ._validation import as_period, check_order
 
 
 # The mixing coefficient of the Hermitian combination (the golden ratio's

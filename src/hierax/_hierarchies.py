@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Inexact
 
+from ._arrays import is_traced
+from ._backend import run_checked
 from ._custom_types import OrderLike, TimeLike, typechecked
 from ._interop import as_matrix, as_state
 from ._jit import module_jit, run_if
@@ -38,18 +40,10 @@ from ._operators import (
     TimeOperator,
     to_operator,
 )
-from ._pauli._hierarchy import PauliHierarchy, PauliTimeSum
-from ._pauli._sum import PauliSum, check_chain
+from ._pauli import PauliHierarchy, PauliSum, PauliTimeSum, check_chain
 from ._series import TermSeries
 from ._time_scale import combined_rate, default_time_scale, growth_rate, jump_rate
-from ._validation import (
-    as_numeric_array,
-    as_square_matrix,
-    as_time,
-    check_order,
-    is_traced,
-    run_checked,
-)
+from ._validation import as_numeric_array, as_square_matrix, as_time, check_order
 
 
 def _complex_dtype(module: eqx.Module, *series: Any) -> jnp.dtype:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from ._arrays import is_traced
 from ._operators import (
     AbstractTimeOperator,
     CallableOperator,
@@ -43,7 +44,7 @@ from ._time_functions import (
     TimeFunctionProduct,
     TimeFunctionSum,
 )
-from ._validation import as_square_matrix, built_for, is_traced
+from ._validation import as_square_matrix, built_for
 
 
 def foreign_library(x: Any) -> str | None:

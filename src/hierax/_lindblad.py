@@ -22,28 +22,9 @@ from ._kernels.heisenberg import (
     Levels,
 )
 from ._kernels.propagator import series_errors
-from ._operators import AbstractTimeOperator, to_operator
+from ._operators import AbstractTimeOperator, check_jump_operators, to_operator
 from ._time_scale import combined_rate, growth_rate, jump_rate
 from ._validation import check_order
-
-
-def check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
-    if not isinstance(jumps, (list, tuple)):
-        raise TypeError(
-            f"`{api}`: `jump_operators` must be a list or tuple of operators (e.g. "
-            f"`[jnp.sqrt(gamma) * sigma_minus]`, or `[]` for none), got "
-            f"{type(jumps).__name__}."
-        )
-    operators = tuple(
-        to_operator(jump, f"jump_operators[{i}]", api) for i, jump in enumerate(jumps)
-    )
-    for i, op in enumerate(operators):
-        if op.size != size:
-            raise ValueError(
-                f"`{api}`: `jump_operators[{i}]` is {op.size}x{op.size} but "
-                f"`hamiltonian` is {size}x{size}; they must act on the same space."
-            )
-    return operators
 
 
 class LindbladHierarchy(AbstractHierarchy[Array]):

@@ -12,7 +12,8 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._arrays import placed, to_jax
+from ._arrays import is_traced, placed, to_jax
+from ._backend import run_checked
 from ._cache import IdentityCache
 from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
 from ._function_series import callable_series
@@ -45,10 +46,8 @@ from ._validation import (
     built_for,
     check_order,
     check_time_finite,
-    is_traced,
     object_hint,
     refuse_non_matrix,
-    run_checked,
     trace_callable,
 )
 
@@ -721,6 +720,27 @@ def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
         check_callable_operator(x, name, api)
         return CallableOperator(cast(Callable[[Array], Array], x))
     return TimeOperator((Constant(1.0),), [as_square_matrix(x, name, api)])
+
+
+def check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
+    """`jumps` (a list or tuple) as operators on the Hamiltonian's space of `size`,
+    with errors that name `jump_operators[i]` of the public call `api`."""
+    if not isinstance(jumps, (list, tuple)):
+        raise TypeError(
+            f"`{api}`: `jump_operators` must be a list or tuple of operators (e.g. "
+            f"`[jnp.sqrt(gamma) * sigma_minus]`, or `[]` for none), got "
+            f"{type(jumps).__name__}."
+        )
+    operators = tuple(
+        to_operator(jump, f"jump_operators[{i}]", api) for i, jump in enumerate(jumps)
+    )
+    for i, op in enumerate(operators):
+        if op.size != size:
+            raise ValueError(
+                f"`{api}`: `jump_operators[{i}]` is {op.size}x{op.size} but "
+                f"`hamiltonian` is {size}x{size}; they must act on the same space."
+            )
+    return operators
 
 
 # QuTiP and dynamiqs objects: the interop module, which comes after this one,

@@ -25,9 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int
 
-from ._arrays import placed, to_jax
+from ._arrays import is_traced, placed, to_jax
 from ._series import TermSeries, result_dtype
-from ._validation import is_traced
 
 
 class SparseMatrix(eqx.Module):

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._arrays import placed, to_jax
+from ._arrays import is_traced, placed, to_jax
+from ._backend import run_checked
 from ._custom_types import OrderLike, ScalarSeries, Time, TimeLike, typechecked
 from ._function_series import callable_series
 from ._jit import module_jit
@@ -34,8 +35,6 @@ from ._validation import (
     as_time,
     check_order,
     check_time_finite,
-    is_traced,
-    run_checked,
     trace_callable,
 )
 

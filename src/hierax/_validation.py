@@ -21,7 +21,6 @@ import numpy as np
 from jaxtyping import Array
 
 from ._arrays import cast, is_traced, to_jax
-from ._backend import run_checked as run_checked
 from ._custom_types import Time
 
 

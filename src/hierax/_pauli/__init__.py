@@ -6,8 +6,9 @@ from ._growth import (
     lanczos as lanczos,
     moments as moments,
 )
-from ._hierarchy import (
-    PauliHierarchy as PauliHierarchy,
+from ._hierarchy import PauliHierarchy as PauliHierarchy
+from ._sum import (
+    PauliSum as PauliSum,
     PauliTimeSum as PauliTimeSum,
+    check_chain as check_chain,  # for the hierarchies, not the public API
 )
-from ._sum import PauliSum as PauliSum

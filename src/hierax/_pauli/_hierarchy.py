@@ -19,8 +19,6 @@ floating-point range read inf (with a zero part zero), never nan; the levels run
 in one `lax.scan`, so the compiled program does not grow with the order.
 """
 
-from typing import Any, ClassVar
-
 import equinox as eqx
 import jax
 import jax.lax as lax
@@ -29,72 +27,18 @@ import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from .._backend import on_backend
-from .._time_functions import AbstractTimeFunction, Constant
 from .._validation import as_time, check_order, check_time_finite
 from ._compress import compress
 from ._strings import i_power, product_phase
-from ._sum import _NOT_A_MATRIX, PauliSum, _live, _valid, check_chain, check_int
-
-
-class PauliTimeSum(eqx.Module):
-    """A time-dependent Pauli Hamiltonian $H(t) = \\sum_j f_j(t) H_j$: time functions
-    ([`hierax.Cos`][], [`hierax.Gaussian`][], ...) times [`hierax.PauliSum`][]s,
-    built with `*` and `+` (`hierax.Cos(w) * hx + hzz`); the Hamiltonian of a
-    [`hierax.PauliHierarchy`][]. Calling it at `t` gives the Pauli sum $H(t)$."""
-
-    functions: tuple[AbstractTimeFunction, ...]
-    sums: tuple[PauliSum, ...]
-    not_a_matrix: ClassVar[str] = _NOT_A_MATRIX
-
-    def __check_init__(self):
-        if len(self.functions) != len(self.sums) or not self.sums:
-            raise ValueError(
-                "`hierax.PauliTimeSum`: expected one time function per Pauli sum "
-                f"(and at least one), got {len(self.functions)} and {len(self.sums)}."
-            )
-        n = self.sums[0].n_qubits
-        if any(s.n_qubits != n for s in self.sums):
-            raise ValueError(
-                "`hierax.PauliTimeSum`: every term must act on the same chain, got "
-                f"{[s.n_qubits for s in self.sums]} qubits."
-            )
-
-    @property
-    def n_qubits(self) -> int:
-        return self.sums[0].n_qubits
-
-    def __add__(self, other: Any) -> "PauliTimeSum":
-        other = as_time_sum(other)
-        if other is None:
-            return NotImplemented
-        return PauliTimeSum(self.functions + other.functions, self.sums + other.sums)
-
-    def __radd__(self, other: Any) -> "PauliTimeSum":
-        other = as_time_sum(other)
-        if other is None:
-            return NotImplemented
-        return other + self
-
-    def __call__(self, t: ArrayLike) -> PauliSum:
-        """$H(t)$ as one Pauli sum (room for all the terms' strings)."""
-        total = None
-        for f, s in zip(self.functions, self.sums):
-            term = s * f(t)
-            total = term if total is None else total + term
-        assert total is not None
-        return total
-
-
-def as_time_sum(x: Any) -> PauliTimeSum | None:
-    if isinstance(x, PauliTimeSum):
-        return x
-    if isinstance(x, PauliSum):
-        return PauliTimeSum((Constant(1.0),), (x,))
-    return None
-
-
-def times_function(sum_: PauliSum, function: AbstractTimeFunction) -> PauliTimeSum:
-    return PauliTimeSum((function,), (sum_,))
+from ._sum import (
+    PauliSum,
+    PauliTimeSum,
+    _live,
+    _valid,
+    as_time_sum,
+    check_chain,
+    check_int,
+)
 
 
 class PauliHierarchy(eqx.Module):

@@ -1,4 +1,5 @@
-"""Sums of Pauli strings with a fixed capacity: operators on 30-128 qubits."""
+"""Sums of Pauli strings with a fixed capacity (operators on 30-128 qubits), and
+time-dependent sums of them (`f * sum`)."""
 
 import numbers
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ from jaxtyping import Array, ArrayLike, Inexact, Int, Real, ScalarLike, UInt32
 from .._arrays import complex_dtype, float_dtype, is_traced, to_jax
 from .._backend import on_backend
 from .._jit import module_jit
+from .._time_functions import AbstractTimeFunction, Constant
 from ._compress import compress, lookup
 from ._strings import i_power, parse, product_phase, site_masks, to_strings, words
 
@@ -335,9 +337,7 @@ class PauliSum(eqx.Module):
 
     def times_function(self, function: Any) -> Any:
         """`f * self` for a time function f: a [`hierax.PauliTimeSum`][]."""
-        from ._hierarchy import times_function
-
-        return times_function(self, function)
+        return PauliTimeSum((function,), (self,))
 
     def __mul__(self, other: Any) -> "PauliSum":
         if isinstance(other, PauliSum) or not _is_number(other):
@@ -436,6 +436,63 @@ class PauliSum(eqx.Module):
                 f"{type(other).__name__}."
             )
         check_chain(self, other, f"hierax.PauliSum.{op}", ("self", "other"))
+
+
+class PauliTimeSum(eqx.Module):
+    """A time-dependent Pauli Hamiltonian $H(t) = \\sum_j f_j(t) H_j$: time functions
+    ([`hierax.Cos`][], [`hierax.Gaussian`][], ...) times [`hierax.PauliSum`][]s,
+    built with `*` and `+` (`hierax.Cos(w) * hx + hzz`); the Hamiltonian of a
+    [`hierax.PauliHierarchy`][]. Calling it at `t` gives the Pauli sum $H(t)$."""
+
+    functions: tuple[AbstractTimeFunction, ...]
+    sums: tuple[PauliSum, ...]
+    not_a_matrix: ClassVar[str] = _NOT_A_MATRIX
+
+    def __check_init__(self):
+        if len(self.functions) != len(self.sums) or not self.sums:
+            raise ValueError(
+                "`hierax.PauliTimeSum`: expected one time function per Pauli sum "
+                f"(and at least one), got {len(self.functions)} and {len(self.sums)}."
+            )
+        n = self.sums[0].n_qubits
+        if any(s.n_qubits != n for s in self.sums):
+            raise ValueError(
+                "`hierax.PauliTimeSum`: every term must act on the same chain, got "
+                f"{[s.n_qubits for s in self.sums]} qubits."
+            )
+
+    @property
+    def n_qubits(self) -> int:
+        return self.sums[0].n_qubits
+
+    def __add__(self, other: Any) -> "PauliTimeSum":
+        other = as_time_sum(other)
+        if other is None:
+            return NotImplemented
+        return PauliTimeSum(self.functions + other.functions, self.sums + other.sums)
+
+    def __radd__(self, other: Any) -> "PauliTimeSum":
+        other = as_time_sum(other)
+        if other is None:
+            return NotImplemented
+        return other + self
+
+    def __call__(self, t: ArrayLike) -> PauliSum:
+        """$H(t)$ as one Pauli sum (room for all the terms' strings)."""
+        total = None
+        for f, s in zip(self.functions, self.sums):
+            term = s * f(t)
+            total = term if total is None else total + term
+        assert total is not None
+        return total
+
+
+def as_time_sum(x: Any) -> PauliTimeSum | None:
+    if isinstance(x, PauliTimeSum):
+        return x
+    if isinstance(x, PauliSum):
+        return PauliTimeSum((Constant(1.0),), (x,))
+    return None
 
 
 def check_chain(first: Any, second: Any, api: str, names: tuple[str, str]) -> None:

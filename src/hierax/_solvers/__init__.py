@@ -2,6 +2,7 @@
 `mesolve`."""
 
 from ._mesolve import mesolve as mesolve
+from ._rewrites import merge_equal_terms as merge_equal_terms  # for floquet
 from ._sesolve import sesolve as sesolve
 from ._solution import Solution as Solution
 from ._solver import TaylorSolver as TaylorSolver

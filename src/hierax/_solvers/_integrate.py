@@ -19,11 +19,10 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, PyTree
 
-from .._arrays import complex_dtype, float_dtype, to_jax
+from .._arrays import complex_dtype, float_dtype, is_traced, to_jax
 from .._cache import IdentityCache, content_key, flatten_module
 from .._jit import module_jit
 from .._sparse import available_memory
-from .._validation import is_traced
 from ._rewrites import TermNorms, jump_times, term_norms
 from ._solution import Solution
 from ._solver import TaylorSolver, check_taylor_order, default_order

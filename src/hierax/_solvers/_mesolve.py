@@ -14,8 +14,7 @@ from .._arrays import complex_dtype
 from .._backend import on_backend
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
-from .._lindblad import check_jump_operators
-from .._operators import to_operator
+from .._operators import check_jump_operators, to_operator
 from ._density import known_density_parts
 from ._integrate import (
     TermCache,

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._arrays import placed, to_jax
+from .._arrays import is_traced, placed, to_jax
 from .._cache import IdentityCache, content_key
 from .._operators import (
     AbstractTimeOperator,
@@ -28,7 +28,6 @@ from .._sparse import (
     identity,
 )
 from .._time_functions import AbstractTimeFunction, Constant
-from .._validation import is_traced
 
 
 # The largest share of nonzero entries with which a known dense matrix of a state's

@@ -25,12 +25,12 @@ from .._kernels.propagator import (
     state_series,
     step_signs,
 )
-from .._lindblad import check_jump_operators
 from .._operators import (
     AbstractTimeOperator,
     OperatorSum,
     TimeOperator,
     as_time_operator,
+    check_jump_operators,
     summands,
     time_operators,
     to_operator,
