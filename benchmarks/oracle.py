@@ -1,8 +1,8 @@
 """The 30-digit SymPy/mpmath oracle of `accuracy.py` and `stress.py`: SymPy
 differentiates each scalar time function symbolically, the values are taken with 30
 digits, and the hierarchy runs as the direct Taylor recursion on truncated series in
-mpmath, independent of hierax. The test suite keeps its own copy
-(`tests/helpers.py`): benchmarks and tests do not import each other."""
+mpmath, independent of hierax. The test suite imports it from here
+(`tests/helpers.py`); benchmarks never import the tests."""
 
 import math
 from typing import Any
@@ -30,7 +30,7 @@ def _mp_matrix(m: sp.Matrix, dps: int) -> Any:
     return out
 
 
-def _mp_series(terms, t0, order, dps):
+def mp_series(terms, t0, order, dps):
     n = terms[0][1].rows
     coeffs = [mp.matrix(n, n) for _ in range(order + 1)]
     for f, m in terms:
@@ -50,8 +50,8 @@ def sympy_levels(h_terms, x_terms, t0, order, dps=30) -> list:
     `h_terms`, `x_terms`: lists of (sympy expression in `t_sym`, sympy Matrix).
     """
     mp.mp.dps = dps
-    h = _mp_series(h_terms, sp.Rational(t0), order, dps)
-    x = _mp_series(x_terms, sp.Rational(t0), order, dps)
+    h = mp_series(h_terms, sp.Rational(t0), order, dps)
+    x = mp_series(x_terms, sp.Rational(t0), order, dps)
     levels = [x[0]]
     for k in range(1, order + 1):
         width = order - k  # coefficients 0..width of level k are exact

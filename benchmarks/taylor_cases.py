@@ -13,44 +13,44 @@ D = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
 V = jnp.array([0.3, -1.2, 0.5, 2.0, 0.7])
 
 
-def _matrix(t):
+def matrix(t):
     return A + jnp.sin(t) * B + t**2 * D
 
 
-def _hermitian(t):
+def hermitian(t):
     return A + A.T + jnp.sin(t) * (B + B.T) + t**2 * D
 
 
-def _spd(t):
+def spd(t):
     m = A + jnp.sin(t) * B
     return m @ m.T + jnp.eye(3)
 
 
 LINALG = {
-    "solve": lambda t: jnp.linalg.solve(_matrix(t), jnp.cos(t) * jnp.arange(1.0, 4.0)),
+    "solve": lambda t: jnp.linalg.solve(matrix(t), jnp.cos(t) * jnp.arange(1.0, 4.0)),
     "solve_constant_matrix": lambda t: jnp.linalg.solve(A, jnp.cos(t) * B),
     "solve_batched": lambda t: jnp.linalg.solve(
-        jnp.stack([_matrix(t), _spd(t)]), jnp.ones((2, 3, 1)) * t
+        jnp.stack([matrix(t), spd(t)]), jnp.ones((2, 3, 1)) * t
     ),
-    "inv": lambda t: jnp.linalg.inv(_matrix(t)),
+    "inv": lambda t: jnp.linalg.inv(matrix(t)),
     "det_slogdet": lambda t: (
-        jnp.linalg.det(_matrix(t)),
-        jnp.linalg.slogdet(_matrix(t))[1],
+        jnp.linalg.det(matrix(t)),
+        jnp.linalg.slogdet(matrix(t))[1],
     ),
-    "lu": lambda t: jax.scipy.linalg.lu_factor(_matrix(t))[0],
+    "lu": lambda t: jax.scipy.linalg.lu_factor(matrix(t))[0],
     "triangular_solve": lambda t: (
-        jax.scipy.linalg.solve_triangular(_matrix(t), jnp.cos(t) * B, lower=True),
+        jax.scipy.linalg.solve_triangular(matrix(t), jnp.cos(t) * B, lower=True),
         jax.scipy.linalg.solve_triangular(
-            _matrix(t), jnp.cos(t) * B, trans=1, unit_diagonal=True
+            matrix(t), jnp.cos(t) * B, trans=1, unit_diagonal=True
         ),
     ),
-    "cholesky": lambda t: jnp.linalg.cholesky(_spd(t)),
+    "cholesky": lambda t: jnp.linalg.cholesky(spd(t)),
     # Eigenvectors up to sign: their outer products are gauge-free.
     "eigh": lambda t: (lambda w, v: (w, jnp.einsum("ik,jk->kij", v, v)))(
-        *jnp.linalg.eigh(_hermitian(t))
+        *jnp.linalg.eigh(hermitian(t))
     ),
     "eigh_complex": lambda t: (lambda w, v: (w, v @ D @ v.conj().T))(
-        *jnp.linalg.eigh(_hermitian(t) + 1j * jnp.sin(t) * (B - B.T))
+        *jnp.linalg.eigh(hermitian(t) + 1j * jnp.sin(t) * (B - B.T))
     ),
     "sort_argsort": lambda t: (
         jnp.sort(jnp.sin(t * V + V)),

@@ -24,8 +24,8 @@ from .helpers import (
     SIGMA_Y,
     SIGMA_Z,
     Counting,
-    _mp_series,
     mp_relative_errors,
+    mp_series,
     relative_errors,
     t_sym,
 )
@@ -55,8 +55,8 @@ def _cauchy(a, b, j):
 
 
 def _mp_parts(h_terms, jump_terms, t0, order, dps):
-    h = _mp_series(h_terms, sp.Rational(t0), order, dps)
-    jumps = [_mp_series(terms, sp.Rational(t0), order, dps) for terms in jump_terms]
+    h = mp_series(h_terms, sp.Rational(t0), order, dps)
+    jumps = [mp_series(terms, sp.Rational(t0), order, dps) for terms in jump_terms]
     adjoints = [[m.H for m in series] for series in jumps]
     n = h[0].rows
     number = [mp.matrix(n, n) for _ in range(order + 1)]
@@ -72,7 +72,7 @@ def mp_lindblad_levels(h_terms, jump_terms, x_terms, t0, order, dps=30):
     level k are exact). `*_terms`: lists of (SymPy expression in `t_sym`, Matrix)."""
     mp.mp.dps = dps
     h, jumps, adjoints, number = _mp_parts(h_terms, jump_terms, t0, order, dps)
-    x = _mp_series(x_terms, sp.Rational(t0), order, dps)
+    x = mp_series(x_terms, sp.Rational(t0), order, dps)
     levels = [x[0]]
     for k in range(1, order + 1):
         width = order - k

@@ -200,66 +200,9 @@ def test_custom_jvp_rule_that_cannot_be_traced_is_reported():
 
 # --- linear algebra, sorting, cumulative ops --------------------------------------
 
-A = jnp.array([[2.0, 0.3, -0.4], [0.1, 1.5, 0.2], [-0.3, 0.6, 3.0]])
-B = jnp.array([[0.5, -0.2, 0.1], [0.3, 0.4, -0.6], [0.2, 0.1, 0.3]])
-D = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
-V = jnp.array([0.3, -1.2, 0.5, 2.0, 0.7])
-
-
-def _matrix(t):
-    return A + jnp.sin(t) * B + t**2 * D
-
-
-def _hermitian(t):
-    return A + A.T + jnp.sin(t) * (B + B.T) + t**2 * D
-
-
-def _spd(t):
-    m = A + jnp.sin(t) * B
-    return m @ m.T + jnp.eye(3)
-
-
-LINALG = {
-    "solve": lambda t: jnp.linalg.solve(_matrix(t), jnp.cos(t) * jnp.arange(1.0, 4.0)),
-    "solve_constant_matrix": lambda t: jnp.linalg.solve(A, jnp.cos(t) * B),
-    "solve_batched": lambda t: jnp.linalg.solve(
-        jnp.stack([_matrix(t), _spd(t)]), jnp.ones((2, 3, 1)) * t
-    ),
-    "inv": lambda t: jnp.linalg.inv(_matrix(t)),
-    "det_slogdet": lambda t: (
-        jnp.linalg.det(_matrix(t)),
-        jnp.linalg.slogdet(_matrix(t))[1],
-    ),
-    "lu": lambda t: jax.scipy.linalg.lu_factor(_matrix(t))[0],
-    "triangular_solve": lambda t: (
-        jax.scipy.linalg.solve_triangular(_matrix(t), jnp.cos(t) * B, lower=True),
-        jax.scipy.linalg.solve_triangular(
-            _matrix(t), jnp.cos(t) * B, trans=1, unit_diagonal=True
-        ),
-    ),
-    "cholesky": lambda t: jnp.linalg.cholesky(_spd(t)),
-    # Eigenvectors up to sign: their outer products are gauge-free.
-    "eigh": lambda t: (lambda w, v: (w, jnp.einsum("ik,jk->kij", v, v)))(
-        *jnp.linalg.eigh(_hermitian(t))
-    ),
-    "eigh_complex": lambda t: (lambda w, v: (w, v @ D @ v.conj().T))(
-        *jnp.linalg.eigh(_hermitian(t) + 1j * jnp.sin(t) * (B - B.T))
-    ),
-    "sort_argsort": lambda t: (
-        jnp.sort(jnp.sin(t * V + V)),
-        jnp.exp(t * V)[jnp.argsort(jnp.cos(t + V))],
-    ),
-    "cumsum_cumprod": lambda t: (
-        jnp.cumsum(jnp.exp(t * V)),
-        jnp.cumprod(jnp.sin(t * V + 1)),
-        lax.cumprod(jnp.sin(t * V + 1), reverse=True),
-    ),
-    "cummax_cummin": lambda t: (
-        lax.cummax(jnp.sin(t * V + V)),
-        lax.cummin(jnp.sin(t * V + V), reverse=True),
-    ),
-    "cumlogsumexp": lambda t: lax.cumlogsumexp(jnp.sin(t * V)),
-}
+# The cases (and their matrices A, B, D, V, `_hermitian`) are shared with
+# `benchmarks/bench_taylor.py --check`, which runs them at higher order.
+from benchmarks.taylor_cases import LINALG, A, B, D, V, hermitian, matrix  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(LINALG))
@@ -295,15 +238,15 @@ def _mp_hermitian(t):
 MPMATH = {
     # name: (JAX function, mpmath function of t returning a list of mpf)
     "solve": (
-        lambda t: jnp.linalg.solve(_matrix(t), jnp.cos(t) * jnp.arange(1.0, 4.0)),
+        lambda t: jnp.linalg.solve(matrix(t), jnp.cos(t) * jnp.arange(1.0, 4.0)),
         lambda t: list(mp.lu_solve(_mp_matrix(t), mp.cos(t) * mp.matrix([1, 2, 3]))),
     ),
     "det": (
-        lambda t: jnp.linalg.det(_matrix(t))[None],
+        lambda t: jnp.linalg.det(matrix(t))[None],
         lambda t: [mp.det(_mp_matrix(t))],
     ),
     "eigh_values": (
-        lambda t: jnp.linalg.eigh(_hermitian(t))[0],
+        lambda t: jnp.linalg.eigh(hermitian(t))[0],
         lambda t: sorted(mp.eigsy(_mp_hermitian(t), eigvals_only=True)),
     ),
     "sort_cumprod": (
