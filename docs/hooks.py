@@ -6,7 +6,7 @@
 - Pull the benchmark results into the Benchmarks page at build time, instead of
   keeping a copy in `docs/`: the committed `benchmarks/README.md` and
   `benchmarks/figures/*.png` when they exist, else the output of a local
-  `make bench` (`benchmarks/out/results.md` and `benchmarks/out/*.png`). When there
+  `make bench` (`benchmarks/out/hierarchies/results.md` and its `*.png`). When there
   are none, the page says how to produce them.
 - Show formulas in the search index's text without their math delimiters, so that
   search results read `U(t)`, not the TeX source with its delimiters.
@@ -32,10 +32,11 @@ MARKER = "<!-- hierax:benchmarks -->"
 def _results() -> tuple[pathlib.Path | None, list[pathlib.Path]]:
     """The benchmark tables (a Markdown file) and figures to show, if any: the
     committed ones first, then those of a local run."""
-    markdowns = [BENCHMARKS / "README.md", BENCHMARKS / "out" / "results.md"]
+    local = BENCHMARKS / "out" / "hierarchies"  # where the runner puts the run's files
+    markdowns = [BENCHMARKS / "README.md", local / "results.md"]
     markdown = next((m for m in markdowns if m.exists()), None)
     figures: list[pathlib.Path] = []
-    for folder in (BENCHMARKS / "figures", BENCHMARKS / "out"):
+    for folder in (BENCHMARKS / "figures", local):
         figures = sorted(folder.glob("*.png"))
         if figures:
             break

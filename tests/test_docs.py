@@ -505,11 +505,10 @@ def test_benchmarks_page_pulls_in_results(tmp_path, monkeypatch):
     monkeypatch.setattr(hooks, "BENCHMARKS", tmp_path)
     assert "make bench" in hooks._benchmark_section()
 
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "results.md").write_text(
-        "# Run\n\n## Compile\n\n| K |\n|---|\n"
-    )
-    (tmp_path / "out" / "compile_vs_order.png").write_bytes(b"")
+    run = tmp_path / "out" / "hierarchies"  # where `make bench` puts them
+    run.mkdir(parents=True)
+    (run / "results.md").write_text("# Run\n\n## Compile\n\n| K |\n|---|\n")
+    (run / "compile_vs_order.png").write_bytes(b"")
     section = hooks._benchmark_section()
     assert section.lstrip().startswith("### Compile")  # under the page's title
     assert "![compile vs order](benchmarks/figures/compile_vs_order.png)" in section
