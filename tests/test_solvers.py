@@ -890,7 +890,6 @@ def test_dense_output_too_large_for_memory_is_refused_before_compiling():
     [
         ("e_ops", "`exp_ops=`"),
         ("tlist", "`times`"),
-        ("options", "`rtol=`"),
         ("c_ops", "second positional argument"),
         ("psi0", "`state`"),
     ],
@@ -1333,3 +1332,172 @@ def test_an_operator_holding_a_writable_numpy_array_is_never_stale():
     np.testing.assert_allclose(
         coherence.final_state[0, 1], 0.5 * np.exp(-4j), atol=1e-10
     )
+
+
+# Solver options as one object (`hierax.TaylorOptions`).
+
+_STATIC_H = 0.5 * SZ + 0.8 * SX  # constant: the closed form is expm(-i H t)
+
+
+def _closed_form(times: np.ndarray, state: np.ndarray) -> np.ndarray:
+    w, v = np.linalg.eigh(_STATIC_H)
+    return np.stack([v @ (np.exp(-1j * w * t) * (v.conj().T @ state)) for t in times])
+
+
+@pytest.mark.parametrize(
+    "keywords",
+    [{}, {"rtol": 1e-6, "atol": 1e-9, "order": 12}, {"dt": 0.25}, {"max_steps": 500}],
+)
+def test_options_give_the_keywords_results_bitwise(keywords):
+    """`options=hierax.TaylorOptions(**kw)` is the flat keywords' solve: the same
+    states to the bit, in both solvers (and the default options the default
+    call)."""
+    state, times = np.array([1.0, 0.0]), np.linspace(0.0, 3.0, 4)
+    options = hierax.TaylorOptions(**keywords)
+    flat = sesolve(_qubit(), state, times, **keywords)
+    boxed = sesolve(_qubit(), state, times, options=options)
+    assert np.array_equal(np.asarray(flat.states), np.asarray(boxed.states))
+    rho = np.diag([0.0, 1.0])
+    jumps = [0.3 * np.array([[0.0, 1.0], [0.0, 0.0]])]
+    flat = hierax.mesolve(_qubit(), jumps, rho, times, **keywords)
+    boxed = hierax.mesolve(_qubit(), jumps, rho, times, options=options)
+    assert np.array_equal(np.asarray(flat.states), np.asarray(boxed.states))
+
+
+def test_floquet_options_give_the_keywords_results_bitwise():
+    h = 0.5 * SZ + hierax.Cos(1.3) * SX
+    period = 2 * np.pi / 1.3
+    default = hierax.floquet(h, period)
+    boxed = hierax.floquet(
+        h, period, options=hierax.TaylorOptions(rtol=1e-12, atol=1e-14, order=16)
+    )
+    assert np.array_equal(np.asarray(default.propagator), np.asarray(boxed.propagator))
+    flat = hierax.floquet(h, period, rtol=1e-9, order=20)
+    boxed = hierax.floquet(
+        h, period, options=hierax.TaylorOptions(rtol=1e-9, atol=1e-14, order=20)
+    )
+    assert np.array_equal(np.asarray(flat.propagator), np.asarray(boxed.propagator))
+    # The options reach `modes_at` too, and the rest of them (a fixed step) the
+    # one-period solve: against the adaptive one.
+    fixed = hierax.floquet(h, period, options=hierax.TaylorOptions(dt=0.1, order=20))
+    assert fixed.options.dt is not None
+    assert _error(fixed.propagator, default.propagator) <= 1e-10
+    assert _error(fixed.modes_at(1.0), fixed.modes_at(1.0 + period)) <= 1e-9
+
+
+def test_new_tolerances_in_options_compile_nothing():
+    """The tolerances and the step are values of the compiled solve."""
+    state, times = np.array([1.0, 0.0]), np.linspace(0.0, 3.0, 4)
+    sesolve(_qubit(), state, times, options=hierax.TaylorOptions(rtol=1e-7))
+    sesolve(_qubit(), state, times, options=hierax.TaylorOptions(dt=0.3))
+    before = compile_count()
+    for rtol, atol in ((1e-6, 1e-9), (3e-7, 2e-10), (1e-5, 1e-8)):
+        options = hierax.TaylorOptions(rtol=rtol, atol=atol)
+        solution = sesolve(_qubit(), state, times, options=options)
+        assert np.isfinite(np.asarray(solution.final_state)).all()
+    sesolve(_qubit(), state, times, options=hierax.TaylorOptions(dt=0.2))
+    assert compile_count() == before
+
+
+def test_options_inside_jit_and_vmapped_over_rtol():
+    """Options built from traced values: a user's `jax.jit` over the tolerance
+    and the step, and a `jax.vmap` over `rtol`, against the closed form."""
+    state, times = np.array([1.0, 0.0]), np.linspace(0.0, 2.0, 3)
+    exact = _closed_form(times, state)
+
+    @jax.jit
+    def final(rtol, dt):
+        adaptive = hierax.TaylorOptions(rtol=rtol, atol=rtol * 1e-2)
+        fixed = hierax.TaylorOptions(dt=dt)
+        return (
+            sesolve(_STATIC_H, state, times, options=adaptive).states,
+            sesolve(_STATIC_H, state, times, options=fixed).states,
+        )
+
+    adaptive, fixed = final(jnp.array(1e-10), jnp.array(0.1))
+    assert _error(adaptive, exact) <= 1e-9
+    assert _error(fixed, exact) <= 1e-9
+
+    def solve(rtol):
+        options = hierax.TaylorOptions(rtol=rtol, atol=1e-12)
+        return sesolve(_STATIC_H, state, times, options=options).final_state
+
+    rtols = jnp.array([1e-6, 1e-9, 1e-12])
+    batched = jax.vmap(solve)(rtols)
+    for k, rtol in enumerate((1e-6, 1e-9, 1e-12)):
+        assert _error(batched[k], exact[-1]) <= 100 * rtol
+    # A bad traced value stops the compiled solve with the field named.
+    with pytest.raises(Exception, match="`dt` must be positive"):
+        final(jnp.array(1e-10), jnp.array(-0.1))
+
+
+def test_step_control_gains_reach_the_controller():
+    """Other gains (a plain integral controller) give other steps, still to the
+    tolerance; the default gains are the documented ones."""
+    state, times = np.array([1.0, 0.0]), np.linspace(0.0, 10.0, 2)
+    default = hierax.TaylorOptions()
+    assert (default.safety, default.pcoeff, default.icoeff, default.dcoeff) == (
+        0.9,
+        0.3,
+        0.6,
+        0.1,
+    )
+    integral = hierax.TaylorOptions(pcoeff=0.0, icoeff=1.0, dcoeff=0.0, safety=0.5)
+    ours = sesolve(_qubit(), state, times, options=default)
+    other = sesolve(_qubit(), state, times, options=integral)
+    assert int(ours.stats["num_steps"]) != int(other.stats["num_steps"])
+    assert _error(ours.final_state, other.final_state) <= 1e-8
+
+
+@pytest.mark.parametrize(
+    "field, value, error",
+    [
+        ("rtol", -1.0, ValueError),
+        ("atol", float("nan"), ValueError),
+        ("rtol", "tight", TypeError),
+        ("rtol", jnp.ones(2), ValueError),
+        ("dt", 0.0, ValueError),
+        ("order", 0, ValueError),
+        ("order", 2.5, TypeError),
+        ("max_steps", 0, ValueError),
+        ("max_steps", 1.5, ValueError),
+        ("adjoint", diffrax.BacksolveAdjoint(), ValueError),
+        ("safety", 1.5, ValueError),
+        ("pcoeff", -0.1, ValueError),
+        ("dcoeff", jnp.array(0.1), TypeError),
+        ("icoeff", float("inf"), ValueError),
+    ],
+)
+def test_bad_options_name_the_class_and_the_field(field, value, error):
+    with pytest.raises(error, match=rf"hierax\.TaylorOptions.*`{field}`"):
+        hierax.TaylorOptions(**{field: value})
+
+
+def test_no_gains_at_all_are_refused():
+    with pytest.raises(ValueError, match=r"TaylorOptions.*`pcoeff \+ icoeff`"):
+        hierax.TaylorOptions(pcoeff=0.0, icoeff=0.0)
+
+
+def test_options_and_a_keyword_together_are_refused():
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    options = hierax.TaylorOptions()
+    for name, value in (
+        ("rtol", 1e-6),
+        ("dt", 0.1),
+        ("adjoint", diffrax.ForwardMode()),
+    ):
+        with pytest.raises(TypeError, match=rf"hierax.sesolve.*`options=`.*`{name}=`"):
+            sesolve(_qubit(), state, times, options=options, **{name: value})
+    with pytest.raises(TypeError, match=r"hierax.mesolve.*`options=`.*`max_steps=`"):
+        hierax.mesolve(_qubit(), [], np.eye(2), times, options=options, max_steps=10)
+    with pytest.raises(TypeError, match=r"hierax.floquet.*`options=`.*`order=`"):
+        hierax.floquet(0.5 * SZ, 1.0, options=options, order=12)
+
+
+@pytest.mark.parametrize("options", [{"atol": 1e-8}, 1e-8, "tight"])
+def test_options_of_another_kind_are_refused(options):
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    with pytest.raises(TypeError, match=r"hierax.sesolve.*`hierax.TaylorOptions`"):
+        sesolve(_qubit(), state, times, options=options)
+    with pytest.raises(TypeError, match=r"hierax.floquet.*`hierax.TaylorOptions`"):
+        hierax.floquet(0.5 * SZ, 1.0, options=options)

@@ -41,6 +41,7 @@ from ._solvers import (
     LindbladTerm as LindbladTerm,
     SchrodingerTerm as SchrodingerTerm,
     Solution as Solution,
+    TaylorOptions as TaylorOptions,
     TaylorSolver as TaylorSolver,
     mesolve as mesolve,
     sesolve as sesolve,

@@ -34,7 +34,7 @@ from ._arrays import complex_dtype, is_traced, to_jax
 from ._backend import on_backend
 from ._jit import in_blocks, module_jit
 from ._operators import AbstractTimeOperator, TimeOperator, summands, to_operator
-from ._solvers import merge_equal_terms, sesolve
+from ._solvers import TaylorOptions, default_order, merge_equal_terms, sesolve
 from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
 from ._time_functions import CallableTimeFunction
 from ._validation import as_period, check_order
@@ -61,10 +61,20 @@ class FloquetBasis(eqx.Module):
     propagator: Complex[Array, "n n"]
     quasienergies: Float[Array, " n"]
     modes: Complex[Array, "n n"]
-    # Values, as `sesolve`'s: a new tolerance compiles nothing.
-    rtol: Real[Array, ""]
-    atol: Real[Array, ""]
-    order: int = eqx.field(static=True, default=16)
+    # The one-period solve's settings, which `modes_at` solves with too.
+    options: TaylorOptions
+
+    @property
+    def rtol(self) -> Real[Array, ""]:
+        return self.options.rtol
+
+    @property
+    def atol(self) -> Real[Array, ""]:
+        return self.options.atol
+
+    @property
+    def order(self) -> int | None:
+        return self.options.order
 
     def modes_at(self, t: ArrayLike) -> Complex[Array, "n n"]:
         """The Floquet modes at time `t` as columns,
@@ -96,9 +106,7 @@ def _modes_at_impl(basis: FloquetBasis, t: Any) -> Array:
         basis.hamiltonian,
         basis.modes,
         jnp.stack([basis.t0, local]),
-        rtol=basis.rtol,
-        atol=basis.atol,
-        order=basis.order,
+        options=basis.options,
     ).final_state
     phases = jnp.exp(1j * basis.quasienergies * (local - basis.t0))
     return evolved * phases[None, :].astype(evolved.dtype)
@@ -115,9 +123,10 @@ def floquet(
     period: ArrayLike,
     *,
     t0: ArrayLike = 0.0,
-    rtol: ArrayLike = 1e-12,
-    atol: ArrayLike = 1e-14,
-    order: int = 16,
+    options: Any = None,
+    rtol: ArrayLike | None = None,
+    atol: ArrayLike | None = None,
+    order: int | None = None,
 ) -> FloquetBasis:
     """The Floquet quasienergies and modes of `hamiltonian`, periodic with
     `period` (a [`hierax.FloquetBasis`][]).
@@ -129,6 +138,11 @@ def floquet(
         `period = 2 * pi / w`).
     - `period`: $T > 0$, a number or a traced scalar (batch it with `jax.vmap`).
     - `t0`: the time the modes refer to, a real scalar.
+    - `options`: a [`hierax.TaylorOptions`][], the settings of the one-period
+        solve (and of `modes_at`); by default
+        `hierax.TaylorOptions(rtol=1e-12, atol=1e-14, order=16)`. The keywords
+        `rtol`, `atol` and `order` are shorthands for those fields (the others
+        at these defaults); give either `options` or them, not both.
     - `rtol`, `atol`: the tolerances of the one-period solve (the quasienergies'
         error follows them: about `rtol` / T in absolute terms); values, as
         [`hierax.sesolve`][]'s: a new tolerance compiles nothing.
@@ -165,15 +179,8 @@ def floquet(
     operator = to_operator(hamiltonian, "hamiltonian", api)
     period = checked_period(period, api)
     t0 = real_scalar(t0, "t0", api, period.dtype)
-    rtol, atol = _tolerance(rtol, "rtol", api), _tolerance(atol, "atol", api)
-    if isinstance(order, (bool, np.bool_)) or not isinstance(order, numbers.Integral):
-        raise TypeError(
-            f"`{api}(order=...)` must be a positive int, got {order!r} of type "
-            f"{type(order).__name__}."
-        )
-    if order < 1:
-        raise ValueError(f"`{api}(order=...)` must be a positive int, got {order}.")
-    order = check_order(order, api)
+    options = _options(options, rtol, atol, order, api)
+    rtol, atol = options.rtol, options.atol
     # Terms are merged here, where the matrices are known: inside the blocked map
     # they are arguments.
     operator = merge_equal_terms(operator)
@@ -184,7 +191,7 @@ def floquet(
         periodic=exact is None,
         hermitian=not hermitian,
     )
-    u = _one_period(operator, period, t0, rtol, atol, order, checks, exact is True)
+    u = _one_period(operator, period, t0, options, checks, exact is True)
     energies, modes = _eigen(u, period)
     return FloquetBasis(
         hamiltonian=operator,
@@ -193,9 +200,52 @@ def floquet(
         propagator=u,
         quasienergies=energies,
         modes=modes,
-        rtol=rtol,
-        atol=atol,
-        order=order,
+        options=options,
+    )
+
+
+def _options(options: Any, rtol: Any, atol: Any, order: Any, api: str) -> TaylorOptions:
+    """The one-period solve's options, from `options` or the shorthands (at
+    `floquet`'s defaults), with the tolerances checked here (`_tolerance`)."""
+    given = [
+        n
+        for n, v in (("rtol", rtol), ("atol", atol), ("order", order))
+        if v is not None
+    ]
+    if options is None:
+        order = 16 if order is None else order
+        if isinstance(order, (bool, np.bool_)) or not isinstance(
+            order, numbers.Integral
+        ):
+            raise TypeError(
+                f"`{api}(order=...)` must be a positive int, got {order!r} of type "
+                f"{type(order).__name__}."
+            )
+        if order < 1:
+            raise ValueError(f"`{api}(order=...)` must be a positive int, got {order}.")
+        return TaylorOptions(
+            rtol=_tolerance(1e-12 if rtol is None else rtol, "rtol", api),
+            atol=_tolerance(1e-14 if atol is None else atol, "atol", api),
+            order=check_order(order, api),
+        )
+    if not isinstance(options, TaylorOptions):
+        raise TypeError(
+            f"`{api}`: `options` must be a `hierax.TaylorOptions`, got "
+            f"{type(options).__name__}."
+        )
+    if given:
+        raise TypeError(
+            f"`{api}`: got both `options=` and `{given[0]}=`; give each setting "
+            f"once: in the options (`hierax.TaylorOptions({given[0]}=...)`) or as "
+            "the keyword alone."
+        )
+    return eqx.tree_at(
+        lambda o: (o.rtol, o.atol),
+        options,
+        (
+            _tolerance(options.rtol, "rtol", api),
+            _tolerance(options.atol, "atol", api),
+        ),
     )
 
 
@@ -486,9 +536,7 @@ def _one_period(
     operator: AbstractTimeOperator,
     period: Array,
     t0: Array,
-    rtol: Array,
-    atol: Array,
-    order: int,
+    options: TaylorOptions,
     checks: _Checks,
     periodic: bool,
 ) -> Array:
@@ -502,7 +550,9 @@ def _one_period(
     period is solved, from $c - T/2$ to c (`_period_solver`); a centre other than
     the middle of the period only where H is `periodic` (to rounding)."""
     arrays, static = eqx.partition(operator, eqx.is_array)
-    config = (static, operator.size, complex_dtype(period.dtype), order, checks)
+    # The options' values (tolerances, step) are arguments, the rest structure.
+    values, settings = eqx.partition(options, eqx.is_array)
+    config = (static, operator.size, complex_dtype(period.dtype), settings, checks)
     shift = _mirror_shift(operator, period, t0)
     if shift is not None and shift != 0.5 and not periodic:
         shift = None  # carried to t0 by periodicity, which is not established
@@ -515,7 +565,7 @@ def _one_period(
         # run eagerly (compiled, it would compile again on every call)
         solver = _period_solver.__wrapped__(*config, where, compiled=False)
     shift = to_jax(0.5 if shift is None else shift)
-    return solver(arrays, period, t0, shift, rtol, atol)
+    return solver(arrays, period, t0, shift, values)
 
 
 def _checked(
@@ -566,7 +616,7 @@ def _period_solver(
     static: Any,
     n: int,
     dtype: Any,
-    order: int,
+    settings: TaylorOptions,
     checks: _Checks,
     where: str | None,
     compiled: bool = True,
@@ -578,22 +628,23 @@ def _period_solver(
     period, or `"shifted"` to $c = t_0 + \\text{shift}\\, T$ (`shift` a value).
     `checks`: what the solve checks first (`_checked`). `compiled`: the single
     solve behind a jit boundary (not for a solver built for one call, which would
-    compile it on every call). The tolerances are values, as in `sesolve`."""
+    compile it on every call). `settings`: the options' structure (order, step
+    control, ...); their values (the tolerances, the step) are arguments, as in
+    `sesolve`."""
 
     def single(
-        arrays: Any, period: Array, t0: Array, shift: Array, rtol: Array, atol: Array
+        arrays: Any, period: Array, t0: Array, shift: Array, values: TaylorOptions
     ) -> Array:
         operator = eqx.combine(arrays, static)
-        period = _checked(operator, period, t0, rtol, atol, checks)
+        options = eqx.combine(values, settings)
+        period = _checked(operator, period, t0, options.rtol, options.atol, checks)
 
         def solve(times: list[Array]) -> Array:
             return sesolve(
                 operator,
                 jnp.eye(n, dtype=dtype),
                 jnp.stack(times),
-                rtol=rtol,
-                atol=atol,
-                order=order,
+                options=options,
             ).states
 
         if where is None:
@@ -609,6 +660,7 @@ def _period_solver(
         w, u = states[1], states[2]
         return w @ (u.T @ u) @ jnp.conj(w.T)
 
+    order = settings.order or default_order(dtype)
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
     # Behind a jit boundary when kept per structure (`compiled`): an eager call is
     # then one compiled program, where its steps around the solve (the identity,

@@ -2,8 +2,12 @@
 `mesolve`."""
 
 from ._mesolve import mesolve as mesolve
+from ._options import TaylorOptions as TaylorOptions
 from ._rewrites import merge_equal_terms as merge_equal_terms  # for floquet
 from ._sesolve import sesolve as sesolve
 from ._solution import Solution as Solution
-from ._solver import TaylorSolver as TaylorSolver
+from ._solver import (
+    TaylorSolver as TaylorSolver,
+    default_order as default_order,  # for floquet
+)
 from ._term import LindbladTerm as LindbladTerm, SchrodingerTerm as SchrodingerTerm

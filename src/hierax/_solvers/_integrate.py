@@ -23,28 +23,21 @@ from .._arrays import complex_dtype, float_dtype, is_traced, to_jax
 from .._cache import IdentityCache, content_key, flatten_module
 from .._jit import module_jit
 from .._sparse import available_memory
+from ._options import (
+    DEFAULT_ATOL,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_RTOL,
+    TaylorOptions,
+    check_adjoint,
+    check_max_steps,
+    check_order,
+    host_checked,
+    positive_value,
+)
 from ._rewrites import TermNorms, jump_times, term_norms
 from ._solution import Solution
-from ._solver import TaylorSolver, check_taylor_order, default_order
+from ._solver import TaylorSolver, default_order
 from ._term import AbstractTaylorTerm, UnitTimeTerm
-
-
-# Adjoints that differentiate through the solver's own steps; a backsolve adjoint
-# would integrate an adjoint equation that is not a Schrödinger equation.
-_ADJOINTS = (
-    diffrax.RecursiveCheckpointAdjoint,
-    diffrax.DirectAdjoint,
-    diffrax.ForwardMode,
-)
-
-# The step-size control. The estimate goes as (|H| h)^K, so at high order a small
-# rise of |H(t)| between steps (a pulse, h(t) = 1 + 0.5 sin 2t) multiplies it many
-# times over and the plain integral controller rejected about one step in five on
-# the driven Ising chain; the proportional and derivative parts follow the trend.
-# Measured (Ising chain, K = 26, error 1e-10): 525 steps instead of 567, rejections
-# 110 -> 60; the transmon is unchanged within 3%.
-_SAFETY = 0.9
-_PCOEFF, _ICOEFF, _DCOEFF = 0.3, 0.6, 0.1
 
 
 # What QuTiP and dynamiqs users pass to their solvers, and what hierax calls it. One
@@ -64,8 +57,6 @@ _FOREIGN_NAMES = {
     "rho0": "`rho`, the third positional argument",
     "args": "the parameters inside the operators (e.g. `hierax.Cos(w) * sx`, with "
     "`w` an array: changing it never recompiles)",
-    "options": "keyword arguments of their own: `rtol=`, `atol=`, `order=`, `dt=`, "
-    "`max_steps=`, `progress=`, `dense=`, `adjoint=`",
     "method": "`order=` (hierax always steps with the Taylor method)",
     "gradient": "`adjoint=`, a diffrax adjoint (`diffrax.ForwardMode()` for "
     "forward mode)",
@@ -115,8 +106,9 @@ def check_no_foreign_keywords(unknown: dict[str, Any], api: str) -> None:
         )
     raise TypeError(
         f"`{api}`: got an unexpected keyword argument `{name}=`; the options are "
-        "`rtol`, `atol`, `order`, `dt`, `exp_ops`, `progress`, `dense`, "
-        "`max_steps` and `adjoint`."
+        "`options` (a `hierax.TaylorOptions`) or its shorthands `rtol`, `atol`, "
+        "`order`, `dt`, `max_steps` and `adjoint`; `exp_ops`, `progress` and "
+        "`dense`."
     )
 
 
@@ -314,20 +306,58 @@ def _max_norm(x: PyTree) -> Array:
     return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in jax.tree.leaves(x)]))
 
 
+def resolve_options(options: Any, api: str, **shorthands: Any) -> TaylorOptions:
+    """The solve's `hierax.TaylorOptions`: `options` as given, or built from the
+    flat keywords `shorthands` (those left `None` at their defaults), checked with
+    errors that name `api` and the keyword. Both at once is refused: one place
+    for each setting."""
+    given = [name for name, value in shorthands.items() if value is not None]
+    if options is None:
+        rtol, atol, order, dt, max_steps, adjoint = (
+            shorthands.get(name)
+            for name in ("rtol", "atol", "order", "dt", "max_steps", "adjoint")
+        )
+        # Checked here (naming `api`) and then kept as they are by the module.
+        return TaylorOptions(
+            rtol=positive_value(DEFAULT_RTOL if rtol is None else rtol, "rtol", api),
+            atol=positive_value(DEFAULT_ATOL if atol is None else atol, "atol", api),
+            order=None if order is None else check_order(order, api),
+            dt=None if dt is None else positive_value(dt, "dt", api),
+            max_steps=(
+                DEFAULT_MAX_STEPS
+                if max_steps is None
+                else check_max_steps(max_steps, api)
+            ),
+            adjoint=check_adjoint(adjoint, api),
+        )
+    if not isinstance(options, TaylorOptions):
+        hint = (
+            " (QuTiP's options dict: `hierax.TaylorOptions(rtol=..., atol=...)`)"
+            if isinstance(options, dict)
+            else ""
+        )
+        raise TypeError(
+            f"`{api}`: `options` must be a `hierax.TaylorOptions`, got "
+            f"{type(options).__name__}{hint}."
+        )
+    if given:
+        raise TypeError(
+            f"`{api}`: got both `options=` and `{given[0]}=`; give each setting "
+            f"once: in the options (`hierax.TaylorOptions({given[0]}=...)`) or as "
+            "the keyword alone."
+        )
+    return options
+
+
 def solve(
     term: AbstractTaylorTerm,
     state: Array,
     times: Any,
     *,
-    rtol: Any,
-    atol: Any,
-    order: int | None,
-    dt: Any,
+    options: TaylorOptions,
     exp_ops: Array | None,
     progress: bool,
     dense: bool,
-    max_steps: Any,
-    adjoint: diffrax.AbstractAdjoint | None,
     api: str,
     expectation: Callable[[Array, Array], Array],
     state_name: str,
@@ -335,8 +365,9 @@ def solve(
     exp_ops_checked: bool = True,
     args: PyTree = None,
 ) -> Solution:
-    """The solve shared by `sesolve` and `mesolve`: checks the options (the state's
-    shape and the observables are the caller's) and runs the compiled solve.
+    """The solve shared by `sesolve` and `mesolve`: checks the times (the state's
+    shape and the observables are the caller's) and runs the compiled solve with
+    `options` (see `resolve_options`).
     `state_checked`: whether the caller read the state's values on the host (NumPy
     input: in its complex dtype, finite); a JAX array is checked (finite) and cast
     inside the program, `state_name` naming it; so are the observables (finite)
@@ -345,60 +376,47 @@ def solve(
     step's diffrax arguments (the Lindblad generator's parts, assembled before
     compiling)."""
     times, times_checked = _check_times(times, api)
-    # Values held on the host (numbers, lists, NumPy arrays) are checked here; JAX
-    # arrays, concrete or traced, inside the program (`_checked`): reading a
-    # device array back to the host would cost a round trip on every call.
-    (rtol, rtol_checked), (atol, atol_checked) = (
-        _tolerance(rtol, "rtol", api),
-        _tolerance(atol, "atol", api),
-    )
+    rtol, atol, dt = options.rtol, options.atol, options.dt
+    # Values held on the host (numbers, lists, NumPy arrays) were checked before
+    # (`positive_value`); JAX arrays, concrete or traced, are inside the program
+    # (`_checked`): reading a device array back to the host would cost a round
+    # trip on every call.
     checks = tuple(
         name
         for name, checked in (
-            ("rtol", rtol_checked),
-            ("atol", atol_checked),
+            ("rtol", host_checked(rtol)),
+            ("atol", host_checked(atol)),
+            ("dt", dt is None or host_checked(dt)),
             ("times", times_checked),
             (state_name, state_checked),
             ("exp_ops", exp_ops_checked),
         )
         if not checked
     )
+    order = options.order
     if order is None:
         order = default_order(state.dtype)
-    else:
-        order = check_taylor_order(order, api)
-    if dt is not None:
-        dt = _check_positive(dt, "dt", api)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"`{api}`: `max_steps` must be an int >= 1, got {max_steps}.")
+    max_steps = options.max_steps
     if dense:
         _check_dense_output(state, order, max_steps, api)
-    if adjoint is not None and not isinstance(adjoint, _ADJOINTS):
-        raise ValueError(
-            f"`{api}`: `adjoint` must be one of "
-            f"{', '.join('diffrax.' + a.__name__ + '()' for a in _ADJOINTS)}, got "
-            f"{type(adjoint).__name__}: the Taylor solver differentiates through its "
-            "own steps."
-        )
     with _forward_mode_hint(api):
         return _solve(
             term,
             state,
             times,
-            # Known numbers placed without an eager JAX operation (each kind of which
-            # compiles a small program on a process's first solve).
             rtol,
             atol,
-            None if dt is None else to_jax(dt),
+            dt,
             exp_ops,
             # The first step's bound needs them; fixed steps do not.
             _generator_norms(term) if dt is None else None,
             args,
             order=order,
             max_steps=max_steps,
+            control=(options.safety, options.pcoeff, options.icoeff, options.dcoeff),
             progress=progress,
             dense=dense,
-            adjoint=_static_adjoint(adjoint),
+            adjoint=_static_adjoint(options.adjoint),
             api=api,
             expectation=expectation,
             checks=checks,
@@ -418,6 +436,7 @@ def _solve_impl(
     *,
     order: int,
     max_steps: int,
+    control: tuple[float, float, float, float],
     progress: bool,
     dense: bool,
     adjoint: "_Static",
@@ -425,7 +444,7 @@ def _solve_impl(
     expectation: Callable[[Array, Array], Array],
     checks: tuple[str, ...] = (),
 ) -> Solution:
-    times, state = _checked(times, state, exp_ops, rtol, atol, api, checks)
+    times, state = _checked(times, state, exp_ops, rtol, atol, dt, api, checks)
     # JAX arrays given as they are, cast here (no eager operation, no transfer).
     if not jnp.issubdtype(times.dtype, jnp.floating):
         times = times.astype(float_dtype())
@@ -445,7 +464,7 @@ def _solve_impl(
     if args is None:  # nothing assembled before compiling: once here, not per step
         args = term.program_parts(t0, state.dtype)
     controller, dt0 = _step_control(
-        term, t0, t1, rtol, atol, dt, norms, knots, order, api
+        term, t0, t1, rtol, atol, dt, norms, knots, order, control, api
     )
     ends = times.shape[0] == 2
     if unit:
@@ -514,6 +533,7 @@ def _checked(
     exp_ops: Array | None,
     rtol: Array,
     atol: Array,
+    dt: Array | None,
     api: str,
     checks: tuple,
 ) -> tuple[Array, Array]:
@@ -526,8 +546,8 @@ def _checked(
     out of it, so nothing runs on bad values."""
     failed, messages = [], []
     for name in checks:
-        if name in ("rtol", "atol"):
-            value = rtol if name == "rtol" else atol
+        if name in ("rtol", "atol", "dt"):
+            value = {"rtol": rtol, "atol": atol, "dt": dt}[name]
             failed.append(~(jnp.isfinite(value) & (value > 0)))
             messages.append(f"`{api}`: `{name}` must be positive and finite.")
         elif name == "times":
@@ -561,21 +581,24 @@ def _step_control(
     norms: tuple[TermNorms | None, ...] | None,
     knots: Array | None,
     order: int,
+    control: tuple[float, float, float, float],
     api: str,
 ) -> tuple[diffrax.AbstractStepSizeController, Array]:
     """The step-size control and the first step: adaptive steps (the PID
     controller on the largest entry, clipped at the knots of sampled pulses) from
     a bound on the generator, or fixed steps no longer than `dt`, checked against
-    the tolerances (`_FixedSteps`)."""
+    the tolerances (`_FixedSteps`). `control`: the controller's safety factor and
+    its P, I and D gains."""
     if dt is not None:
         return _FixedSteps(rtol, atol, api), jnp.minimum(dt, t1 - t0)
+    safety, pcoeff, icoeff, dcoeff = control
     controller: diffrax.AbstractStepSizeController = diffrax.PIDController(
         rtol=rtol,
         atol=atol,
-        safety=_SAFETY,
-        pcoeff=_PCOEFF,
-        icoeff=_ICOEFF,
-        dcoeff=_DCOEFF,
+        safety=safety,
+        pcoeff=pcoeff,
+        icoeff=icoeff,
+        dcoeff=dcoeff,
         norm=_max_norm,
     )
     if knots is not None:
@@ -583,7 +606,7 @@ def _step_control(
         # is that of one segment.
         controller = diffrax.ClipStepSizeController(controller, jump_ts=knots)
     assert norms is not None  # `solve` passes them for adaptive steps
-    return controller, _initial_step(term, t0, t1, rtol, order, norms)
+    return controller, _initial_step(term, t0, t1, rtol, order, safety, norms)
 
 
 # How far above the tolerances a fixed step's error estimate may be before the solve
@@ -677,14 +700,14 @@ def _physical_times(
 _solve = module_jit(_solve_impl)
 
 
-def _initial_step(term, t0, t1, rtol, order, norms) -> Array:
+def _initial_step(term, t0, t1, rtol, order, safety, norms) -> Array:
     """A first step from the size of $H(t_0)$: the series of $e^{-iH\\tau}$ has
     terms $(\\|H\\|\\tau)^j / j!$, which fall to `rtol` at order K near
     $\\tau = K\\, \\mathrm{rtol}^{1/K} / (e \\|H\\|)$ (Stirling). The controller
     corrects it from the first step's own series."""
     size = term.generator_bound(t0, norms)
     rtol = rtol.astype(size.dtype)
-    h = _SAFETY * order * rtol ** (1.0 / order) / (math.e * size)
+    h = safety * order * rtol ** (1.0 / order) / (math.e * size)
     span = t1 - t0
     h = jnp.where(size > 0, h, span).astype(span.dtype)
     return jax.lax.stop_gradient(jnp.clip(h, span * 1e-6, span))
@@ -814,34 +837,3 @@ def _check_times(times: Any, api: str) -> tuple[Array, bool]:
     if not np.all(np.diff(values) > 0):
         raise ValueError(f"`{api}`: `times` must be strictly increasing, got {values}.")
     return to_jax(values), True
-
-
-def _tolerance(x: Any, name: str, api: str) -> tuple[Array, bool]:
-    """A tolerance as a real scalar array, and whether its value was checked here:
-    numbers (placed without an eager JAX operation) are; JAX arrays, concrete or
-    traced, are checked and cast inside the compiled solve."""
-    if isinstance(x, jax.Array | Tracer):
-        if x.ndim != 0 or not (
-            jnp.issubdtype(x.dtype, jnp.floating)
-            or jnp.issubdtype(x.dtype, jnp.integer)
-        ):
-            raise ValueError(
-                f"`{api}`: `{name}` must be a real scalar, got {x.dtype} of shape "
-                f"{tuple(x.shape)}."
-            )
-        return x, False
-    # `to_jax` places a number once per value (and never keeps one placed inside
-    # a trace).
-    return to_jax(_check_positive(x, name, api)), True
-
-
-def _check_positive(x: Any, name: str, api: str) -> float:
-    try:
-        value = float(x)
-    except (TypeError, jax.errors.ConcretizationTypeError):
-        raise TypeError(
-            f"`{api}`: `{name}` must be a concrete positive number, got {x!r}."
-        ) from None
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"`{api}`: `{name}` must be positive and finite, got {x}.")
-    return value

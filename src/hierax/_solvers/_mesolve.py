@@ -22,6 +22,7 @@ from ._integrate import (
     keywords_checked,
     per_precision,
     read_state,
+    resolve_options,
     solve,
 )
 from ._sesolve import check_exp_ops
@@ -41,14 +42,15 @@ def mesolve(
     rho: Any,
     times: Any,
     *,
-    rtol: ScalarLike = 1e-8,
-    atol: ScalarLike = 1e-10,
-    order: int | None = None,
-    dt: float | int | None = None,
+    options: Any = None,
     exp_ops: Sequence[Any] | ArrayLike | None = None,
     progress: bool = False,
     dense: bool = False,
-    max_steps: int = 100_000,
+    rtol: ScalarLike | None = None,
+    atol: ScalarLike | None = None,
+    order: int | None = None,
+    dt: ScalarLike | None = None,
+    max_steps: int | None = None,
     adjoint: diffrax.AbstractAdjoint | None = None,
     **unknown: Any,
 ) -> Solution:
@@ -84,7 +86,13 @@ def mesolve(
         in [`hierax.sesolve`][]); the solve runs from
         `times[0]` to `times[-1]`. The order of the arguments is dynamiqs':
         QuTiP's `mesolve(H, rho0, tlist, c_ops)` is refused with a message.
-    - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
+    - `options`: a [`hierax.TaylorOptions`][], all the settings of the steps in one
+        object (tolerances, order, fixed step, the step control's gains,
+        `max_steps`, adjoint). The keywords `rtol`, `atol`, `order`, `dt`,
+        `max_steps` and `adjoint` below are shorthands for its fields, each
+        `None` for the default; give either `options` or those, not both.
+    - `rtol`, `atol`: (defaults 1e-8 and 1e-10) tolerances on each step's
+        truncation error, elementwise
         `atol + rtol * |rho|`.
     - `order`: the order K of the series; by default 28 in float64 and 16 in
         float32, whatever the tolerance, so that a new `rtol` or `atol` never
@@ -98,7 +106,8 @@ def mesolve(
         return, a sequence of `(n, n)` matrices or an `(E, n, n)` array.
     - `progress`: print diffrax's text progress meter while solving.
     - `dense`: keep every step's series, for [`hierax.Solution.evaluate`][].
-    - `max_steps`: the most steps the solve may take; it fails past that.
+    - `max_steps`: the most steps the solve may take (default 100,000); it fails
+        past that.
     - `adjoint`: how to differentiate, `diffrax.RecursiveCheckpointAdjoint()` (the
         default), `diffrax.DirectAdjoint()` or `diffrax.ForwardMode()`.
 
@@ -138,15 +147,19 @@ def mesolve(
         term,
         rho,
         times,
-        rtol=rtol,
-        atol=atol,
-        order=order,
-        dt=dt,
+        options=resolve_options(
+            options,
+            _API,
+            rtol=rtol,
+            atol=atol,
+            order=order,
+            dt=dt,
+            max_steps=max_steps,
+            adjoint=adjoint,
+        ),
         exp_ops=exp_ops,
         progress=progress,
         dense=dense,
-        max_steps=max_steps,
-        adjoint=adjoint,
         api=_API,
         expectation=_density_expectations,
         # The Lindblad step's constant parts, assembled before compiling.

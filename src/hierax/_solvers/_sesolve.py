@@ -22,6 +22,7 @@ from ._integrate import (
     keywords_checked,
     per_precision,
     read_state,
+    resolve_options,
     solve,
 )
 from ._rewrites import uniform_products
@@ -40,14 +41,15 @@ def sesolve(
     state: Any,
     times: Any,
     *,
-    rtol: ScalarLike = 1e-8,
-    atol: ScalarLike = 1e-10,
-    order: int | None = None,
-    dt: float | int | None = None,
+    options: Any = None,
     exp_ops: Sequence[Any] | ArrayLike | None = None,
     progress: bool = False,
     dense: bool = False,
-    max_steps: int = 100_000,
+    rtol: ScalarLike | None = None,
+    atol: ScalarLike | None = None,
+    order: int | None = None,
+    dt: ScalarLike | None = None,
+    max_steps: int | None = None,
     adjoint: diffrax.AbstractAdjoint | None = None,
     **unknown: Any,
 ) -> Solution:
@@ -75,7 +77,13 @@ def sesolve(
         are checked before compiling; those of JAX arrays inside the compiled
         solve, which then stops with an error naming them (no transfer back to
         the host).
-    - `rtol`, `atol`: tolerances on each step's truncation error, elementwise
+    - `options`: a [`hierax.TaylorOptions`][], all the settings of the steps in one
+        object (tolerances, order, fixed step, the step control's gains,
+        `max_steps`, adjoint). The keywords `rtol`, `atol`, `order`, `dt`,
+        `max_steps` and `adjoint` below are shorthands for its fields, each
+        `None` for the default; give either `options` or those, not both.
+    - `rtol`, `atol`: (defaults 1e-8 and 1e-10) tolerances on each step's
+        truncation error, elementwise
         `atol + rtol * |psi|` as in diffrax and QuTiP. For unitary dynamics the
         final error is typically below `rtol` (see the how-to on tolerances).
     - `order`: the order K of the series; by default 28 in float64 and 16 in
@@ -94,7 +102,8 @@ def sesolve(
     - `dense`: keep every step's series, for [`hierax.Solution.evaluate`][]. This
         stores `max_steps * (K + 1)` copies of the state: lower `max_steps` for big
         states.
-    - `max_steps`: the most steps the solve may take; it fails past that.
+    - `max_steps`: the most steps the solve may take (default 100,000); it fails
+        past that.
     - `adjoint`: how to differentiate, `diffrax.RecursiveCheckpointAdjoint()` (the
         default), `diffrax.DirectAdjoint()` or `diffrax.ForwardMode()`.
 
@@ -130,15 +139,19 @@ def sesolve(
         term,
         state,
         times,
-        rtol=rtol,
-        atol=atol,
-        order=order,
-        dt=dt,
+        options=resolve_options(
+            options,
+            _API,
+            rtol=rtol,
+            atol=atol,
+            order=order,
+            dt=dt,
+            max_steps=max_steps,
+            adjoint=adjoint,
+        ),
         exp_ops=exp_ops,
         progress=progress,
         dense=dense,
-        max_steps=max_steps,
-        adjoint=adjoint,
         api=_API,
         expectation=_ket_expectations,
         state_name="state",
