@@ -49,7 +49,7 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
         return _place(np.asarray(x).astype(dtype))
     if dtype is None and isinstance(x, (bool, int, float, complex)):
         # By representation: -0.0 == 0.0, but their placed values differ.
-        key = (type(x), repr(x), _placement())
+        key = (type(x), repr(x), placement())
         hit = _KEPT.get(key)
         if hit is None:  # weakly typed, as `jnp.asarray` makes it
             hit = _KEPT.put(key, _place(x))
@@ -64,7 +64,7 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
     # value placed again is the same array, so an operator rebuilt on every call
     # has the same leaves and finds the solvers' term kept for them (a 64-site
     # XXZ chain's stacked matrices, 128 KiB: 4.4 -> 2.3 ms a call).
-    key = (value.dtype, value.shape, value.tobytes(), _placement())
+    key = (value.dtype, value.shape, value.tobytes(), placement())
     hit = _KEPT.get(key)
     if hit is None:
         hit = _KEPT.put(key, _place(value))
@@ -96,7 +96,7 @@ _KEPT_BYTES = 256 * 1024
 _KEPT = _ValueCache(16 * 2**20)
 
 
-def _placement() -> tuple[bool, Any]:
+def placement() -> tuple[bool, Any]:
     """What decides how a value is placed: x64 (the dtype a Python scalar gets) and
     the default device."""
     device = getattr(jax.config, "jax_default_device")  # noqa: B009
