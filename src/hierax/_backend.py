@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, get_args
 
+import equinox as eqx
 import jax
 from jax.core import Tracer
 
@@ -172,8 +173,9 @@ def exact_products(fn: Callable) -> Callable:
 
 # Where equinox's run-time error puts the message of a failed `eqx.error_if` in the
 # text of the error JAX raises, and where its own advice begins.
+# (`eqx.filter_jit` re-raises it as its own error, whose advice follows a rule.)
 _RUNTIME_MARKER = "EquinoxRuntimeError: `hierax"
-_RUNTIME_END = "\n\n\n"
+_RUNTIME_ENDS = ("\n\n\n", "\n\n---")
 
 
 def runtime_message(error: BaseException) -> str | None:
@@ -185,8 +187,8 @@ def runtime_message(error: BaseException) -> str | None:
     if start < 0:
         return None
     start += len(_RUNTIME_MARKER) - len("`hierax")
-    end = text.find(_RUNTIME_END, start)
-    return text[start : end if end >= 0 else None].strip()
+    ends = [e for e in (text.find(end, start) for end in _RUNTIME_ENDS) if e >= 0]
+    return text[start : min(ends) if ends else None].strip()
 
 
 def run_checked(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -197,8 +199,9 @@ def run_checked(fn: Any, *args: Any, **kwargs: Any) -> Any:
     JAX's error comes then, from the read.)"""
     try:
         return fn(*args, **kwargs)
-    # (JAX's cached dispatch raises the run-time error as a plain `ValueError`.)
-    except (jax.errors.JaxRuntimeError, ValueError) as error:
+    # (JAX's cached dispatch raises the run-time error as a plain `ValueError`, and
+    # a call compiled by `eqx.filter_jit` as an `EquinoxRuntimeError`.)
+    except (jax.errors.JaxRuntimeError, ValueError, eqx.EquinoxRuntimeError) as error:
         message = runtime_message(error)
         if message is None:
             raise
