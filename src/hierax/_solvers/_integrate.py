@@ -23,6 +23,7 @@ from .._arrays import complex_dtype, float_dtype, is_traced, placement, to_jax
 from .._cache import IdentityCache, content_key, flatten_module
 from .._jit import module_jit
 from .._sparse import available_memory
+from .._validation import check_finite
 from ._options import (
     DEFAULT_ATOL,
     DEFAULT_MAX_STEPS,
@@ -275,13 +276,7 @@ def read_state(x: Any, name: str, api: str) -> tuple[Array, bool]:
     if values is None or values.dtype.kind not in "iufc":
         kind = type(x).__name__ if values is None else f"{values.dtype}"
         raise ValueError(f"`{api}`: `{name}` must be a numeric array, got {kind}.")
-    bad = ~np.isfinite(values)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"`{api}`: `{name}` must be finite, got {values[bad].flat[0]} at index "
-            f"{where}."
-        )
+    check_finite(values, name, api)
     dtype = complex_dtype(jax.dtypes.canonicalize_dtype(values.dtype))
     return to_jax(values, dtype), True
 

@@ -16,6 +16,7 @@ from .._backend import on_backend
 from .._custom_types import typechecked
 from .._interop import as_matrices, as_state
 from .._operators import to_operator
+from .._validation import check_finite
 from ._integrate import (
     TermCache,
     check_no_foreign_keywords,
@@ -223,8 +224,7 @@ def check_exp_ops(
                 f"`{api}`: `exp_ops[{i}]` has shape {tuple(op.shape)} but the "
                 f"`hamiltonian` is {n}x{n}; each observable must be ({n}, {n})."
             )
-        if not isinstance(op, jax.Array) and not np.all(np.isfinite(op)):
-            raise ValueError(f"`{api}`: `exp_ops[{i}]` must be finite (no nan or inf).")
+        check_finite(op, f"exp_ops[{i}]", api, in_program=True)  # JAX ones: inside
         checked.append(op)
     if not checked:
         return None, True
