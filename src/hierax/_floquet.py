@@ -37,7 +37,7 @@ from ._operators import AbstractTimeOperator, TimeOperator, summands, to_operato
 from ._solvers import TaylorOptions, default_order, merge_equal_terms, sesolve
 from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
 from ._time_functions import CallableTimeFunction
-from ._validation import as_period, check_order
+from ._validation import as_period, check_order, is_int
 
 
 # The mixing coefficient of the Hermitian combination (the golden ratio's
@@ -214,9 +214,7 @@ def _options(options: Any, rtol: Any, atol: Any, order: Any, api: str) -> Taylor
     ]
     if options is None:
         order = 16 if order is None else order
-        if isinstance(order, (bool, np.bool_)) or not isinstance(
-            order, numbers.Integral
-        ):
+        if not is_int(order):
             raise TypeError(
                 f"`{api}(order=...)` must be a positive int, got {order!r} of type "
                 f"{type(order).__name__}."

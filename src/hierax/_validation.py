@@ -27,11 +27,16 @@ from ._custom_types import Time
 MAX_ORDER = 10_000
 
 
+def is_int(x: Any) -> bool:
+    """A Python or NumPy integer, and not a bool (which Python counts as one)."""
+    return not isinstance(x, (bool, np.bool_)) and isinstance(
+        x, (numbers.Integral, np.integer)
+    )
+
+
 def check_order(order: Any, api: str) -> int:
     """Return `order` as an int, or raise if it is not a non-negative int <= 10,000."""
-    if isinstance(order, (bool, np.bool_)) or not isinstance(
-        order, (numbers.Integral, np.integer)
-    ):
+    if not is_int(order):
         raise TypeError(
             f"`{api}(order=...)` must be a non-negative int, got {order!r} of type "
             f"{type(order).__name__}."

@@ -15,13 +15,14 @@ and the two strings anticommute exactly when |x1 & z2| + |z1 & x2| is odd. Words
 are 32-bit so that the same code runs without x64.
 """
 
-import numbers
 from collections.abc import Sequence
 
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, UInt32
+
+from .._validation import is_int
 
 
 WORD = 32
@@ -108,9 +109,7 @@ def site_masks(
         if not isinstance(op, str) or op.upper() not in _CODES:
             raise ValueError(f"`{name}`: operator {op!r} is not one of I, X, Y, Z.")
         op = op.upper()
-        if isinstance(site, (bool, np.bool_)) or not isinstance(
-            site, (numbers.Integral, np.integer)
-        ):
+        if not is_int(site):
             raise TypeError(
                 f"`{name}`: a site must be an int, got {site!r} of type "
                 f"{type(site).__name__}."

@@ -15,6 +15,7 @@ from .._arrays import complex_dtype, float_dtype, is_traced, to_jax
 from .._backend import on_backend
 from .._jit import module_jit
 from .._time_functions import AbstractTimeFunction, Constant
+from .._validation import is_int
 from ._compress import compress, lookup
 from ._strings import i_power, parse, product_phase, site_masks, to_strings, words
 
@@ -515,9 +516,7 @@ def check_int(value: Any, api: str, name: str, minimum: int = 1) -> int:
     or `ValueError` (below `minimum`) naming `api` and `name`."""
     kind = "positive" if minimum == 1 else "non-negative" if minimum == 0 else ""
     wanted = f"a {kind} int" if kind else f"an int of at least {minimum}"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-        value, (numbers.Integral, np.integer)
-    ):
+    if not is_int(value):
         raise TypeError(
             f"`{api}`: `{name}` must be {wanted}, got {value!r} of type "
             f"{type(value).__name__}."
