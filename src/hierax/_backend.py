@@ -113,6 +113,15 @@ def _platform(args: tuple) -> str:
     return jax.default_backend()
 
 
+@functools.cache
+def _tpu_in_process() -> bool:
+    """Whether this process has a TPU at all (asked once, after JAX has started)."""
+    try:
+        return bool(jax.devices("tpu"))
+    except RuntimeError:  # no TPU backend here
+        return False
+
+
 # The seam tests use to act as if on another backend (CI has no accelerator).
 platform_of: Callable[[tuple], str] = _platform
 
@@ -123,6 +132,8 @@ def refuse_unsupported_backend(api: str | Callable[[], str], args: tuple = ()) -
     that gives it (called only to raise)."""
     if not jax.config.read("jax_enable_x64"):
         return
+    if platform_of is _platform and not _tpu_in_process():
+        return  # (the common case, on every call: nothing here can run on a TPU)
     platform = platform_of(args)
     if platform == "tpu":
         api = api if isinstance(api, str) else api()
