@@ -11,7 +11,7 @@ import pytest
 from jax import lax
 
 import hierax
-from hierax import _backend
+from hierax._core import _backend
 
 from .helpers import SIGMA_X, SIGMA_Y, SIGMA_Z, compile_count
 

@@ -59,7 +59,7 @@ def _check_estimate(estimate, observed, dtype: type = np.float64):
 def test_powers_of_two_are_exact(dtype):
     """The scales carried with the levels are exact powers of two (`jnp.exp2` is
     off by up to 50 ulp on a CPU), zero below the normal range and inf above it."""
-    from hierax._series import exact_exp2
+    from hierax._data._series import exact_exp2
 
     info = np.finfo(dtype)
     e = np.arange(info.minexp - 60, info.maxexp + 60).astype(dtype)
@@ -74,8 +74,8 @@ def test_powers_of_two_are_exact(dtype):
 
 
 def test_eager_call_and_user_jit_agree(seed_reference):
-    """The eager call of a small hierarchy (`hierax._jit`'s direct path) and the same
-    call inside a user's `jax.jit` (inlined into the user's program) are exact
+    """The eager call of a small hierarchy (`hierax._core._jit`'s direct path) and
+    the same call inside a user's `jax.jit` (inlined into the user's program) are exact
     against the oracle and agree to rounding."""
     h = hierax.HeisenbergHierarchy(hierax.Cos() * SIGMA_Y, SIGMA_X, 12)
     eager = np.asarray(h(1.0))

@@ -256,7 +256,7 @@ def test_vmap_over_times_and_parameters():
 
 def test_small_problem_under_vmap_takes_the_batched_layout_and_differentiates():
     """A small problem's one-call layout (fused elementwise sums) is replaced under
-    `jax.vmap` by the matrix-product layout (`hierax._jit.by_batching`): the same
+    `jax.vmap` by the matrix-product layout (`hierax._core._jit.by_batching`): the same
     levels as a loop, also under a `lax.cond` on a batched predicate, and
     derivatives in both modes that agree with each other, with finite differences,
     and (under vmap) with a loop."""
@@ -296,7 +296,7 @@ def test_batching_rule_runs_one_layout_and_differentiates_the_chosen_one(
     vmap) are those of `batched` when asked (the small hierarchy's matrix-product
     layout, whose derivative is the smaller program), else of `single`. The two
     layouts here differ in their derivatives on purpose, to tell them apart."""
-    from hierax._jit import by_batching
+    from hierax._core._jit import by_batching
 
     ran = []
 

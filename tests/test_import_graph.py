@@ -20,9 +20,9 @@ import pytest
 SOURCE = pathlib.Path(__file__).resolve().parent.parent / "src" / "hierax"
 PACKAGE = "hierax"
 CLI = f"{PACKAGE}._cli"
-# The height reached by issue 50's first step (16 before it); lower it as the graph
-# flattens, never raise it.
-MAX_LAYERS = 14
+# The height issue 50 asks for (16 before it, 14 after its first step); lower it
+# as the graph flattens, never raise it.
+MAX_LAYERS = 10
 
 
 def _module_name(path: pathlib.Path) -> str:

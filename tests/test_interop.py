@@ -18,7 +18,7 @@ import qutip as qt
 import scipy.interpolate
 
 import hierax
-from hierax._interop import as_state
+from hierax._operators._interop import as_state
 
 from .helpers import fresh_output, fresh_script, relative_error
 

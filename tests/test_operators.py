@@ -209,7 +209,7 @@ def test_functions_of_one_structure_share_one_series():
     structures (a polynomial, a constant, a callable) beside them, and the
     operator's gradient with respect to a drive's amplitude equals a central
     difference."""
-    from hierax._operators import function_series
+    from hierax._operators._time_operators import function_series
 
     def functions(amplitude):
         return [

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hierax._series import (
+from hierax._data._series import (
     power_series,
     scalar_cauchy_product,
     times_exp,

@@ -15,7 +15,9 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import hierax
+from hierax._data._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix
 from hierax._kernels import propagator
+from hierax._operators._rewrites import merge_equal_terms
 from hierax._solvers import (
     SchrodingerTerm,
     Solution,
@@ -23,10 +25,8 @@ from hierax._solvers import (
     _term as term_module,
     sesolve,
 )
-from hierax._solvers._rewrites import merge_equal_terms
 from hierax._solvers._sesolve import _term as _sesolve_term
 from hierax._solvers._term import schrodinger_terms
-from hierax._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix
 
 from .helpers import compile_count, no_reads_to_the_host, recorded_returns
 
@@ -542,7 +542,7 @@ def test_first_step_bound_from_norms_known_before_compiling():
     # their norms are taken in NumPy and the bound is sum_a |f_a(t0)| |H_a|_inf: an
     # upper bound (a sum, sparse terms included), equal to the in-program one for
     # one term; traced matrices fall back to the in-program bound.
-    from hierax._solvers._rewrites import operator_bound, term_norms
+    from hierax._operators._rewrites import operator_bound, term_norms
 
     rng = np.random.default_rng(3)
     a, b = rng.normal(size=(2, 4, 4)) + 1j * rng.normal(size=(2, 4, 4))

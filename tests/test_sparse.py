@@ -293,9 +293,9 @@ def test_wide_sparse_terms_made_dense_keep_every_term():
     sparse term with many nonzeros a row to the dense terms (real values to the
     real part, complex ones to the other) and keeps the rest: the operator the
     series sums to is unchanged, with no dense term to start from too."""
-    from hierax._series import TermSeries
+    from hierax._data._series import TermSeries
+    from hierax._data._sparse import SparseTerms
     from hierax._solvers._term import _wide_sparse_made_dense
-    from hierax._sparse import SparseTerms
 
     n, width = 300, 40
     rng = np.random.default_rng(2)
@@ -345,10 +345,10 @@ def test_step_series_of_sparse_terms_against_numpy(carried, uniform, monkeypatch
     beside the series so that XLA threads the products) at n = 64; `uniform` the
     products of matrices whose entries are all equal (sum_i X_i), as `sesolve`
     hands them to its program."""
+    from hierax._data._sparse import UniformSparseMatrix
     from hierax._kernels import propagator
-    from hierax._solvers._rewrites import uniform_products
+    from hierax._operators._rewrites import uniform_products
     from hierax._solvers._term import schrodinger_terms
-    from hierax._sparse import UniformSparseMatrix
 
     if carried:
         monkeypatch.setattr(propagator, "_PARALLEL_STATE_SIZE", 1)
@@ -415,8 +415,8 @@ def test_uniform_products_only_for_known_equal_entries():
     """Only known, non-diagonal matrices with all entries equal are read as one
     value; traced entries (a gradient with respect to them) keep every entry, and
     the gradient then matches the one through the dense matrix."""
-    from hierax._solvers._rewrites import uniform_products
-    from hierax._sparse import UniformSparseMatrix
+    from hierax._data._sparse import UniformSparseMatrix
+    from hierax._operators._rewrites import uniform_products
 
     sites = 4
     x = cast(

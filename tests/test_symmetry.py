@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hierax
-from hierax._symmetry import is_mirrored, mirror_center, mirror_sign
+from hierax._periodic._symmetry import is_mirrored, mirror_center, mirror_sign
 
 from .helpers import recorded_returns
 
@@ -120,7 +120,7 @@ def test_operators_are_mirrored_term_by_term(hamiltonian, mirrored):
 def _decisions(monkeypatch):
     """Where `floquet` found H's mirror centre, call by call: the shift (c - t0) / T
     (0.5: the middle of the period), `None` for the whole period."""
-    import hierax._floquet as module
+    import hierax._periodic._floquet as module
 
     return recorded_returns(monkeypatch, module, "_mirror_shift")
 

@@ -46,7 +46,7 @@ def test_bad_order(order, error, match, make):
 
 
 def test_order_message_names_the_call():
-    from hierax._validation import check_order
+    from hierax._core._validation import check_order
 
     with pytest.raises(
         TypeError, match=r"`hierax.X\(order=...\)` must be a non-negative int, got 2.0"
@@ -279,7 +279,7 @@ def test_small_constants_placed_once_by_value():
     its operators on every call): equal values give the same placed array, while
     different bytes (-0.0 against 0.0), dtypes, shapes and x64 settings never
     share one, and a NumPy array changed in place is placed anew."""
-    from hierax._arrays import to_jax
+    from hierax._core._arrays import to_jax
 
     a = np.array([[0.0, 1.0], [1.0, 0.0]])
     first = to_jax(a)

@@ -2,41 +2,45 @@
 
 from importlib.metadata import version as _version
 
-from ._backend import matmul_precision as matmul_precision
-from ._floquet import FloquetBasis as FloquetBasis, floquet as floquet
+from ._core import (
+    matmul_precision as matmul_precision,
+)
+from ._data import (
+    SparseMatrix as SparseMatrix,
+    kron as kron,
+    site_operator as site_operator,
+)
 from ._hierarchies import (
     AbstractHierarchy as AbstractHierarchy,
+    DensityMatrixDerivatives as DensityMatrixDerivatives,
     HeisenbergHierarchy as HeisenbergHierarchy,
+    LindbladHierarchy as LindbladHierarchy,
     NestedCommutators as NestedCommutators,
     PropagatorDerivatives as PropagatorDerivatives,
-)
-from ._high_frequency import (
-    HighFrequencyExpansion as HighFrequencyExpansion,
-    high_frequency_expansion as high_frequency_expansion,
-)
-from ._lindblad import (
-    DensityMatrixDerivatives as DensityMatrixDerivatives,
-    LindbladHierarchy as LindbladHierarchy,
+    Recursion as Recursion,
 )
 from ._operators import (
     AbstractTimeOperator as AbstractTimeOperator,
     CallableOperator as CallableOperator,
-    OperatorSum as OperatorSum,
-    ScaledOperator as ScaledOperator,
-    TimeOperator as TimeOperator,
-    as_operator as as_operator,
-)
-from ._pauli import (
     LanczosCoefficients as LanczosCoefficients,
+    OperatorSum as OperatorSum,
     PauliHierarchy as PauliHierarchy,
     PauliSum as PauliSum,
     PauliTimeSum as PauliTimeSum,
+    ScaledOperator as ScaledOperator,
+    TimeOperator as TimeOperator,
+    as_operator as as_operator,
     autocorrelation_series as autocorrelation_series,
     lanczos as lanczos,
     moments as moments,
+    shard_rows as shard_rows,
 )
-from ._recursion import Recursion as Recursion
-from ._sharding import shard_rows as shard_rows
+from ._periodic import (
+    FloquetBasis as FloquetBasis,
+    HighFrequencyExpansion as HighFrequencyExpansion,
+    floquet as floquet,
+    high_frequency_expansion as high_frequency_expansion,
+)
 from ._solvers import (
     LindbladTerm as LindbladTerm,
     SchrodingerTerm as SchrodingerTerm,
@@ -46,24 +50,19 @@ from ._solvers import (
     mesolve as mesolve,
     sesolve as sesolve,
 )
-from ._sparse import (
-    SparseMatrix as SparseMatrix,
-    kron as kron,
-    site_operator as site_operator,
+from ._taylor import (
+    taylor as taylor,
 )
-from ._splines import (
-    CubicSpline as CubicSpline,
-    PiecewiseConstant as PiecewiseConstant,
-    PiecewiseLinear as PiecewiseLinear,
-)
-from ._taylor import taylor as taylor
-from ._time_functions import (
+from ._time import (
     AbstractTimeFunction as AbstractTimeFunction,
     CallableTimeFunction as CallableTimeFunction,
     Constant as Constant,
     Cos as Cos,
+    CubicSpline as CubicSpline,
     Exp as Exp,
     Gaussian as Gaussian,
+    PiecewiseConstant as PiecewiseConstant,
+    PiecewiseLinear as PiecewiseLinear,
     Polynomial as Polynomial,
     Sin as Sin,
     TimeFunctionProduct as TimeFunctionProduct,

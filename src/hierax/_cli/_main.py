@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import __version__
-from .._validation import MAX_ORDER
+from .._core import MAX_ORDER
 
 
 DEFAULT_ORDER = 9

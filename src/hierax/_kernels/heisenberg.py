@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._jit import by_batching
-from .._series import TermSeries, exact_exp2, frobenius, real_dtype, times_exp
+from .._core import by_batching
+from .._data import TermSeries, exact_exp2, frobenius, real_dtype, times_exp
 
 
 class Levels(NamedTuple):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._series import TermSeries, frobenius, real_dtype, scalar_cauchy_product
+from .._data import TermSeries, frobenius, real_dtype, scalar_cauchy_product
 from .heisenberg import (
     Levels,
     PhaseStep,

@@ -18,10 +18,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._backend import exact_products
-from .._jit import by_differentiation
-from .._series import TermSeries, frobenius, real_dtype
-from .._sparse import SparseMatrix, SparseTerms, UniformSparseMatrix, sparse_products
+from .._core import by_differentiation, exact_products
+from .._data import (
+    SparseMatrix,
+    SparseTerms,
+    TermSeries,
+    UniformSparseMatrix,
+    frobenius,
+    real_dtype,
+    sparse_products,
+)
 
 
 def step_signs(step: Array, order: int) -> Array:

@@ -3,7 +3,6 @@
 
 from ._mesolve import mesolve as mesolve
 from ._options import TaylorOptions as TaylorOptions
-from ._rewrites import merge_equal_terms as merge_equal_terms  # for floquet
 from ._sesolve import sesolve as sesolve
 from ._solution import Solution as Solution
 from ._solver import (

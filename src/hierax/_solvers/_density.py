@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._arrays import placed, to_jax
+from .._core import placed, to_jax
+from .._data import SparseMatrix, TermSeries, real_dtype
 from .._kernels.density import (
     DensityParts,
     Term,
@@ -25,10 +26,7 @@ from .._kernels.density import (
     vectorised_density_terms,
 )
 from .._kernels.propagator import step_signs
-from .._operators import AbstractTimeOperator, TimeOperator, time_operators
-from .._series import TermSeries, real_dtype
-from .._sparse import SparseMatrix
-from ._rewrites import known_value
+from .._operators import AbstractTimeOperator, TimeOperator, known_value, time_operators
 
 
 def _time_operators(operator: AbstractTimeOperator) -> tuple[TimeOperator, ...] | None:

@@ -19,11 +19,20 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, PyTree
 
-from .._arrays import complex_dtype, float_dtype, is_traced, placement, to_jax
-from .._cache import IdentityCache, content_key, flatten_module
-from .._jit import module_jit
-from .._sparse import available_memory
-from .._validation import check_finite
+from .._core import (
+    IdentityCache,
+    check_finite,
+    complex_dtype,
+    content_key,
+    flatten_module,
+    float_dtype,
+    is_traced,
+    module_jit,
+    placement,
+    to_jax,
+)
+from .._data import available_memory
+from .._operators import TermNorms, jump_times, term_norms
 from ._options import (
     DEFAULT_ATOL,
     DEFAULT_MAX_STEPS,
@@ -35,7 +44,6 @@ from ._options import (
     host_checked,
     positive_value,
 )
-from ._rewrites import TermNorms, jump_times, term_norms
 from ._solution import Solution
 from ._solver import TaylorSolver, default_order
 from ._term import AbstractTaylorTerm, UnitTimeTerm

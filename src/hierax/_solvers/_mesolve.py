@@ -10,11 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._arrays import complex_dtype
-from .._backend import on_backend
-from .._custom_types import typechecked
-from .._interop import as_matrices, as_state
-from .._operators import check_jump_operators, to_operator
+from .._core import complex_dtype, on_backend, typechecked
+from .._operators import as_matrices, as_state, check_jump_operators, to_operator
 from ._density import known_density_parts
 from ._integrate import (
     TermCache,

@@ -13,9 +13,7 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, Real
 
-from .._arrays import to_jax
-from .._cache import IdentityCache
-from .._validation import MAX_ORDER
+from .._core import MAX_ORDER, IdentityCache, to_jax
 
 
 _API = "hierax.TaylorOptions"

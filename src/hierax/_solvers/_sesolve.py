@@ -11,12 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._arrays import complex_dtype, to_jax
-from .._backend import on_backend
-from .._custom_types import typechecked
-from .._interop import as_matrices, as_state
-from .._operators import to_operator
-from .._validation import check_finite
+from .._core import check_finite, complex_dtype, on_backend, to_jax, typechecked
+from .._operators import as_matrices, as_state, to_operator, uniform_products
 from ._integrate import (
     TermCache,
     check_no_foreign_keywords,
@@ -26,7 +22,6 @@ from ._integrate import (
     resolve_options,
     solve,
 )
-from ._rewrites import uniform_products
 from ._solution import Solution
 from ._term import SchrodingerTerm, known_embedded_parts
 

@@ -9,9 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, Real, Shaped
 
-from .._arrays import is_traced
-from .._cache import IdentityCache
-from .._jit import module_jit
+from .._core import IdentityCache, is_traced, module_jit
 
 
 class Solution(eqx.Module):

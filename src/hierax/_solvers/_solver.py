@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
-from .._backend import on_backend
+from .._core import on_backend
 from ._term import AbstractTaylorTerm, UnitTimeTerm
 
 

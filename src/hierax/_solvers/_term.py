@@ -11,9 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
-from .._arrays import placed, to_jax
-from .._backend import on_backend
-from .._jit import by_batching
+from .._core import by_batching, on_backend, placed, to_jax
+from .._data import SparseTerms, TermSeries, real_dtype
 from .._kernels.density import REAL_DENSITY_SIZE, StructuredParts, VectorisedParts
 from .._kernels.propagator import (
     REAL_STATE_SIZE,
@@ -31,19 +30,15 @@ from .._operators import (
     TimeOperator,
     as_time_operator,
     check_jump_operators,
-    summands,
-    time_operators,
-    to_operator,
-)
-from .._series import TermSeries, real_dtype
-from .._sparse import SparseTerms
-from ._density import density_step_terms, program_density_parts
-from ._rewrites import (
     merge_equal_terms,
     operator_bound,
     real_terms,
     split_constant_trace,
+    summands,
+    time_operators,
+    to_operator,
 )
+from ._density import density_step_terms, program_density_parts
 
 
 class _TimeControl(diffrax.AbstractTerm):

@@ -6,9 +6,7 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, PyTree, Shaped, jaxtyped
 
-from .._custom_types import TimeLike
-from .._jit import module_jit
-from .._validation import as_time_array, check_order, check_time_finite
+from .._core import TimeLike, as_time_array, check_order, check_time_finite, module_jit
 from ._interpreter import expand, function_name
 
 

@@ -20,7 +20,7 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 
-from .._series import real_dtype
+from .._data import real_dtype
 
 
 def _column(values, ndim: int):

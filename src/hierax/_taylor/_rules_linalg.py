@@ -18,7 +18,7 @@ import jax.extend.core as jex
 import jax.lax as lax
 import jax.numpy as jnp
 
-from .._series import reversed_window
+from .._data import reversed_window
 from ._core import Context, Series, is_series, lift, primal, register
 from ._interpreter import eval_closed
 from ._rules_linear import batched

@@ -7,8 +7,8 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from .._data import SparseMatrix
 from ._pauli import PauliSum
-from ._sparse import SparseMatrix
 
 
 def shard_rows(x: Any, mesh: Mesh, axis_name: str | None = None) -> Any:

@@ -36,13 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
-from ._arrays import complex_dtype, is_traced
-from ._backend import on_backend
-from ._custom_types import Time
+from .._core import Time, check_order, complex_dtype, is_traced, module_jit, on_backend
+from .._operators import AbstractTimeOperator, to_operator
 from ._floquet import FloquetBasis, checked_period, fold, real_scalar
-from ._jit import module_jit
-from ._operators import AbstractTimeOperator, to_operator
-from ._validation import check_order
 
 
 # Fractions of a period off every grid, where H is compared with the Fourier

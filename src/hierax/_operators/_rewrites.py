@@ -10,9 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._arrays import is_traced, placed, to_jax
-from .._cache import IdentityCache, content_key
-from .._operators import (
+from .._core import IdentityCache, content_key, is_traced, placed, to_jax
+from .._data import (
+    SparseMatrix,
+    UniformSparseMatrix,
+    dense_to_sparse,
+    identity,
+    real_dtype,
+    result_dtype,
+)
+from .._time import AbstractTimeFunction, Constant
+from ._time_operators import (
     AbstractTimeOperator,
     OperatorSum,
     ScaledOperator,
@@ -20,14 +28,6 @@ from .._operators import (
     as_time_operator,
     summands,
 )
-from .._series import real_dtype, result_dtype
-from .._sparse import (
-    SparseMatrix,
-    UniformSparseMatrix,
-    dense_to_sparse,
-    identity,
-)
-from .._time_functions import AbstractTimeFunction, Constant
 
 
 # The largest share of nonzero entries with which a known dense matrix of a state's

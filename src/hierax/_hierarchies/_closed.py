@@ -12,12 +12,21 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Inexact
 
-from ._arrays import is_traced
-from ._backend import run_checked
-from ._custom_types import OrderLike, TimeLike, typechecked
-from ._interop import as_matrix, as_state
-from ._jit import module_jit, run_if
-from ._kernels.heisenberg import (
+from .._core import (
+    OrderLike,
+    TimeLike,
+    as_numeric_array,
+    as_square_matrix,
+    as_time,
+    check_order,
+    is_traced,
+    module_jit,
+    run_checked,
+    run_if,
+    typechecked,
+)
+from .._data import TermSeries
+from .._kernels.heisenberg import (
     Levels,
     finish_errors,
     finish_levels,
@@ -25,25 +34,28 @@ from ._kernels.heisenberg import (
     scaled_generator,
     without_trace,
 )
-from ._kernels.lindblad import (
+from .._kernels.lindblad import (
     cast_series,
     lindblad_levels,
     number_series,
     scaled_series,
     two_sided,
 )
-from ._kernels.propagator import propagator_errors, state_series
-from ._operators import (
+from .._kernels.propagator import propagator_errors, state_series
+from .._operators import (
     AbstractTimeOperator,
     OperatorSum,
+    PauliHierarchy,
+    PauliSum,
+    PauliTimeSum,
     ScaledOperator,
     TimeOperator,
+    as_matrix,
+    as_state,
+    check_chain,
     to_operator,
 )
-from ._pauli import PauliHierarchy, PauliSum, PauliTimeSum, check_chain
-from ._series import TermSeries
 from ._time_scale import combined_rate, default_time_scale, growth_rate, jump_rate
-from ._validation import as_numeric_array, as_square_matrix, as_time, check_order
 
 
 def _complex_dtype(module: eqx.Module, *series: Any) -> jnp.dtype:

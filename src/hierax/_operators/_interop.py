@@ -24,8 +24,19 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._arrays import is_traced
-from ._operators import (
+from .._core import as_square_matrix, built_for, is_traced
+from .._data import SparseMatrix, as_sparse, from_coo
+from .._time import (
+    AbstractTimeFunction,
+    CallableTimeFunction,
+    Constant,
+    CubicSpline,
+    PiecewiseConstant,
+    PiecewiseLinear,
+    TimeFunctionProduct,
+    TimeFunctionSum,
+)
+from ._time_operators import (
     AbstractTimeOperator,
     CallableOperator,
     OperatorSum,
@@ -35,16 +46,6 @@ from ._operators import (
     summands,
     times_terms,
 )
-from ._sparse import SparseMatrix, _from_coo, as_sparse
-from ._splines import CubicSpline, PiecewiseConstant, PiecewiseLinear
-from ._time_functions import (
-    AbstractTimeFunction,
-    CallableTimeFunction,
-    Constant,
-    TimeFunctionProduct,
-    TimeFunctionSum,
-)
-from ._validation import as_square_matrix, built_for
 
 
 def foreign_library(x: Any) -> str | None:
@@ -97,7 +98,7 @@ def _dia_rows(offsets: Sequence[int], diags: Any, name: str) -> SparseMatrix:
         picks.append(i * n + j)
     flat = diags.reshape(-1) if is_traced(diags) else np.asarray(diags).reshape(-1)
     values = flat[np.concatenate(picks)]
-    return _from_coo(np.concatenate(rows), np.concatenate(columns), values, n, name)
+    return from_coo(np.concatenate(rows), np.concatenate(columns), values, n, name)
 
 
 def _qarray_matrix(x: Any, name: str, api: str) -> Array | SparseMatrix:

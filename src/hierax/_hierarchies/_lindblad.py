@@ -8,8 +8,12 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
-from ._custom_types import OrderLike
-from ._hierarchies import (
+from .._core import OrderLike, check_order
+from .._kernels.density import density_generator, density_series, generator_sizes
+from .._kernels.heisenberg import Levels
+from .._kernels.propagator import series_errors
+from .._operators import AbstractTimeOperator, check_jump_operators, to_operator
+from ._closed import (
     AbstractHierarchy,
     _check_time_scale,
     _complex_dtype,
@@ -17,14 +21,7 @@ from ._hierarchies import (
     _time_scale,
     observable_levels,
 )
-from ._kernels.density import density_generator, density_series, generator_sizes
-from ._kernels.heisenberg import (
-    Levels,
-)
-from ._kernels.propagator import series_errors
-from ._operators import AbstractTimeOperator, check_jump_operators, to_operator
 from ._time_scale import combined_rate, growth_rate, jump_rate
-from ._validation import check_order
 
 
 class LindbladHierarchy(AbstractHierarchy[Array]):

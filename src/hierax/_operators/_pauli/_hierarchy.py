@@ -26,8 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._backend import on_backend
-from .._validation import as_time, check_order, check_time_finite
+from ..._core import as_time, check_order, check_time_finite, on_backend
 from ._compress import compress
 from ._strings import i_power, product_phase
 from ._sum import (

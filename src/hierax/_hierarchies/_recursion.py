@@ -11,10 +11,15 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, PyTree, Shaped, jaxtyped
 
-from ._custom_types import TimeLike
-from ._jit import module_jit
-from ._taylor import derivative, expand, function_name, time_series
-from ._validation import as_numeric_array, as_time, check_order, check_time_finite
+from .._core import (
+    TimeLike,
+    as_numeric_array,
+    as_time,
+    check_order,
+    check_time_finite,
+    module_jit,
+)
+from .._taylor import derivative, expand, function_name, time_series
 
 
 _API = "hierax.Recursion"

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, UInt32
 
-from .._validation import is_int
+from ..._core import is_int
 
 
 WORD = 32

@@ -17,8 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._series import TermSeries, frobenius, real_dtype
-from ._sparse import SparseMatrix
+from .._data import SparseMatrix, TermSeries, frobenius, real_dtype
 
 
 def _frequencies(coefficients: Array) -> Array:

@@ -6,8 +6,8 @@ from collections.abc import Callable
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._custom_types import Time
-from ._taylor import expand, function_name, time_series
+from .._core import Time
+from .._taylor import expand, function_name, time_series
 
 
 def callable_series(

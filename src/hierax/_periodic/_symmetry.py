@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import is_traced
-from ._operators import AbstractTimeOperator, OperatorSum, ScaledOperator, TimeOperator
-from ._time_functions import (
+from .._core import is_traced
+from .._operators import AbstractTimeOperator, OperatorSum, ScaledOperator, TimeOperator
+from .._time import (
     AbstractTimeFunction,
     Constant,
     Cos,

@@ -12,43 +12,47 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._arrays import is_traced, placed, to_jax
-from ._backend import run_checked
-from ._cache import IdentityCache
-from ._custom_types import OperatorSeries, OrderLike, Time, TimeLike, typechecked
-from ._function_series import callable_series
-from ._jit import module_jit
-from ._series import (
-    TermSeries,
-    lower_toeplitz,
-    result_dtype,
-    scalar_cauchy_product,
-)
-from ._sparse import (
-    SparseMatrix,
-    SparseTerms,
-    apply_terms,
-    as_sparse,
-    densified,
-    is_sparse,
-)
-from ._time_functions import (
-    AbstractTimeFunction,
-    Constant,
-    TimeFunctionProduct,
-    TimeFunctionSum,
-    as_time_function,
-    register_operator_product,
-)
-from ._validation import (
+from .._core import (
+    IdentityCache,
+    OperatorSeries,
+    OrderLike,
+    Time,
+    TimeLike,
     as_square_matrix,
     as_time,
     built_for,
     check_order,
     check_time_finite,
+    is_traced,
+    module_jit,
     object_hint,
+    placed,
     refuse_non_matrix,
+    run_checked,
+    to_jax,
     trace_callable,
+    typechecked,
+)
+from .._data import (
+    SparseMatrix,
+    SparseTerms,
+    TermSeries,
+    apply_terms,
+    as_sparse,
+    densified,
+    is_sparse,
+    lower_toeplitz,
+    result_dtype,
+    scalar_cauchy_product,
+)
+from .._time import (
+    AbstractTimeFunction,
+    Constant,
+    TimeFunctionProduct,
+    TimeFunctionSum,
+    as_time_function,
+    callable_series,
+    register_operator_product,
 )
 
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._backend import on_backend
+from ..._core import on_backend
 from ._compress import compress, lookup, magnitude
 from ._strings import i_power, product_phase
 from ._sum import PauliSum, _live, _valid, check_chain, check_int

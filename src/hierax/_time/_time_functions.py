@@ -17,12 +17,24 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact
 
-from ._arrays import is_traced, placed, to_jax
-from ._backend import run_checked
-from ._custom_types import OrderLike, ScalarSeries, Time, TimeLike, typechecked
-from ._function_series import callable_series
-from ._jit import module_jit
-from ._series import (
+from .._core import (
+    OrderLike,
+    ScalarSeries,
+    Time,
+    TimeLike,
+    as_numeric_array,
+    as_time,
+    check_order,
+    check_time_finite,
+    is_traced,
+    module_jit,
+    placed,
+    run_checked,
+    to_jax,
+    trace_callable,
+    typechecked,
+)
+from .._data import (
     exact_exp2,
     power_series,
     real_dtype,
@@ -30,13 +42,7 @@ from ._series import (
     times_exp,
     two_product,
 )
-from ._validation import (
-    as_numeric_array,
-    as_time,
-    check_order,
-    check_time_finite,
-    trace_callable,
-)
+from ._function_series import callable_series
 
 
 def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:

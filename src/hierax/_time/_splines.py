@@ -16,11 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Real, ScalarLike
 
-from ._arrays import is_traced
-from ._custom_types import Time
-from ._series import real_dtype
+from .._core import Time, as_numeric_array, is_traced
+from .._data import real_dtype
 from ._time_functions import AbstractTimeFunction, scaled_field
-from ._validation import as_numeric_array
 
 
 _BC_TYPES = ("not-a-knot", "natural", "clamped")

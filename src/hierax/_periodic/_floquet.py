@@ -30,14 +30,27 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
-from ._arrays import complex_dtype, is_traced, to_jax
-from ._backend import on_backend
-from ._jit import in_blocks, module_jit
-from ._operators import AbstractTimeOperator, TimeOperator, summands, to_operator
-from ._solvers import TaylorOptions, default_order, merge_equal_terms, sesolve
+from .._core import (
+    as_period,
+    check_order,
+    complex_dtype,
+    in_blocks,
+    is_int,
+    is_traced,
+    module_jit,
+    on_backend,
+    to_jax,
+)
+from .._operators import (
+    AbstractTimeOperator,
+    TimeOperator,
+    merge_equal_terms,
+    summands,
+    to_operator,
+)
+from .._solvers import TaylorOptions, default_order, sesolve
+from .._time import CallableTimeFunction
 from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
-from ._time_functions import CallableTimeFunction
-from ._validation import as_period, check_order, is_int
 
 
 # The mixing coefficient of the Hermitian combination (the golden ratio's

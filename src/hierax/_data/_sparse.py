@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int
 
-from ._arrays import is_traced, placed, to_jax
+from .._core import is_traced, placed, to_jax
 from ._series import TermSeries, result_dtype
 
 
@@ -156,7 +156,7 @@ class SparseMatrix(eqx.Module):
     @property
     def T(self) -> "SparseMatrix":
         rows, columns, values = self._coo()
-        return _from_coo(columns, rows, values, self.shape[0], "T")
+        return from_coo(columns, rows, values, self.shape[0], "T")
 
     def is_hermitian(self) -> bool:
         """Whether the matrix is exactly Hermitian (concrete values only; False
@@ -312,7 +312,7 @@ def as_sparse(x: Any, name: str, api: str) -> SparseMatrix:
         coo = x.tocoo()
         values = np.asarray(coo.data)
         _check_values(values, name, api)
-        return _from_coo(
+        return from_coo(
             np.asarray(coo.row),
             np.asarray(coo.col),
             to_jax(values),
@@ -335,7 +335,7 @@ def as_sparse(x: Any, name: str, api: str) -> SparseMatrix:
             _check_values(np.asarray(data), name, api)
         # BCOO pads with out-of-range indices; those entries are dropped.
         valid = (indices[:, 0] < shape[0]) & (indices[:, 1] < shape[1])
-        return _from_coo(
+        return from_coo(
             indices[valid, 0], indices[valid, 1], data[valid], shape[0], name
         )
     if _is_dense_matrix(x) or isinstance(x, Sequence):
@@ -378,10 +378,10 @@ def dense_to_sparse(matrix: Array | np.ndarray) -> SparseMatrix:
         return SparseMatrix(matrix, columns)
     array = np.asarray(matrix)
     rows, columns = np.nonzero(array)
-    return _from_coo(rows, columns, array[rows, columns], n, "matrix")
+    return from_coo(rows, columns, array[rows, columns], n, "matrix")
 
 
-def _from_coo(
+def from_coo(
     rows: np.ndarray, columns: np.ndarray, values: Any, n: int, what: str
 ) -> SparseMatrix:
     """The row layout of a matrix given entry by entry (duplicates summed): the
@@ -434,7 +434,7 @@ def _canonical(matrix: SparseMatrix) -> SparseMatrix:
     if is_traced(matrix.columns):
         return matrix
     rows, columns, values = matrix._coo()
-    return _from_coo(rows, columns, values, matrix.shape[0], "matrix")
+    return from_coo(rows, columns, values, matrix.shape[0], "matrix")
 
 
 def _concatenate(matrices: Sequence[SparseMatrix]) -> SparseMatrix:

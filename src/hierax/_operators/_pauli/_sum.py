@@ -11,11 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int, Real, ScalarLike, UInt32
 
-from .._arrays import complex_dtype, float_dtype, is_traced, to_jax
-from .._backend import on_backend
-from .._jit import module_jit
-from .._time_functions import AbstractTimeFunction, Constant
-from .._validation import is_int
+from ..._core import (
+    complex_dtype,
+    float_dtype,
+    is_int,
+    is_traced,
+    module_jit,
+    on_backend,
+    to_jax,
+)
+from ..._time import AbstractTimeFunction, Constant
 from ._compress import compress, lookup
 from ._strings import i_power, parse, product_phase, site_masks, to_strings, words
 
@@ -413,7 +418,7 @@ class PauliSum(eqx.Module):
     def to_sparse(self):
         """The matrix as a [`hierax.SparseMatrix`][] (one entry per string and row),
         a way into the hierarchies and solvers for N <= 14."""
-        from .._sparse import SparseMatrix
+        from ..._data import SparseMatrix
 
         self._check_dense("to_sparse")
         return SparseMatrix(*_rows(self)[::-1])

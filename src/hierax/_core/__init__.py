@@ -1,0 +1,53 @@
+"""The bottom layer: arrays and their placement, the backend's precision, caches,
+types, the one compile policy and the checks of inputs."""
+
+from ._arrays import (
+    complex_dtype as complex_dtype,
+    float_dtype as float_dtype,
+    is_traced as is_traced,
+    placed as placed,
+    placement as placement,
+    to_jax as to_jax,
+)
+from ._backend import (
+    exact_products as exact_products,
+    matmul_precision as matmul_precision,
+    on_backend as on_backend,
+    run_checked as run_checked,
+)
+from ._cache import (
+    IdentityCache as IdentityCache,
+    content_key as content_key,
+    flatten_module as flatten_module,
+)
+from ._custom_types import (
+    OperatorSeries as OperatorSeries,
+    OrderLike as OrderLike,
+    ScalarSeries as ScalarSeries,
+    Time as Time,
+    TimeLike as TimeLike,
+    typechecked as typechecked,
+)
+from ._jit import (
+    by_batching as by_batching,
+    by_differentiation as by_differentiation,
+    in_blocks as in_blocks,
+    module_jit as module_jit,
+    run_if as run_if,
+)
+from ._validation import (
+    MAX_ORDER as MAX_ORDER,
+    as_numeric_array as as_numeric_array,
+    as_period as as_period,
+    as_square_matrix as as_square_matrix,
+    as_time as as_time,
+    as_time_array as as_time_array,
+    built_for as built_for,
+    check_finite as check_finite,
+    check_order as check_order,
+    check_time_finite as check_time_finite,
+    is_int as is_int,
+    object_hint as object_hint,
+    refuse_non_matrix as refuse_non_matrix,
+    trace_callable as trace_callable,
+)

@@ -1,0 +1,45 @@
+"""Operators: time-dependent operators, their structure (dense, sparse, Pauli
+sums), conversions from other libraries, rewrites and sharding."""
+
+from ._interop import (
+    as_matrices as as_matrices,
+    as_matrix as as_matrix,
+    as_state as as_state,
+)
+from ._pauli import (
+    LanczosCoefficients as LanczosCoefficients,
+    PauliHierarchy as PauliHierarchy,
+    PauliSum as PauliSum,
+    PauliTimeSum as PauliTimeSum,
+    autocorrelation_series as autocorrelation_series,
+    check_chain as check_chain,
+    lanczos as lanczos,
+    moments as moments,
+)
+from ._rewrites import (
+    TermNorms as TermNorms,
+    jump_times as jump_times,
+    known_value as known_value,
+    merge_equal_terms as merge_equal_terms,
+    operator_bound as operator_bound,
+    real_terms as real_terms,
+    split_constant_trace as split_constant_trace,
+    term_norms as term_norms,
+    uniform_products as uniform_products,
+)
+from ._sharding import (
+    shard_rows as shard_rows,
+)
+from ._time_operators import (
+    AbstractTimeOperator as AbstractTimeOperator,
+    CallableOperator as CallableOperator,
+    OperatorSum as OperatorSum,
+    ScaledOperator as ScaledOperator,
+    TimeOperator as TimeOperator,
+    as_operator as as_operator,
+    as_time_operator as as_time_operator,
+    check_jump_operators as check_jump_operators,
+    summands as summands,
+    time_operators as time_operators,
+    to_operator as to_operator,
+)

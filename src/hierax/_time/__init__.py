@@ -1,0 +1,24 @@
+"""Functions of time: the built-in ones, splines and their Taylor series."""
+
+from ._function_series import (
+    callable_series as callable_series,
+)
+from ._splines import (
+    CubicSpline as CubicSpline,
+    PiecewiseConstant as PiecewiseConstant,
+    PiecewiseLinear as PiecewiseLinear,
+)
+from ._time_functions import (
+    AbstractTimeFunction as AbstractTimeFunction,
+    CallableTimeFunction as CallableTimeFunction,
+    Constant as Constant,
+    Cos as Cos,
+    Exp as Exp,
+    Gaussian as Gaussian,
+    Polynomial as Polynomial,
+    Sin as Sin,
+    TimeFunctionProduct as TimeFunctionProduct,
+    TimeFunctionSum as TimeFunctionSum,
+    as_time_function as as_time_function,
+    register_operator_product as register_operator_product,
+)
