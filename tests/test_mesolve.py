@@ -566,6 +566,51 @@ def test_taylor_solver_in_diffeqsolve_equals_mesolve():
     assert _error(back.ys[-1], RHO) <= 100 * RTOL
 
 
+@pytest.mark.filterwarnings("ignore:Complex dtype support")
+def test_a_users_args_leave_the_steps_parts_alone():
+    """The Lindblad step's parts that `mesolve` assembles before compiling are a
+    field of the term, never diffrax's `args`: a user's own `args` (any pytree)
+    leave the step's program as it is with `args=None` (that of the parts, not of
+    the term without them), and a diffrax solve with them gives the same states
+    bitwise and the same steps, equal to DOP853's."""
+    from hierax._solvers._mesolve import _term as mesolve_term
+
+    hamiltonian, jumps = _driven()
+    bare, with_known_parts = mesolve_term(hamiltonian, jumps)
+    term = with_known_parts(jnp.complex128)
+    assert term.parts is not None and bare.parts is None
+    users = {"rate": jnp.arange(3.0), "label": None, "pair": (1, jnp.ones((2, 2)))}
+    rho = jnp.asarray(RHO)
+
+    def program(term, args):
+        step = lambda y: term.taylor_terms(
+            jnp.asarray(0.3), jnp.asarray(-0.4), y, 12, args
+        )
+        return str(jax.make_jaxpr(step)(rho))
+
+    assert program(term, users) == program(term, None) != program(bare, None)
+
+    @jax.jit
+    def solve(args):
+        solution = diffrax.diffeqsolve(
+            term,
+            TaylorSolver(20),
+            t0=0.0,
+            t1=2.0,
+            dt0=0.05,
+            y0=rho,
+            args=args,
+            stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
+        )
+        return solution.ys, solution.stats["num_steps"]
+
+    plain, plain_steps = solve(None)
+    ours, steps = solve(users)
+    assert np.array_equal(ours, plain) and int(steps) == int(plain_steps)
+    reference = _dop853(hamiltonian, jumps, RHO, np.array([0.0, 2.0]))
+    assert _error(ours[-1], reference[-1]) <= 10 * RTOL
+
+
 def test_lindblad_term_vector_field():
     hamiltonian, jumps = _qubit_t1_t2()
     term = LindbladTerm(hamiltonian, jumps)

@@ -290,8 +290,10 @@ def read_state(x: Any, name: str, api: str) -> tuple[Array, bool]:
 
 
 def per_precision(assemble: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """`assemble(dtype)` (a step's parts, assembled before compiling), kept per
-    dtype: a term cached by `TermCache` assembles them once per precision."""
+    """`assemble(dtype)` (a term with its step's parts, assembled before
+    compiling), kept per dtype: a term cached by `TermCache` assembles them once
+    per precision, and the same dtype brings back the same object (whose
+    flattened form and norms are then kept by identity)."""
     assembled: dict[Any, Any] = {}
 
     def parts(dtype: Any) -> Any:
@@ -398,7 +400,6 @@ def solve(
     state_name: str,
     state_checked: bool,
     exp_ops_checked: bool = True,
-    args: PyTree = None,
 ) -> Solution:
     """The solve shared by `sesolve` and `mesolve`: checks the times (the state's
     shape and the observables are the caller's) and runs the compiled solve with
@@ -407,9 +408,8 @@ def solve(
     input: in its complex dtype, finite); a JAX array is checked (finite) and cast
     inside the program, `state_name` naming it; so are the observables (finite)
     unless `exp_ops_checked`. `expectation(exp_ops, states)`
-    gives the expectation values of the caller's kind of state; `args` are the
-    step's diffrax arguments (the Lindblad generator's parts, assembled before
-    compiling)."""
+    gives the expectation values of the caller's kind of state. The step's parts
+    assembled before compiling travel as fields of `term` (`with_parts`)."""
     times, times_checked = _check_times(times, api)
     rtol, atol, dt = options.rtol, options.atol, options.dt
     # Values held on the host (numbers, lists, NumPy arrays) were checked before
@@ -445,7 +445,6 @@ def solve(
             exp_ops,
             # The first step's bound needs them; fixed steps do not.
             _generator_norms(term) if dt is None else None,
-            args,
             order=order,
             max_steps=max_steps,
             control=(options.safety, options.pcoeff, options.icoeff, options.dcoeff),
@@ -467,7 +466,6 @@ def _solve_impl(
     dt: Array | None,
     exp_ops: Array | None,
     norms: tuple[TermNorms | None, ...] | None,
-    args: PyTree,
     *,
     order: int,
     max_steps: int,
@@ -496,8 +494,8 @@ def _solve_impl(
     # there diffrax steps to just after each knot, which a rescaled knot could
     # miss by an ULP.
     unit = knots is None
-    if args is None:  # nothing assembled before compiling: once here, not per step
-        args = term.program_parts(t0, state.dtype)
+    # Parts not assembled before compiling: once here, not in every step.
+    term = term.with_program_parts(t0, state.dtype)
     controller, dt0 = _step_control(
         term, t0, t1, rtol, atol, dt, norms, knots, order, control, api
     )
@@ -538,7 +536,6 @@ def _solve_impl(
             state,
             saveat=saveat,
             stepsize_controller=controller,
-            args=args,
             adjoint=adjoint.value,
             max_steps=max_steps,
             progress_meter=(

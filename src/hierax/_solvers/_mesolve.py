@@ -1,7 +1,7 @@
 """`hierax.mesolve`: the Lindblad master equation, solved with the Taylor method on
 diffrax (the solve of `hierax.sesolve`, with a `LindbladTerm`)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import diffrax
@@ -24,7 +24,7 @@ from ._integrate import (
 )
 from ._sesolve import check_exp_ops
 from ._solution import Solution
-from ._term import LindbladTerm
+from ._term import LindbladTerm, with_parts
 
 
 _API = "hierax.mesolve"
@@ -133,10 +133,12 @@ def mesolve(
             "c_ops)`; hierax's is `hierax.mesolve(H, jump_operators, rho0, times)` "
             "(dynamiqs' order), with the jump operators as a list."
         )
-    term, parts = _term(hamiltonian, jump_operators)
+    term, with_known_parts = _term(hamiltonian, jump_operators)
     n = term.size
     rho, checked = read_state(as_state(rho, "rho", _API, density=True), "rho", _API)
     _check_rho(rho, n)
+    # The Lindblad step's constant parts, assembled before compiling.
+    term = with_known_parts(complex_dtype(rho.dtype))
     exp_ops, exp_checked = check_exp_ops(
         as_matrices(exp_ops, "exp_ops", _API), None, n, _API
     )
@@ -159,15 +161,14 @@ def mesolve(
         dense=dense,
         api=_API,
         expectation=_density_expectations,
-        # The Lindblad step's constant parts, assembled before compiling.
         state_name="rho",
         state_checked=checked,
         exp_ops_checked=exp_checked,
-        args=parts(complex_dtype(rho.dtype)),
     )
 
 
-# The term and its step's constant parts, per precision (see `TermCache`).
+# The term, and the term with its step's constant parts per precision (see
+# `TermCache`).
 _TERMS = TermCache(16)
 
 
@@ -176,10 +177,12 @@ _TERMS = TermCache(16)
 _STACKED_TERMS = TermCache(16)
 
 
-def _term(hamiltonian: Any, jump_operators: Any) -> tuple[LindbladTerm, Any]:
-    """The term and its step's parts, per precision (see `TermCache`), built from
-    what the cache keeps and keyed by all of it: the Hamiltonian and every jump
-    operator."""
+def _term(
+    hamiltonian: Any, jump_operators: Any
+) -> tuple[LindbladTerm, Callable[[Any], LindbladTerm]]:
+    """The term, and the term with its step's parts per precision (see
+    `TermCache`), built from what the cache keeps and keyed by all of it: the
+    Hamiltonian and every jump operator."""
     if jump_operators is None:
         raise TypeError(
             f"`{_API}`: `jump_operators` must be a list of operators (e.g. "
@@ -196,7 +199,9 @@ def _term(hamiltonian: Any, jump_operators: Any) -> tuple[LindbladTerm, Any]:
         jumps = check_jump_operators(jumps, hamiltonian.size, _API)
         term = LindbladTerm(hamiltonian, jumps)
         operators = (term.hamiltonian, term.jump_operators)
-        return term, per_precision(lambda d: known_density_parts(*operators, d))
+        return term, per_precision(
+            lambda d: with_parts(term, known_density_parts(*operators, d))
+        )
 
     if stacked:
         return _STACKED_TERMS.get((hamiltonian, jump_operators), build)

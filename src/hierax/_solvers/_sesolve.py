@@ -1,7 +1,7 @@
 """`hierax.sesolve`: the Schrodinger equation, solved with the Taylor method on
 diffrax."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import diffrax
@@ -23,7 +23,7 @@ from ._integrate import (
     solve,
 )
 from ._solution import Solution
-from ._term import SchrodingerTerm, known_embedded_parts
+from ._term import SchrodingerTerm, known_embedded_parts, with_parts
 
 
 _API = "hierax.sesolve"
@@ -123,11 +123,13 @@ def sesolve(
         ```
     """
     check_no_foreign_keywords(unknown, _API)
-    term, parts = _term(hamiltonian)
+    term, with_known_parts = _term(hamiltonian)
     n = term.size
     state, checked = read_state(as_state(state, "state", _API), "state", _API)
     _check_state(state, n)
-    dtype = complex_dtype(state.dtype)
+    # The terms' real embeddings held by their diagonals, assembled before
+    # compiling (none where they do not pay).
+    term = with_known_parts(complex_dtype(state.dtype))
     exp_ops, exp_checked = check_exp_ops(
         as_matrices(exp_ops, "exp_ops", _API), state, n, _API
     )
@@ -153,18 +155,17 @@ def sesolve(
         state_name="state",
         state_checked=checked,
         exp_ops_checked=exp_checked,
-        # The terms' real embeddings held by their diagonals, assembled before
-        # compiling (`None` where they do not pay).
-        args=parts(dtype),
     )
 
 
 _TERMS = TermCache(16)
 
 
-def _term(hamiltonian: Any) -> tuple[SchrodingerTerm, Any]:
-    """The term and its step's parts assembled before compiling, per precision
-    (see `TermCache`)."""
+def _term(
+    hamiltonian: Any,
+) -> tuple[SchrodingerTerm, Callable[[Any], SchrodingerTerm]]:
+    """The term, and the term with its step's parts assembled before compiling,
+    per precision (the same object for the same dtype; see `TermCache`)."""
 
     def build(kept: tuple[Any, ...]) -> tuple[SchrodingerTerm, Any]:
         term = SchrodingerTerm(to_operator(kept[0], "hamiltonian", _API))
@@ -172,7 +173,9 @@ def _term(hamiltonian: Any) -> tuple[SchrodingerTerm, Any]:
         term = eqx.tree_at(
             lambda t: t.hamiltonian, term, uniform_products(term.hamiltonian)
         )
-        return term, per_precision(lambda d: known_embedded_parts(term.hamiltonian, d))
+        return term, per_precision(
+            lambda d: with_parts(term, known_embedded_parts(term.hamiltonian, d))
+        )
 
     return _TERMS.get((hamiltonian,), build)
 

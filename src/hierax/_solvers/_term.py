@@ -2,7 +2,7 @@
 steps through one method, `AbstractTaylorTerm.taylor_terms`."""
 
 import abc
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import diffrax
 import equinox as eqx
@@ -13,7 +13,7 @@ from jaxtyping import Array, ArrayLike, Complex, PyTree
 
 from .._core import by_batching, on_backend, placed, to_jax
 from .._data import SparseTerms, TermSeries, real_dtype
-from .._kernels.density import REAL_DENSITY_SIZE, StructuredParts, VectorisedParts
+from .._kernels.density import REAL_DENSITY_SIZE, DensityParts
 from .._kernels.propagator import (
     REAL_STATE_SIZE,
     SMALL_EMBEDDED_SIZE,
@@ -82,17 +82,18 @@ class AbstractTaylorTerm(_TimeControl):
         """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the state's
         series for a step $h$ = `step` of either sign from $y(t) = $ `y0`, shape
         `(order + 1, *y0.shape)`, and the rate $r$ of an exact phase $e^{r}$
-        applied to their sum (zero when there is none). `args`: diffrax's.
+        applied to their sum (zero when there is none). `args`: diffrax's, which
+        the step never reads (what it needs is in the term's fields).
         `adjoint`: reverse mode differentiates the recursion by its adjoint
         recursion, and forward mode is refused (see `TaylorSolver`)."""
 
-    def program_parts(self, t: Array, dtype: Any) -> PyTree:
-        """The step's parts (diffrax's `args`) assembled once inside the solve's
-        program, at its start `t`, for a solve given none before compiling
-        (traced operators); `None` (the default) where the step assembles what it
-        needs."""
+    def with_program_parts(self, t: Array, dtype: Any) -> "AbstractTaylorTerm":
+        """The term with its step's parts assembled once inside the solve's
+        program, at its start `t`, for the state's `dtype`, where none were
+        assembled before compiling (traced operators); the term itself (the
+        default) where the step assembles what it needs."""
         del t, dtype
-        return None
+        return self
 
     @abc.abstractmethod
     def generator_bound(self, t: Array, norms: tuple[Any, ...]) -> Array:
@@ -124,6 +125,7 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
     hamiltonian: AbstractTimeOperator
     energy_shift: Complex[Array, ""]
+    parts: EmbeddedParts | DenseEmbedding | None
 
     def __init__(self, hamiltonian: Any):
         """**Arguments:**
@@ -140,22 +142,26 @@ class SchrodingerTerm(AbstractTaylorTerm):
         if operator.size >= REAL_STATE_SIZE:
             operator = real_terms(operator, sparse=True)
         self.hamiltonian = operator
+        # The terms' real embeddings: `sesolve` sets them (`with_parts`).
+        self.parts = None
 
     @property
     def operators(self) -> tuple[AbstractTimeOperator, ...]:
         return (self.hamiltonian,)
 
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
-        # `sesolve` hands the terms' real embeddings, assembled before compiling,
-        # as diffrax's `args` (for tiny states, and when their diagonals pay).
-        parts = args if isinstance(args, EmbeddedParts | DenseEmbedding) else None
-        v = _schrodinger_terms(self.hamiltonian, t, step, y0, order, parts, adjoint)
+        del args
+        v = _schrodinger_terms(
+            self.hamiltonian, t, step, y0, order, self.parts, adjoint
+        )
         # The energy shift, exactly, as the phase e^{-i c h}.
         return v, (-1j * step * self.energy_shift).astype(v.dtype)
 
-    def program_parts(self, t, dtype):
+    def with_program_parts(self, t, dtype):
         del t
-        return traced_embedded_parts(self.hamiltonian, dtype)
+        if self.parts is not None:
+            return self
+        return with_parts(self, traced_embedded_parts(self.hamiltonian, dtype))
 
     def generator_bound(self, t, norms):
         return operator_bound(self.hamiltonian, t, norms[0])
@@ -376,6 +382,7 @@ class LindbladTerm(AbstractTaylorTerm):
 
     hamiltonian: AbstractTimeOperator
     jump_operators: tuple[AbstractTimeOperator, ...]
+    parts: DensityParts | None
 
     def __init__(self, hamiltonian: Any, jump_operators: Any):
         """**Arguments:**
@@ -399,22 +406,34 @@ class LindbladTerm(AbstractTaylorTerm):
         self.jump_operators = tuple(
             real_terms(op, diagonal=True, split=split) for op in jumps
         )
+        # The generator's step-independent parts: `mesolve` sets them
+        # (`with_parts`).
+        self.parts = None
 
     @property
     def operators(self) -> tuple[AbstractTimeOperator, ...]:
         return (self.hamiltonian, *self.jump_operators)
 
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
-        # `mesolve` hands the generator's parts, assembled before compiling, as
-        # diffrax's `args`; without them the step assembles its own.
-        parts = args if isinstance(args, StructuredParts | VectorisedParts) else None
+        # Without parts (`None`) the step assembles its own.
+        del args
         v = _lindblad_terms(
-            self.hamiltonian, self.jump_operators, t, step, y0, order, parts, adjoint
+            self.hamiltonian,
+            self.jump_operators,
+            t,
+            step,
+            y0,
+            order,
+            self.parts,
+            adjoint,
         )
         return v, jnp.zeros((), v.dtype)
 
-    def program_parts(self, t, dtype):
-        return program_density_parts(self.hamiltonian, self.jump_operators, t, dtype)
+    def with_program_parts(self, t, dtype):
+        if self.parts is not None:
+            return self
+        parts = program_density_parts(self.hamiltonian, self.jump_operators, t, dtype)
+        return with_parts(self, parts)
 
     def generator_bound(self, t, norms):
         # The commutator's 2|H| and the dissipator's 2 sum_j |L_j|^2.
@@ -438,6 +457,19 @@ class LindbladTerm(AbstractTaylorTerm):
             number = adjoint @ jump
             out = out + jump @ y @ adjoint - 0.5 * (number @ y + y @ number)
         return out
+
+
+_Term = TypeVar("_Term", SchrodingerTerm, LindbladTerm)
+
+
+def with_parts(term: _Term, parts: PyTree) -> _Term:
+    """`term` with its step's parts (`parts`, a field of `SchrodingerTerm` and
+    `LindbladTerm`) replaced by `parts`: what `sesolve` and `mesolve` assemble
+    before compiling, or the solve inside its program. The parts travel with the
+    term, never in diffrax's `args`, which stay the user's."""
+    if parts is None and term.parts is None:
+        return term
+    return eqx.tree_at(lambda t: t.parts, term, parts, is_leaf=lambda x: x is None)
 
 
 class UnitTimeTerm(_TimeControl):
