@@ -33,9 +33,14 @@ docs: $(VENV)/.installed-dev
 	$(BIN)/mkdocs build --strict
 
 ## The benchmark suite in its quick mode, one JSON record per benchmark in
-## benchmarks/out (the full suite: python -m benchmarks run all).
+## benchmarks/results (the full suite: python -m benchmarks run all).
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m benchmarks run all --quick
+
+.PHONY: bench-report
+## The report of the newest records into benchmarks/README.md (between its markers).
+bench-report: $(VENV)/.installed-dev
+	$(BIN)/python -m benchmarks report --write-readme
 
 ## ruff: formatting and lint rules.
 lint: $(VENV)/.installed-dev

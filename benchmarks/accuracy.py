@@ -19,6 +19,7 @@ require_cpu("accuracy.py")
 import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from oracle import SYSTEMS, mp_relative_errors, sympy_levels  # noqa: E402
+from rows import emit, row  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -37,6 +38,7 @@ def main() -> None:
     parser.add_argument("--order", type=int, default=12)
     order = parser.parse_args().order
     print(f"relative error (Frobenius) per level k = 0..{order} against SymPy/mpmath")
+    rows = []
     for make in SYSTEMS:
         system = make()
         t0 = float(system["t0"])
@@ -55,6 +57,9 @@ def main() -> None:
         print("  k  complex128  complex64")
         for k in range(order + 1):
             print(f"{k:3d}  {e64[k]:10.1e}  {e32[k]:9.1e}")
+            for dtype, errors in (("complex128", e64), ("complex64", e32)):
+                rows.append(row(system["name"], dtype, "error", errors[k], level=k))
+    emit(rows)
 
 
 if __name__ == "__main__":

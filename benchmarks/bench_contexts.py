@@ -30,6 +30,7 @@ require_cpu("bench_contexts.py")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from rows import emit, row  # noqa: E402
 from timing import median_time  # noqa: E402
 
 import hierax  # noqa: E402
@@ -127,6 +128,7 @@ def main():
         "| system | context | from Python (ms) | inside jax.jit (ms) | jit / Python |"
     )
     print("|---|---|---|---|---|")
+    rows = []
     for name, system in SYSTEMS.items():
         for context, (eager, jitted, args) in contexts(system).items():
             python = median_time(eager, args, repeats)
@@ -135,6 +137,10 @@ def main():
                 f"| {name} | {context} | {python * 1e3:.2f} | {inside * 1e3:.2f} | "
                 f"{inside / python:.2f} |"
             )
+            case = f"{name}, {context}"
+            rows.append(row(case, "from Python", "seconds", python))
+            rows.append(row(case, "inside jax.jit", "seconds", inside))
+    emit(rows)
     print(f"load after: {os.getloadavg()}")
 
 

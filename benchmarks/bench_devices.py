@@ -63,7 +63,6 @@ and end.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,8 +75,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from peers import diffrax_final, dynamiqs_final, real_embedding
+from rows import emit, row
 from systems import System, xxz
-from timing import time_at, timed
+from timing import Stopwatch, first_and_median, time_at
 
 import hierax
 
@@ -261,9 +261,9 @@ def reference_child(path: str, keys: list[str]) -> None:
     assert jax.default_backend() == "cpu", jax.default_backend()
     out = {}
     for key in keys:
-        start = time.perf_counter()
+        watch = Stopwatch()
         out[key] = compute_reference(key)
-        print(f"  reference {key}: {time.perf_counter() - start:.1f} s", flush=True)
+        print(f"  reference {key}: {watch.seconds:.1f} s", flush=True)
     np.savez(path, allow_pickle=False, **out)
 
 
@@ -278,7 +278,7 @@ def references(args) -> dict[str, np.ndarray]:
     missing = [k for k in reference_keys(args) if k not in have]
     if missing:
         print(f"references (x64, CPU subprocess): {', '.join(missing)}", flush=True)
-        start = time.perf_counter()
+        watch = Stopwatch()
         scratch = path + ".new.npz"
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
         command = [sys.executable, __file__, "--reference-child", scratch]
@@ -288,7 +288,7 @@ def references(args) -> dict[str, np.ndarray]:
             have.update({k: f[k] for k in f.files})
         os.remove(scratch)
         np.savez(path, allow_pickle=False, **have)
-        print(f"references: {time.perf_counter() - start:.1f} s, in {path}", flush=True)
+        print(f"references: {watch.seconds:.1f} s, in {path}", flush=True)
     return have
 
 
@@ -329,14 +329,6 @@ def level_errors(levels: np.ndarray, reference: np.ndarray) -> list[float]:
     return out
 
 
-def first_and_median(fn: Callable, *args) -> tuple[float, float, np.ndarray]:
-    """The first call's time (compile included), the median of `REPEATS` more, and
-    the result."""
-    first, out = timed(fn, *args)
-    median = statistics.median(timed(fn, *args)[0] for _ in range(REPEATS))
-    return first, median, out
-
-
 def _ms(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -365,20 +357,15 @@ def section_accuracy(args, refs) -> dict:
         ("PropagatorDerivatives, n = 32, order 20", propagator_levels, "propagator"),
         ("seed, order 30", seed_levels, "seed"),
     ):
-        start = time.perf_counter()
+        watch = Stopwatch()
         errors = level_errors(fn(), refs[key])
         rows.append(
-            dict(
-                name=name,
-                errors=errors,
-                max=max(errors),
-                seconds=time.perf_counter() - start,
-            )
+            dict(name=name, errors=errors, max=max(errors), seconds=watch.seconds)
         )
     sites = _accuracy_sites(args)
     system = chain(sites)
     psi = jnp.asarray(system.state, _cdtype())
-    start = time.perf_counter()
+    watch = Stopwatch()
     final = hierax.sesolve(
         hamiltonian_of(system),
         psi,
@@ -393,7 +380,7 @@ def section_accuracy(args, refs) -> dict:
             name=f"sesolve XXZ {sites} sites, rtol 1e-6",
             errors=[error],
             max=error,
-            seconds=time.perf_counter() - start,
+            seconds=watch.seconds,
         )
     )
     print(f"| problem | max relative error | target {ACCURACY_TARGET:g} | per level |")
@@ -447,7 +434,7 @@ def _dq_precision(precision: str) -> str:
 def run_ladder(solve: Callable, reference: np.ndarray, tols, slow: float) -> list:
     points = []
     for tol in tols:
-        first, median, out = first_and_median(solve, tol)
+        first, median, out = first_and_median(solve, (tol,), REPEATS)
         error = relative_error(out, reference)
         points.append(dict(tol=tol, error=error, seconds=median, first=first))
         if median > slow:
@@ -556,7 +543,7 @@ def section_batch(args, refs) -> dict:
     outs = {}
     for name, fn in calls.items():
         try:
-            first, median, outs[name] = first_and_median(fn, states)
+            first, median, outs[name] = first_and_median(fn, (states,), REPEATS)
         except Exception as e:
             row[name] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
             continue
@@ -612,7 +599,7 @@ def section_floquet(args, refs) -> dict:
     row: dict = dict(levels=8, amplitudes=count, rtol=tol)
     for name, fn in calls.items():
         try:
-            first, median, out = first_and_median(fn, amplitudes)
+            first, median, out = first_and_median(fn, (amplitudes,), REPEATS)
         except Exception as e:
             row[name] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
             print(f"  {name}: failed ({row[name]['error']})")
@@ -634,7 +621,7 @@ def section_lanczos(args, refs) -> dict:
     def b():
         return hierax.lanczos(h, o, steps, capacity=capacity).b
 
-    first, median, out = first_and_median(b)
+    first, median, out = first_and_median(b, (), REPEATS)
     difference = float(np.max(np.abs(out - reference)))
     print(
         f"  {qubits} qubits, {steps} steps, "
@@ -659,6 +646,52 @@ RUNNERS = {
     "floquet": section_floquet,
     "lanczos": section_lanczos,
 }
+
+
+def result_rows(record: dict) -> list[dict]:
+    """The sections as result rows, each with the run's precision and matmul
+    choice: the accuracy's largest error, the chains' time at the common error
+    and first call per method, the batch's, Floquet's and Lanczos' times."""
+    out = []
+    setting = dict(
+        precision=record["args"]["precision"], matmul=record["args"]["matmul"]
+    )
+    if record.get("refused"):
+        return [row("every section", "hierax", "refused", record["refused"], **setting)]
+    sections = record["sections"]
+    for r in sections.get("accuracy", {}).get("rows", []):
+        out.append(row(r["name"], "hierax", "error", r["max"], **setting))
+    chains = sections.get("chains")
+    if chains:
+        for r in chains["rows"]:
+            case = f"XXZ chain, {r['sites']} sites, error {chains['target']:g}"
+            for name, points in r["ladders"].items():
+                entry = r["at"].get(name)
+                seconds = entry[0] if entry else None
+                out.append(row(case, name, "seconds", seconds, **setting))
+                first = points[0]["first"] if points else None
+                out.append(row(case, name, "first_call_seconds", first, **setting))
+    for key, label in (("batch", "vmap over states"), ("floquet", "floquet sweep")):
+        section = sections.get(key)
+        if not section:
+            continue
+        for name, r in section.items():
+            if isinstance(r, dict) and "median" in r:
+                out.append(row(label, name, "seconds", r["median"], **setting))
+                out.append(
+                    row(label, name, "first_call_seconds", r["first"], **setting)
+                )
+                if "error" in r:
+                    out.append(row(label, name, "error", r["error"], **setting))
+    lanczos = sections.get("lanczos")
+    if lanczos:
+        case = f"lanczos, {lanczos['qubits']} qubits, {lanczos['steps']} steps"
+        out.append(row(case, "hierax", "seconds", lanczos["median"], **setting))
+        out.append(
+            row(case, "hierax", "first_call_seconds", lanczos["first"], **setting)
+        )
+        out.append(row(case, "hierax", "error", lanczos["difference"], **setting))
+    return out
 
 
 def refusal() -> str | None:
@@ -690,7 +723,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     jax.config.update("jax_enable_x64", args.precision == "x64")
-    started = time.perf_counter()
+    watch = Stopwatch()
     record: dict = dict(
         args=vars(args),
         jax=jax.__version__,
@@ -713,14 +746,15 @@ def main() -> None:
                 jax.clear_caches()
                 ctx = context(args)
                 print(f"\n## {name}: {_label(ctx)}", flush=True)
-                start = time.perf_counter()
+                section = Stopwatch()
                 result = RUNNERS[name](args, refs)
                 result["context"] = ctx
                 result["load_after"] = list(os.getloadavg())
-                result["seconds"] = time.perf_counter() - start
+                result["seconds"] = section.seconds
                 record["sections"][name] = result
                 print(f"({result['seconds']:.0f} s)", flush=True)
-    record["seconds"] = time.perf_counter() - started
+    record["seconds"] = watch.seconds
+    emit(result_rows(record))
     record["load_after"] = list(os.getloadavg())
     print(f"\n{record['seconds']:.0f} s in all; load after {record['load_after']}")
     if args.out:

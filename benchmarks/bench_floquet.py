@@ -26,7 +26,6 @@ import argparse
 import importlib
 import os
 import statistics
-import time
 import warnings
 
 import jax
@@ -41,7 +40,8 @@ require_cpu("bench_floquet.py")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from timing import call_times  # noqa: E402
+from rows import emit, row  # noqa: E402
+from timing import call_times, time_call  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -154,12 +154,13 @@ LADDERS = {
 }
 
 
-def expansion_row(levels: int = 100, order: int = 10) -> None:
+def expansion_row(levels: int = 100, order: int = 10) -> list[dict]:
     """`hierax.high_frequency_expansion` at `order` for a large spin S = (n - 1)/2
     (n levels) driven fast: H = Sz / S + 0.8 cos(w t) Sx / S + 0.3 sin(w t) Sy / S,
     w = 20. Timed from Python: the first call (compile included) and the median of
     3 later calls at new frequencies (no compile); the error of the order-10
-    quasienergies against `hierax.floquet` at rtol 1e-13."""
+    quasienergies against `hierax.floquet` at rtol 1e-13. Returns the result
+    rows."""
     s = (levels - 1) / 2
     m = s - np.arange(levels)
     raising = np.diag(np.sqrt(s * (s + 1) - m[1:] * (m[1:] + 1)), 1)
@@ -180,14 +181,8 @@ def expansion_row(levels: int = 100, order: int = 10) -> None:
         )
         return expansion, expansion.terms.block_until_ready()
 
-    start = time.perf_counter()
-    expansion, _ = run(20.0)
-    first = time.perf_counter() - start
-    times = []
-    for omega in (20.1, 20.2, 20.3):
-        start = time.perf_counter()
-        run(omega)
-        times.append(time.perf_counter() - start)
+    first, (expansion, _) = time_call(run, 20.0)
+    times = [time_call(run, omega)[0] for omega in (20.1, 20.2, 20.3)]
     exact = hierax.floquet(hamiltonian(20.0), 2 * np.pi / 20.0, rtol=1e-13, atol=1e-15)
     errors = np.asarray(expansion.convergence(exact))
     print(
@@ -195,6 +190,12 @@ def expansion_row(levels: int = 100, order: int = 10) -> None:
         f"{first:.2f} s, later calls {statistics.median(times):.2f} s (median of 3); "
         f"quasienergy error by order: " + " ".join(f"{e:.1e}" for e in errors)
     )
+    case, method = f"high-frequency expansion, n = {levels}", "hierax"
+    return [
+        row(case, method, "first_call_seconds", first, order=order),
+        row(case, method, "seconds", statistics.median(times), order=order),
+        row(case, method, "error", errors[-1], order=order),
+    ]
 
 
 def main() -> None:
@@ -209,7 +210,7 @@ def main() -> None:
     PHASE, SECOND = args.phase, args.second
     if args.expansion_only:
         print(f"load before: {os.getloadavg()}")
-        expansion_row()
+        emit(expansion_row())
         print(f"load after: {os.getloadavg()}")
         return
     count = 100 if args.quick else 1000
@@ -239,7 +240,7 @@ def main() -> None:
                     break
             else:
                 rows.append((levels, name, None, float("nan")))
-    expansion_row()
+    expansion = expansion_row()
     print(f"load after: {os.getloadavg()}")
     print(
         f"\n{count} amplitudes, drive phase {PHASE:g}, second harmonic {SECOND:g}, "
@@ -254,6 +255,13 @@ def main() -> None:
         print(
             f"| {levels} | {name} | {shown} | {seconds:.2f} | {seconds / base:.1f}x |"
         )
+    case = f"transmon, {count} amplitudes"
+    measured = [
+        row(case, name, metric, value, n=levels)
+        for levels, name, tol, seconds in rows
+        for metric, value in (("seconds", seconds), ("tolerance", tol))
+    ]
+    emit(measured + expansion)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ hierax row also pays hierax's first traces in the process.
 import argparse
 import os
 import statistics
-import time
 import warnings
 
 import jax
@@ -45,8 +44,10 @@ require_cpu("bench_gradient_compile.py")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from peers import diffrax_final  # noqa: E402
+from rows import emit, row  # noqa: E402
 from seed import make_naive_recursion  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
+from timing import compile_phases, median_time  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -62,20 +63,11 @@ def compile_times(make, args: tuple, repeats: int) -> tuple[float, float, float]
     front, back = [], []
     compiled = None
     for _ in range(repeats):
-        jitted = jax.jit(make())
-        start = time.perf_counter()
-        lowered = jitted.trace(*args).lower()
-        middle = time.perf_counter()
-        compiled = lowered.compile()
-        front.append(middle - start)
-        back.append(time.perf_counter() - middle)
+        lower, xla, compiled = compile_phases(jax.jit(make()), args)
+        front.append(lower)
+        back.append(xla)
     assert compiled is not None
-    runs = []
-    for _ in range(5):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        runs.append(time.perf_counter() - start)
-    return front[0], statistics.median(back), statistics.median(runs)
+    return front[0], statistics.median(back), median_time(compiled, args, 5, warm=False)
 
 
 def hierarchy_cases():
@@ -159,15 +151,21 @@ def main():
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     cases = [*hierarchy_cases(), *solve_cases(options.systems.split(","))]
+    rows = []
     for name, ours, theirs, args in cases:
-        front, back, run = compile_times(ours, args, options.repeats)
-        row = f"| {name} | {front:.2f} s | {back:.2f} s | {run * 1e3:.2f} ms |"
-        if theirs is None:
-            row += " - | - | - |"
-        else:
-            front, back, run = compile_times(theirs, args, options.repeats)
-            row += f" {front:.2f} s | {back:.2f} s | {run * 1e3:.2f} ms |"
-        print(row, flush=True)
+        line = f"| {name} |"
+        peer = "diffrax Dopri8" if name.endswith("solve") else "naive recursion"
+        for method, make in (("hierax", ours), (peer, theirs)):
+            if make is None:
+                line += " - | - | - |"
+                continue
+            front, back, run = compile_times(make, args, options.repeats)
+            line += f" {front:.2f} s | {back:.2f} s | {run * 1e3:.2f} ms |"
+            rows.append(row(name, method, "trace_and_lower_seconds", front, "s"))
+            rows.append(row(name, method, "xla_compile_seconds", back, "s"))
+            rows.append(row(name, method, "seconds", run))
+        print(line, flush=True)
+    emit(rows)
     print(f"load after: {os.getloadavg()}")
 
 

@@ -33,7 +33,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,8 +43,16 @@ import numpy as np
 from device import require_cpu
 from jax import lax
 from jax.experimental import jet
+from rows import emit, row as result_row
 from seed import complex_dtype, make_naive_recursion, pauli_x, pauli_y
-from timing import call_times, first_call_time, format_seconds, median_time, warm_up
+from timing import (
+    Stopwatch,
+    call_times,
+    first_call_time,
+    format_seconds,
+    median_time,
+    warm_up,
+)
 
 import hierax
 
@@ -399,6 +406,56 @@ def check_targets(results: dict) -> list[dict]:
     return targets
 
 
+def result_rows(results: dict) -> list[dict]:
+    """The run as result rows: each method's first call and steady time by order
+    (the naive recursion's level K alone and levels 0..K), the run time against n
+    (also in matmul-equivalents), and the memory at one size."""
+    out = []
+    case = "seed hierarchy"
+    part = results["compile"]
+    for r in part["naive"]:
+        order = dict(order=r["order"])
+        out.append(
+            result_row(
+                case, "naive level K", "first_call_seconds", r["seconds"], **order
+            )
+        )
+        seconds = r["cumulative_seconds"]
+        out.append(
+            result_row(case, "naive 0..K", "first_call_seconds", seconds, **order)
+        )
+    for key, method in (
+        ("jet", "jet in fori_loop"),
+        ("hierax_closed_form", "hierax closed form"),
+        ("hierax_callable", "hierax callable"),
+    ):
+        for r in part[key]:
+            order = dict(order=r["order"])
+            first = r["first_call_seconds"]
+            out.append(result_row(case, method, "first_call_seconds", first, **order))
+            out.append(
+                result_row(case, method, "seconds", r["steady_seconds"], **order)
+            )
+    for r in results["sizes"]["rows"]:
+        case = f"two-term H, {r['observable']} X"
+        size = dict(n=r["n"], order=r["order"])
+        out.append(result_row(case, "hierax", "seconds", r["seconds"], **size))
+        equivalents = r["matmul_equivalents"]
+        out.append(
+            result_row(case, "hierax", "matmul_equivalents", equivalents, "", **size)
+        )
+    memory = results["memory"]
+    if "peak_over_output" in memory:
+        size = dict(n=memory["n"], order=memory["order"])
+        case = "XLA memory analysis"
+        out.append(
+            result_row(case, "hierax", "peak_bytes", memory["peak_bytes"], "B", **size)
+        )
+        ratio = memory["peak_over_output"]
+        out.append(result_row(case, "hierax", "peak_over_output", ratio, "", **size))
+    return out
+
+
 def _cell(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
@@ -577,7 +634,7 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
     # Before anything creates an array: every measurement is in double precision.
     jax.config.update("jax_enable_x64", True)
     require_cpu("bench_hierarchies.py")
-    start = time.perf_counter()
+    watch = Stopwatch()
     if quick:  # a smoke run of every part, as small as it goes: three low orders
         orders = [1, 2, 3]
         budget, naive_budget = 2.0, 1.5
@@ -608,7 +665,8 @@ def run_benchmarks(quick: bool, out: pathlib.Path) -> int:
     results["sizes"] = bench_sizes(sizes, size_orders, size_budget)
     results["memory"] = bench_memory(memory_n, memory_order, rss)
     results["targets"] = check_targets(results)
-    results["total_seconds"] = time.perf_counter() - start
+    results["total_seconds"] = watch.seconds
+    emit(result_rows(results))
 
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results, out / "results.md")

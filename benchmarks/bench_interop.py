@@ -37,6 +37,7 @@ require_cpu("bench_interop.py")
 import dynamiqs as dq  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from rows import emit, row  # noqa: E402
 from timing import alternating_times  # noqa: E402
 
 import hierax  # noqa: E402
@@ -141,6 +142,16 @@ def main() -> None:
                 f"| {name} | {seconds * 1e6:.0f} us | {seconds / native:.2f}x | "
                 f"{errors[name]:.1e} |"
             )
+    rows = [
+        row(label, name, "seconds", seconds, n=N, order=ORDER)
+        for label, medians in results.items()
+        for name, seconds in medians.items()
+    ]
+    label = "PropagatorDerivatives(H, 20)(t, psi)"
+    rows += [
+        row(label, name, "error", e, n=N, order=ORDER) for name, e in errors.items()
+    ]
+    emit(rows)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         record = {

@@ -34,7 +34,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 import warnings
 from typing import Any
 
@@ -51,16 +50,16 @@ require_cpu("bench_mesolve.py")
 import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from bench_sesolve import (  # noqa: E402
+from rows import emit, row  # noqa: E402
+from timing import alternating_times, median_time, timed  # noqa: E402
+from work_precision import (  # noqa: E402
     LADDER,
     TARGETS,
     coefficient_hierax,
     coefficient_jnp,
     coefficient_np,
     ising,
-    median_time,
     plot,
-    timed,
     transmon,
 )
 
@@ -305,7 +304,9 @@ def bench_system(system, methods, budget, slow_limit):
                     target=target,
                     tol=best["tol"],
                     error=best["error"],
-                    seconds=median_time(solve, best["tol"], budget),
+                    seconds=median_time(
+                        solve, (best["tol"],), 3, warm=False, budgets=((21, budget),)
+                    ),
                     compile=compile_time,
                 )
             )
@@ -413,18 +414,14 @@ def bench_hierarchy_cost(n=32, order=20, calls=30):
         "LindbladHierarchy": lambda: lindblad(0.3),
         "DensityMatrixDerivatives": lambda: density(0.3, rho),
     }
-    for fn in fns.values():
-        jax.block_until_ready(fn())
-    samples = {k: [] for k in fns}
-    for _ in range(5):  # interleaved rounds, so a load change hits all alike
-        for k, fn in fns.items():
-            reps = calls * (10 if k in ("matmul", "single") else 1)
-            start = time.perf_counter()
-            for _ in range(reps):
-                out = fn()
-            jax.block_until_ready(out)
-            samples[k].append((time.perf_counter() - start) / reps)
-    per_call = {k: statistics.median(v) for k, v in samples.items()}
+    # Interleaved rounds, so a load change hits all alike.
+    samples = alternating_times(
+        fns,
+        5,
+        warm=1,
+        batch={k: calls * (10 if k in ("matmul", "single") else 1) for k in fns},
+    )
+    per_call = {k: float(statistics.median(v)) for k, v in samples.items()}
     per_call["matmul"] /= 100
     # The docstrings' counts: products per coefficient update (LindbladHierarchy:
     # one phase of K levels by K + 1 coefficients at this size, n^2 K^2 (n + K)
@@ -450,7 +447,7 @@ def bench_hierarchy_cost(n=32, order=20, calls=30):
     )
     print("| hierarchy | per call | matmul-equivalents | algorithm's count | ratio |")
     print("|---|---:|---:|---:|---:|")
-    out = dict(matmul=per_call["matmul"], single=per_call["single"])
+    out: dict[str, Any] = dict(matmul=per_call["matmul"], single=per_call["single"])
     for name, (low, high) in rows.items():
         equivalents = per_call[name] / per_call["matmul"]
         count = f"{low:.0f}" if low == high else f"{low:.0f}-{high:.0f}"
@@ -463,6 +460,35 @@ def bench_hierarchy_cost(n=32, order=20, calls=30):
             flush=True,
         )
         out[name] = dict(seconds=per_call[name], equivalents=equivalents, count=count)
+    return out
+
+
+def result_rows(results, hierarchies) -> list[dict]:
+    """The run as result rows: at each system and target error, each method's run
+    time, tolerance and final error, and its compile time; the hierarchies'
+    compile times and run times (also in matrix-product equivalents)."""
+    out = []
+    for result in results:
+        for r in result["rows"]:
+            case = result["system"]
+            target = dict(target=r["target"])
+            out.append(row(case, r["method"], "seconds", r.get("seconds"), **target))
+            out.append(row(case, r["method"], "tolerance", r["tol"], **target))
+            out.append(row(case, r["method"], "error", r.get("error"), **target))
+            if r["target"] == TARGETS[0] and r.get("compile") is not None:
+                out.append(row(case, r["method"], "compile_seconds", r["compile"]))
+    for key, seconds in hierarchies.get("compile", {}).items():
+        name, order = key.split(" order ")
+        out.append(
+            row("hierarchy compile", name, "compile_seconds", seconds, order=int(order))
+        )
+    cost = hierarchies.get("cost", {})
+    for name in ("LindbladHierarchy", "DensityMatrixDerivatives"):
+        if name in cost:
+            case = "hierarchy run time, n = 32, order 20"
+            out.append(row(case, name, "seconds", cost[name]["seconds"]))
+            equivalents = cost[name]["equivalents"]
+            out.append(row(case, name, "matmul_equivalents", equivalents, ""))
     return out
 
 
@@ -507,6 +533,7 @@ def main():
             f"mesolve work-precision (x64, CPU{', quick' if args.quick else ''}); "
             f"load {load_before.split('load')[-1].strip()}",
         )
+    emit(result_rows(results, hierarchies))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(

@@ -14,7 +14,6 @@ machine's load moves both alike; the load is printed before and after.
 
 import argparse
 import os
-import time
 import warnings
 
 import jax
@@ -29,8 +28,9 @@ require_cpu("bench_overhead.py")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from rows import emit, row  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
-from timing import alternating_times  # noqa: E402
+from timing import alternating_times, time_call  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -88,6 +88,7 @@ def main():
     }
     for key, make in SYSTEMS.items():
         cases[key] = _held_back(make())
+    rows = []
     for name, (eager, jitted, state) in cases.items():
         measured = alternating_times(
             {"python": eager, "inside": lambda f=jitted, y=state: f(y)}, calls
@@ -97,10 +98,15 @@ def main():
             f"{name}: from Python {python * 1e3:.3f} ms, inside jit "
             f"{inside * 1e3:.3f} ms, overhead {(python - inside) * 1e3:.3f} ms"
         )
+        rows.append(row(name, "from Python", "seconds", python))
+        rows.append(row(name, "inside jax.jit", "seconds", inside))
     # A new tolerance: the solve runs again without compiling.
-    start = time.perf_counter()
-    hierax.sesolve(qubit, psi, times, rtol=3.7e-7, atol=1e-9).states.block_until_ready()
-    print(f"sesolve at a new tolerance: {(time.perf_counter() - start) * 1e3:.2f} ms")
+    new_tol, _ = time_call(
+        lambda: hierax.sesolve(qubit, psi, times, rtol=3.7e-7, atol=1e-9).states
+    )
+    print(f"sesolve at a new tolerance: {new_tol * 1e3:.2f} ms")
+    rows.append(row("sesolve", "at a new tolerance (first call)", "seconds", new_tol))
+    emit(rows)
     print(f"load after: {os.getloadavg()}")
 
 

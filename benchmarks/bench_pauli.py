@@ -27,7 +27,6 @@ import gc
 import json
 import os
 import statistics
-import time
 
 import jax
 
@@ -40,26 +39,24 @@ from device import require_cpu  # noqa: E402
 require_cpu("bench_pauli.py")
 
 import numpy as np  # noqa: E402
-from memory import _status  # noqa: E402  (benchmarks/memory.py: /proc/self/status)
+from memory import proc_status  # noqa: E402
+from rows import emit, row  # noqa: E402
+from timing import time_call  # noqa: E402
 
 import hierax  # noqa: E402
 
 
 def time_and_memory(call, repeats: int = 3) -> tuple[float, float, int]:
     """(first call s, median of `repeats` further calls s, peak RSS growth bytes)."""
-    t0 = time.perf_counter()
-    jax.block_until_ready(call())
-    first = time.perf_counter() - t0
+    first, _ = time_call(call)
     times = []
     for _ in range(repeats):
         gc.collect()
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        before = _status("VmRSS")
-        t0 = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - t0)
-        growth = _status("VmHWM") - before
+        before = proc_status("VmRSS")
+        times.append(time_call(call)[0])
+        growth = proc_status("VmHWM") - before
     return first, statistics.median(times), growth
 
 
@@ -206,21 +203,18 @@ def lanczos_runs(capacities: list[int], peer_budget: float) -> list[dict]:
         peer_last = 0.0
         for capacity in capacities:
             row = {"observable": name, "capacity": capacity, "steps": steps}
-            t0 = time.perf_counter()
-            result = hierax.lanczos(h, o, steps, capacity=capacity)
-            jax.block_until_ready(result.b)
-            row["hierax_first_s"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            result = hierax.lanczos(h, o, steps, capacity=capacity)
-            jax.block_until_ready(result.b)
-            row["hierax_s"] = time.perf_counter() - t0
+            run = lambda o=o, capacity=capacity: hierax.lanczos(
+                h, o, steps, capacity=capacity
+            )
+            row["hierax_first_s"], result = time_call(run)
+            row["hierax_s"], result = time_call(run)
             row["b"] = np.asarray(result.b).tolist()
             row["dropped_last"] = float(result.dropped[-1])
             # The peer runs while its previous capacity's time predicts the budget.
             if peer_last * capacity / max(1, capacity // 4) <= peer_budget:
-                t0 = time.perf_counter()
-                b_peer = paulistrings_lanczos(hp, op, steps, capacity)
-                peer_last = time.perf_counter() - t0
+                peer_last, b_peer = time_call(
+                    paulistrings_lanczos, hp, op, steps, capacity
+                )
                 row["paulistrings_s"] = peer_last
                 row["b_difference"] = float(np.max(np.abs(b_peer - result.b)))
             else:
@@ -271,6 +265,42 @@ def markdown(commutator_rows: list[dict], lanczos_rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def result_rows(commutator_rows: list[dict], lanczos_rows: list[dict]) -> list[dict]:
+    """The tables as result rows: the commutators' times and memory by method,
+    Lanczos' times by method and its coefficients' difference to the peer's."""
+    out = []
+    for r in commutator_rows:
+        case = f"[H, O], N = {r['n_qubits']}"
+        strings = dict(strings=r["strings"])
+        for method in ("hierax", "qiskit", "paulistrings"):
+            measured = r[method] or {}
+            out.append(row(case, method, "seconds", measured.get("s"), **strings))
+            out.append(
+                row(
+                    case,
+                    method,
+                    "rss_growth_bytes",
+                    measured.get("rss"),
+                    "B",
+                    **strings,
+                )
+            )
+    for r in lanczos_rows:
+        case = f"lanczos of {r['observable']}, {r['steps']} steps"
+        capacity = dict(capacity=r["capacity"])
+        out.append(
+            row(case, "hierax", "first_call_seconds", r["hierax_first_s"], **capacity)
+        )
+        out.append(row(case, "hierax", "seconds", r["hierax_s"], **capacity))
+        out.append(
+            row(case, "paulistrings", "seconds", r.get("paulistrings_s"), **capacity)
+        )
+        out.append(
+            row(case, "paulistrings", "error", r.get("b_difference"), **capacity)
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -283,6 +313,7 @@ def main() -> None:
     lanczos_rows = lanczos_runs(capacities, peer_budget=60 if args.quick else 300)
     print(f"load after: {os.getloadavg()}")
     print(markdown(commutator_rows, lanczos_rows))
+    emit(result_rows(commutator_rows, lanczos_rows))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"commutators": commutator_rows, "lanczos": lanczos_rows}, f)

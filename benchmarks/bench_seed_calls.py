@@ -23,6 +23,7 @@ require_cpu("bench_seed_calls.py")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from rows import emit, row  # noqa: E402
 from timing import median_time  # noqa: E402
 
 import hierax  # noqa: E402
@@ -41,7 +42,8 @@ def main():
     inside = jax.jit(lambda t: h(t))
     times = jnp.linspace(0.0, 10.0, 10**5)
     batched = jax.jit(jax.vmap(lambda t: h(t)))
-    for _ in range(args.rounds):
+    rows = []
+    for round_ in range(args.rounds):
         python = median_time(lambda: h(1.0).block_until_ready(), (), 400)
         jitted = median_time(lambda: inside(1.0).block_until_ready(), (), 400)
         vmapped = median_time(lambda: batched(times).block_until_ready(), (), 5) / 1e5
@@ -50,6 +52,13 @@ def main():
             f"{jitted * 1e6:.0f} us, under vmap {vmapped * 1e6:.1f} us per time",
             flush=True,
         )
+        for method, seconds in (
+            ("from Python", python),
+            ("inside jit", jitted),
+            ("vmap, per time", vmapped),
+        ):
+            rows.append(row("seed, order 9", method, "seconds", seconds, round=round_))
+    emit(rows)
     print(f"load after: {os.getloadavg()}")
 
 

@@ -31,7 +31,6 @@ same Taylor steps in a bare `lax.scan` (the 30-line loop of issue 10), per step.
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import warnings
@@ -49,7 +48,19 @@ require_cpu("bench_sesolve.py")
 import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from timing import median_time, timed  # noqa: E402
+from rows import emit, row  # noqa: E402
+from timing import first_and_median, median_time, timed  # noqa: E402
+from work_precision import (  # noqa: E402
+    COARSE_LADDER,
+    LADDER,
+    TARGETS,
+    coefficient_hierax,
+    coefficient_jnp,
+    coefficient_np,
+    ising,
+    plot,
+    transmon,
+)
 
 import hierax  # noqa: E402
 
@@ -58,82 +69,6 @@ sesolve = hierax.sesolve
 SchrodingerTerm = hierax.SchrodingerTerm
 
 warnings.filterwarnings("ignore", message="Complex dtype support")
-
-TARGETS = (1e-6, 1e-10)
-LADDER = tuple(10.0 ** -(k / 2) for k in range(8, 29))
-COARSE_LADDER = tuple(10.0**-k for k in range(4, 15))
-
-
-# --- the systems -----------------------------------------------------------------
-
-
-def transmon(quick):
-    """Lab-frame transmon, time in ns, energies in rad/ns."""
-    levels = 4
-    omega, alpha, drive = 2 * np.pi * 5.0, -2 * np.pi * 0.3, 2 * np.pi * 0.05
-    n = np.arange(levels)
-    h0 = np.diag(omega * n + 0.5 * alpha * n * (n - 1)).astype(complex)
-    a = np.diag(np.sqrt(np.arange(1, levels)), 1)
-    h1 = drive * (a + a.T).astype(complex)
-    periods = 240 if quick else 2394
-    return dict(
-        name=f"transmon-4 ({periods} periods)",
-        h0=h0,
-        h1=h1,
-        f=("cos", omega, 0.0),
-        state=np.eye(levels, dtype=complex)[0],
-        span=periods * 2 * np.pi / omega,
-    )
-
-
-def ising(quick, sites=5):
-    """The transverse-field Ising chain, dense."""
-    sx = np.array([[0, 1], [1, 0]], complex)
-    sz = np.diag([1.0, -1.0]).astype(complex)
-
-    def at(op, k):
-        out = np.eye(1)
-        for j in range(sites):
-            out = np.kron(out, op if j == k else np.eye(2))
-        return out
-
-    zz = np.sum([at(sz, k) @ at(sz, k + 1) for k in range(sites - 1)], axis=0)
-    x = np.sum([at(sx, k) for k in range(sites)], axis=0)
-    if sites <= 6:
-        span, label = (5 if quick else 50) * np.pi, f"{5 if quick else 50} pi"
-    else:
-        span, label = np.pi / (8 if quick else 2), f"pi/{8 if quick else 2}"
-    return dict(
-        name=f"ising-{sites} (T = {label})",
-        h0=zz.astype(complex),
-        h1=x.astype(complex),
-        f=("1+0.5sin", 2.0, 0.0),
-        state=np.eye(2**sites, dtype=complex)[0],
-        span=span,
-        large=sites > 6,
-    )
-
-
-def coefficient_np(f):
-    kind, w, _ = f
-    if kind == "cos":
-        return lambda t: np.cos(w * t)
-    return lambda t: 1.0 + 0.5 * np.sin(w * t)
-
-
-def coefficient_jnp(f):
-    kind, w, _ = f
-    if kind == "cos":
-        return lambda t: jnp.cos(w * t)
-    return lambda t: 1.0 + 0.5 * jnp.sin(w * t)
-
-
-def coefficient_hierax(f):
-    kind, w, _ = f
-    if kind == "cos":
-        return hierax.Cos(w)
-    return hierax.Constant(1.0) + 0.5 * hierax.Sin(w)
-
 
 # --- the methods: each returns (solve(tol) -> final state, is_jax) ----------------
 
@@ -410,56 +345,6 @@ def bench_compile(system, orders=(10, 20, 30, 60)):
     return out
 
 
-STYLES = {
-    "hierax Taylor": dict(color="black", marker="o", linewidth=2),
-    "diffrax Dopri8": dict(color="tab:blue", marker="s"),
-    "diffrax Tsit5": dict(color="tab:cyan", marker="s"),
-    "QuTiP vern9": dict(color="tab:red", marker="^"),
-    "QuTiP adams": dict(color="tab:orange", marker="v"),
-    "dynamiqs Dopri8": dict(color="tab:green", marker="D"),
-    "dynamiqs Tsit5": dict(color="tab:olive", marker="D"),
-}
-
-
-def plot(results, path, title):
-    """Work-precision: final error against run time, one panel per system, from the
-    ladders measured in this run."""
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(
-        1, len(results), figsize=(4.6 * len(results), 4.0), squeeze=False
-    )
-    for ax, result in zip(axes[0], results):
-        for name, ladder in result["ladders"].items():
-            # In the ladder's order (tightening tolerance), as work-precision
-            # diagrams are drawn; each point is one timed call, so under load the
-            # line can step back in time.
-            points = [(r["seconds"], r["error"]) for r in ladder]
-            ax.loglog(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                label=name,
-                markersize=4,
-                **STYLES.get(name, {}),
-            )
-        for target in TARGETS:
-            ax.axhline(target, color="gray", linewidth=0.5, linestyle=":")
-        ax.set_title(result["system"], fontsize=10)
-        ax.set_xlabel("run time (s)")
-        ax.set_ylabel("final-state error")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    print(f"work-precision plot: {path}")
-
-
 def bench_machinery(system, order=24):
     """diffrax's cost per step: `sesolve` with fixed steps against a bare scan of
     the same Taylor steps (the solver's own kernel, the term's `taylor_terms`;
@@ -493,10 +378,11 @@ def bench_machinery(system, order=24):
             hamiltonian, state, times, dt=dt * (1 + 1e-12), order=order, max_steps=steps
         ).final_state
 
+    # A first call each (it compiles), then one more (discarded) and five timed.
     timed(scan_loop, state)
     timed(fixed, state)
-    t_scan = statistics.median(timed(scan_loop, state)[0] for _ in range(5))
-    t_fixed = statistics.median(timed(fixed, state)[0] for _ in range(5))
+    t_scan = first_and_median(scan_loop, (state,), 5)[1]
+    t_fixed = first_and_median(fixed, (state,), 5)[1]
     print(
         f"\n### diffrax machinery, {system['name']}, order {order}, {steps} steps\n"
         f"bare lax.scan: {t_scan / steps * 1e6:.1f} us/step; sesolve(dt=...): "
@@ -505,6 +391,30 @@ def bench_machinery(system, order=24):
         flush=True,
     )
     return dict(system=system["name"], scan=t_scan / steps, sesolve=t_fixed / steps)
+
+
+def result_rows(results, machinery, compiles) -> list[dict]:
+    """The run as result rows: at each system and target error, each method's run
+    time, tolerance and final error, and its compile time; diffrax's cost per
+    step; the compile time by order."""
+    out = []
+    for result in results:
+        for r in result["rows"]:
+            case = result["system"]
+            target = dict(target=r["target"])
+            out.append(row(case, r["method"], "seconds", r.get("seconds"), **target))
+            out.append(row(case, r["method"], "tolerance", r["tol"], **target))
+            out.append(row(case, r["method"], "error", r.get("error"), **target))
+            if r["target"] == TARGETS[0] and r.get("compile") is not None:
+                out.append(row(case, r["method"], "compile_seconds", r["compile"]))
+    for m in machinery:
+        for method, key in (("bare lax.scan", "scan"), ("sesolve(dt=...)", "sesolve")):
+            out.append(row(m["system"], method, "seconds_per_step", m[key], "s"))
+    for name, seconds in compiles.items():
+        out.append(
+            row("ising compile, first call minus a run", name, "seconds", seconds)
+        )
+    return out
 
 
 DEFAULT_METHODS = (
@@ -559,6 +469,7 @@ def main():
             f"sesolve work-precision (x64, CPU{', quick' if args.quick else ''}); "
             f"load {load_before.split('load')[-1].strip()}",
         )
+    emit(result_rows(results, machinery, compiles))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(

@@ -34,6 +34,7 @@ require_cpu("bench_short_solves.py")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from peers import diffrax_final  # noqa: E402
+from rows import emit, row  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 from timing import alternating_times  # noqa: E402
 
@@ -97,6 +98,7 @@ def main():
     parser.add_argument("--calls", type=int, default=300)
     options = parser.parse_args()
     print(f"load before: {os.getloadavg()}")
+    rows = []
     for key in options.systems.split(","):
         system = SYSTEMS[key]()
         if system.is_open:
@@ -107,8 +109,12 @@ def main():
         for name, times in alternating_times(calls, options.calls).items():
             p5, p50, p75 = np.percentile(times * 1e6, [5, 50, 75])
             print(f"  {name:28s} {p5:8.1f} {p50:8.1f} {p75:8.1f}")
+            rows.append(row(key, name, "seconds", np.median(times)))
+            rows.append(row(key, name, "p5_seconds", np.percentile(times, 5), "s"))
+        rows.append(row(key, "hierax, rtol 1e-6", "steps", steps))
         text = adaptive.lower(state, 1e-6, 1e-8).compile().as_text() or ""
         print(f"  the solve's program inside a jit: {_kernels(text)}")
+    emit(rows)
     print(f"\nload after: {os.getloadavg()}")
 
 

@@ -15,7 +15,6 @@ import argparse
 import functools
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,8 @@ import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from jax.experimental import sparse as jsparse  # noqa: E402
-from timing import median_time  # noqa: E402
+from rows import emit, row  # noqa: E402
+from timing import Stopwatch, median_time, time_call  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -123,9 +123,7 @@ def scaling_row(sites, order, repeats) -> dict:
     pd = hierax.PropagatorDerivatives(hierax_chain(sites), order)
     psi = jnp.zeros(n, complex).at[0].set(1.0)
     call = jax.jit(lambda t, psi: pd(t, psi))
-    start = time.perf_counter()
-    call(0.3, psi).block_until_ready()
-    compile_time = time.perf_counter() - start
+    compile_time, _ = time_call(call, 0.3, psi)
     ours = median_time(lambda: call(0.3, psi).block_until_ready(), (), repeats)
     xs, zz = scipy_terms(sites)
     bx, bz = jsparse.BCOO.from_scipy_sparse(xs), jsparse.BCOO.from_scipy_sparse(zz)
@@ -174,20 +172,18 @@ def reference(sites, span):
     def rhs(t, y):
         return -1j * ((1.0 + 0.5 * np.sin(2 * t)) * (xs @ y) + zz @ y)
 
-    start = time.perf_counter()
+    watch = Stopwatch()
     out = scipy.integrate.solve_ivp(
         rhs, (0.0, span), psi, "DOP853", rtol=1e-12, atol=1e-14
     )
-    return out.y[:, -1], time.perf_counter() - start
+    return out.y[:, -1], watch.seconds
 
 
 def matched(label, run, tolerances, exact, repeats):
     """Fastest run (median) whose final error is at most TARGET."""
     best = None
     for tol in tolerances:
-        start = time.perf_counter()
-        final = run(tol)
-        first = time.perf_counter() - start
+        first, final = time_call(run, tol)
         error = float(np.linalg.norm(np.asarray(final) - exact))
         if error > TARGET:
             print(f"    {label} tol {tol:.0e}: error {error:.1e} (above target)")
@@ -287,6 +283,32 @@ def solvers(sites, span, repeats):
     return out
 
 
+def result_rows(results: dict[str, Any]) -> list[dict]:
+    """The three parts as result rows: each format's product time; the call
+    against K x A products; each solver's time, tolerance and error at the
+    target."""
+    out = []
+    for r in results.get("formats", []):
+        for label, seconds in r.items():
+            if label not in ("term", "n", "entries per row"):
+                out.append(row(r["term"], label, "seconds", seconds, n=r["n"]))
+    for r in results.get("scaling", []):
+        case = f"PropagatorDerivatives, order {r['order']}"
+        for label in ("call", "K x A products, BCOO", "K x A products, row layout"):
+            out.append(row(case, label, "seconds", r[label], n=r["n"]))
+        out.append(row(case, "call", "first_call_seconds", r["compile"], n=r["n"]))
+    for r in results.get("sesolve", []):
+        case = f"sesolve, final error <= {TARGET:g}"
+        for label, best in r["methods"].items():
+            best = best or {}
+            for metric, key in (("seconds", "seconds"), ("tolerance", "tol")):
+                out.append(row(case, label, metric, best.get(key), n=r["n"]))
+            out.append(
+                row(case, label, "first_call_seconds", best.get("first"), n=r["n"])
+            )
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -312,6 +334,7 @@ def main():
         chains = [(8, 1.0)] if args.quick else [(12, 1.0), (16, 0.5)]
         results["sesolve"] = [solvers(s, span, 3) for s, span in chains]
     results["load at end"] = os.getloadavg()
+    emit(result_rows(results))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sparse.json").write_text(json.dumps(results, indent=1, default=str))

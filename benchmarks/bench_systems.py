@@ -61,8 +61,9 @@ require_cpu("bench_systems.py")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from peers import diffrax_final, dynamiqs_final  # noqa: E402
+from rows import emit, row  # noqa: E402
 from systems import SYSTEMS, System  # noqa: E402
-from timing import median_time, time_at, timed  # noqa: E402
+from timing import Stopwatch, median_time, time_at, timed  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -249,10 +250,10 @@ def run_ladder(solve, reference, tols, slow_limit):
 def first_solve_child(key, quick, method):
     """Run in a fresh process: build the system and the method, then time one
     solve (its compile included) and print it as JSON."""
-    start = time.perf_counter()
+    watch = Stopwatch()
     system = SYSTEMS[key](quick=quick)
     solve = {"hierax": method_hierax, "diffrax Dopri8": method_diffrax}[method](system)
-    setup = time.perf_counter() - start
+    setup = watch.seconds
     seconds, _ = timed(solve, PROBE_TOL)
     print(json.dumps(dict(seconds=seconds, setup=setup)))
 
@@ -450,6 +451,39 @@ def print_summary(results):
         print(f"| {r['system']} | " + " | ".join(cells) + " |")
 
 
+def result_rows(results) -> list[dict]:
+    """The run as result rows: each method's time at each target error (read off
+    its ladder), and hierax's probes (from Python, inside a jit, the first solve
+    in a fresh process beside Dopri8's, a new tolerance)."""
+    out = []
+    for r in results:
+        for name, entries in r["at"].items():
+            for t in TARGETS:
+                entry = entries[str(t)]
+                seconds = entry[0] if entry else None
+                out.append(row(r["system"], name, "seconds", seconds, target=t))
+        p = r["probes"]
+        if not p:
+            continue
+        case = f"{r['system']}, rtol {PROBE_TOL:g}"
+        for label, key in (
+            ("from Python", "eager"),
+            ("inside jax.jit", "jit"),
+            ("inside jax.jit, rtol traced", "jit_traced_tol"),
+            ("inside jax.jit, jnp matrices", "jit_jnp_matrices"),
+            (f"from Python, new rtol {NEW_RTOL:g} (first call)", "new_tol"),
+        ):
+            out.append(row(case, label, "seconds", p[key]))
+        for label, key in (("hierax", "fresh"), ("diffrax Dopri8", "fresh_dopri8")):
+            fresh = p[key] or {}
+            seconds = fresh.get("seconds")
+            out.append(
+                row(r["system"], label, "fresh_process_first_seconds", seconds, "s")
+            )
+        out.append(row(case, "hierax", "new_rtol_compiles", p["new_tol_compiles"]))
+    return out
+
+
 STYLES = {
     "hierax": dict(color="black", marker="o", linewidth=2),
     "diffrax Dopri8": dict(color="tab:blue", marker="s"),
@@ -514,7 +548,7 @@ def main():
         first_solve_child(args.first_solve, args.quick, args.first_method)
         return
     load_before = os.getloadavg()
-    started = time.perf_counter()
+    watch = Stopwatch()
     print(
         f"# bench_systems{' (quick)' if args.quick else ''}, jax {jax.__version__}, "
         f"{time.strftime('%Y-%m-%d %H:%M')}\nload before: {load_before}"
@@ -536,7 +570,8 @@ def main():
     ]
     print_summary(results)
     load_after = os.getloadavg()
-    elapsed = time.perf_counter() - started
+    elapsed = watch.seconds
+    emit(result_rows(results))
     print(f"\nload after: {load_after}; {elapsed:.0f} s in all")
     if args.plot and results:
         plot(

@@ -36,7 +36,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from typing import Any
 
 import jax
@@ -51,7 +50,9 @@ require_cpu("bench_taylor.py")
 
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental.jet import jet  # noqa: E402
+from rows import emit, row  # noqa: E402
 from taylor_cases import LINALG  # noqa: E402
+from timing import Stopwatch, call_times, compile_phases  # noqa: E402
 
 from hierax import Recursion, taylor  # noqa: E402
 
@@ -119,21 +120,16 @@ def measure(make, calls, repeats=1):
     machine may be shared) and median run time of `make()`'s jitted function."""
     t = jnp.asarray(T)
     compile_times = []
+    jitted = None
     for _ in range(repeats):
         jitted = make()
-        start = time.perf_counter()
-        compiled = jitted.lower(t).compile()
-        compile_times.append(time.perf_counter() - start)
-    del compiled
+        lower, xla, _ = compile_phases(jitted, (t,))
+        compile_times.append(lower + xla)
+    assert jitted is not None
     # Run time through `jax.jit`'s own dispatch, as users call it (an AOT
     # `Compiled` object's Python call path adds tens of microseconds); the first
     # call compiles again, into the jit cache, and is not timed.
-    out = jitted(t).block_until_ready()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        jitted(t).block_until_ready()
-        times.append(time.perf_counter() - start)
+    times, out = call_times(jitted, (t,), calls)
     return min(compile_times), statistics.median(times), out
 
 
@@ -236,6 +232,7 @@ def main():
     for key, value in summary.items():
         print(f"{key}: {value}")
 
+    emit(result_rows(rows, recursion_rows))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(
@@ -252,6 +249,27 @@ def main():
             indent=2,
         )
     print(f"\nwrote {args.out}")
+
+
+def result_rows(rows, recursion_rows) -> list[dict]:
+    """The tables as result rows: compile and run time of hierax.taylor and jet
+    by order, and of hierax.Recursion."""
+    out = []
+    case = f"{FUNCTION} function"
+    for r in rows.values():
+        for method, prefix in (("hierax.taylor", "ours"), ("jet", "jet")):
+            for metric in ("compile", "run"):
+                key = f"{prefix}_{metric}_s"
+                if key in r:
+                    name = "compile_seconds" if metric == "compile" else "seconds"
+                    out.append(row(case, method, name, r[key], order=r["order"]))
+    for r in recursion_rows:
+        case = "hierax.Recursion, seed step"
+        out.append(
+            row(case, "hierax", "compile_seconds", r["compile_s"], order=r["order"])
+        )
+        out.append(row(case, "hierax", "seconds", r["run_s"], order=r["order"]))
+    return out
 
 
 def _encode(out):
@@ -296,17 +314,17 @@ def _table(rows):
         f"{'ours run ms':>11} | {'jet run ms':>10} | {'run ours/jet':>12}"
     )
     lines = [header, "-" * len(header)]
-    for row in rows.values():
+    for r in rows.values():
         ratio = (
-            f"{row['ours_run_s'] / row['jet_run_s']:.2f}"
-            if "ours_run_s" in row and "jet_run_s" in row
+            f"{r['ours_run_s'] / r['jet_run_s']:.2f}"
+            if "ours_run_s" in r and "jet_run_s" in r
             else "-"
         )
         lines.append(
-            f"{row['order']:>5} | {_cell(row, 'ours_compile_s'):>14} | "
-            f"{_cell(row, 'jet_compile_s'):>13} | "
-            f"{_cell(row, 'ours_run_s', 1e3):>11} | "
-            f"{_cell(row, 'jet_run_s', 1e3):>10} | {ratio:>12}"
+            f"{r['order']:>5} | {_cell(r, 'ours_compile_s'):>14} | "
+            f"{_cell(r, 'jet_compile_s'):>13} | "
+            f"{_cell(r, 'ours_run_s', 1e3):>11} | "
+            f"{_cell(r, 'jet_run_s', 1e3):>10} | {ratio:>12}"
         )
     return "\n".join(lines)
 
@@ -413,7 +431,7 @@ def _check(order, cases=None):
     for name, fn in LINALG.items():
         if cases is not None and name not in cases:
             continue
-        start = time.perf_counter()
+        watch = Stopwatch()
         ours_out = taylor(fn, 0.3, order)
         reference = jax.jit(
             lambda t, fn=fn: jax.tree.map(
@@ -427,7 +445,7 @@ def _check(order, cases=None):
         ]
         print(
             f"  {name:<22} max relative error {max(errors):.1e} "
-            f"({time.perf_counter() - start:.0f} s)",
+            f"({watch.seconds:.0f} s)",
             flush=True,
         )
 

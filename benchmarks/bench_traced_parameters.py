@@ -37,6 +37,7 @@ require_cpu("bench_traced_parameters.py")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from peers import generators, real_embedding  # noqa: E402
+from rows import emit, row  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 from timing import median_time  # noqa: E402
 
@@ -47,16 +48,22 @@ warnings.filterwarnings("ignore", message="Complex dtype support")
 
 RTOL, ATOL = 1e-8, 1e-10
 
+# The result rows of every table row printed (`rows.row`), emitted at the end.
+MEASURED: list[dict] = []
 
-def row(key: str, name: str, final, population, args: tuple, repeats: int) -> str:
+
+def table_row(key: str, name: str, final, population, args: tuple, repeats: int) -> str:
     """A table row: `final` inside a jit and `jax.grad(population)` inside a jit,
     with the traced parameter first in `args` (no gradient where nothing depends
     on it: `population` is `None`)."""
     solve = median_time(jax.jit(final), args, repeats) * 1e3
+    MEASURED.append(row(key, name, "seconds", solve / 1e3, context="jax.jit"))
     gradient = "-"
     if population is not None:
         grad = jax.jit(jax.grad(population))
-        gradient = f"{median_time(grad, args, repeats) * 1e3:.2f} ms"
+        seconds = median_time(grad, args, repeats)
+        gradient = f"{seconds * 1e3:.2f} ms"
+        MEASURED.append(row(key, name, "seconds", seconds, context="jax.grad"))
     return f"| `{key}` | {name} | {solve:.2f} ms | {gradient} |"
 
 
@@ -82,11 +89,11 @@ def closed_system_rows(key: str, repeats: int) -> list[str]:
         depends = name != "no traced parameter"
         args = (jnp.asarray(1.0), y0)
         rows.append(
-            row(key, name, final, population if depends else None, args, repeats)
+            table_row(key, name, final, population if depends else None, args, repeats)
         )
     dopri8 = dopri8_final(system)
     rows.append(
-        row(
+        table_row(
             key,
             "diffrax Dopri8, scale * c(t) * M per drive",
             dopri8,
@@ -157,7 +164,7 @@ def open_system_rows(repeats: int) -> list[str]:
         depends = name != "rates as NumPy numbers"
         args = (jnp.asarray(1.0),)
         rows.append(
-            row(
+            table_row(
                 "open_pair", name, final, population if depends else None, args, repeats
             )
         )
@@ -173,10 +180,11 @@ def main():
     print("| system | form | inside `jax.jit` | `jax.grad` inside a jit |")
     print("|---|---|---:|---:|")
     for key in args.systems.split(","):
-        for row in closed_system_rows(key, args.repeats):
-            print(row, flush=True)
-    for row in open_system_rows(args.repeats):
-        print(row, flush=True)
+        for line in closed_system_rows(key, args.repeats):
+            print(line, flush=True)
+    for line in open_system_rows(args.repeats):
+        print(line, flush=True)
+    emit(MEASURED)
     print(f"load after: {os.getloadavg()}")
 
 

@@ -30,7 +30,7 @@ def two_term_hierarchy(n: int, order: int) -> hierax.HeisenbergHierarchy:
     )
 
 
-def _status(field: str) -> int:
+def proc_status(field: str) -> int:
     """A field of /proc/self/status in bytes (Linux)."""
     with open("/proc/self/status") as f:
         for line in f:
@@ -50,9 +50,9 @@ def resident_set_growth(n: int, order: int) -> dict[str, int]:
     # so the peak below belongs to the call alone, not to compilation.
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    before = _status("VmRSS")
+    before = proc_status("VmRSS")
     compiled(hierarchy, t).block_until_ready()
-    peak = _status("VmHWM")
+    peak = proc_status("VmHWM")
     return {"rss_before": before, "peak": peak, "growth": peak - before}
 
 

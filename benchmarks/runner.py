@@ -1,6 +1,7 @@
 """The suite's runner: each benchmark in a process of its own, and one JSON record
-of each run (the machine, its load, the versions, the commit, the command and the
-script's results).
+of each run (the machine, its load, the versions, the commit, the command, the
+script's result rows and its own files), written to `benchmarks/results/` as
+`NAME-YYYYMMDDTHHMMSSZ.json`, which `python -m benchmarks report` reads.
 
 The runner itself never imports JAX: on an accelerator only one process may hold
 the device, and that process is the benchmark's.
@@ -18,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+from . import report
+from .rows import ROWS_VARIABLE
 from .suite import BENCHMARKS, HERE, Benchmark
 
 
@@ -101,20 +104,33 @@ def _read_results(folder: pathlib.Path) -> dict[str, Any]:
     return results
 
 
+def _read_rows(path: pathlib.Path, name: str) -> list[dict[str, Any]] | None:
+    """The rows the script emitted (`rows.emit`), each with `benchmark` set; None
+    when it wrote none."""
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return [{"benchmark": name, **r} for r in rows]
+
+
 def run_one(
     benchmark: Benchmark,
     *,
     quick: bool,
     out: pathlib.Path,
+    results: pathlib.Path,
     env: dict[str, str],
     host: dict[str, Any],
     command: list[str],
 ) -> int:
     """Run `benchmark`'s script (its quick arguments if `quick`), its stdout echoed
-    as it comes, and write `out/NAME.json`; the script's own files go to
-    `out/NAME/`. Returns the script's exit status."""
+    as it comes, and write its record to `results/NAME-STAMP.json`; the script's
+    own files go to `out/NAME/`. Returns the script's exit status."""
     own = out / benchmark.name
     own.mkdir(parents=True, exist_ok=True)
+    rows_path = own / "rows.json"
+    rows_path.unlink(missing_ok=True)
     argv = [sys.executable, str(benchmark.path.relative_to(ROOT))]
     if quick:
         argv += list(benchmark.quick)
@@ -123,13 +139,14 @@ def run_one(
     elif benchmark.out == "folder":
         argv += ["--out", str(own)]
     print(f"== {benchmark.name}: {' '.join(argv[1:])}", flush=True)
+    started = datetime.datetime.now(datetime.UTC)
     record: dict[str, Any] = {
         "benchmark": benchmark.name,
         "script": f"benchmarks/{benchmark.script}",
         "quick": quick,
         "command": command,
         "argv": argv[1:],
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "started": started.isoformat(timespec="seconds"),
         "machine": host,
         "load": {"before": load()},
         "versions": versions(),
@@ -137,6 +154,7 @@ def run_one(
     }
     start = time.perf_counter()
     lines = []
+    env = {**env, ROWS_VARIABLE: str(rows_path)}
     with subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
     ) as child:
@@ -148,9 +166,13 @@ def run_one(
     record["seconds"] = time.perf_counter() - start
     record["load"]["after"] = load()
     record["returncode"] = child.returncode
-    record["results"] = _read_results(own) if benchmark.out else None
+    record["rows"] = _read_rows(rows_path, benchmark.name)
+    own_files = _read_results(own)
+    own_files.pop(rows_path.name, None)
+    record["results"] = own_files if benchmark.out else None
     record["stdout"] = "".join(lines)
-    path = out / f"{benchmark.name}.json"
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{benchmark.name}-{started:%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps(record, indent=1, default=str) + "\n")
     status = "ok" if child.returncode == 0 else f"exit status {child.returncode}"
     print(f"== {benchmark.name}: {status}, {record['seconds']:.1f} s -> {path}")
@@ -180,13 +202,23 @@ def main(argv: list[str] | None = None) -> int:
         "the CPU",
     )
     run.add_argument(
+        "--results",
+        type=pathlib.Path,
+        default=report.RESULTS,
+        help="the folder of the records (default benchmarks/results)",
+    )
+    run.add_argument(
         "--out",
         type=pathlib.Path,
         default=HERE / "out",
-        help="the folder of the records (default benchmarks/out)",
+        help="the folder of the scripts' own files: tables, plots (default "
+        "benchmarks/out)",
     )
     commands.add_parser("list", help="the benchmarks' names and scripts")
+    report.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "report":
+        return report.main(args)
     if args.command == "list":
         for b in BENCHMARKS.values():
             where = "accelerator" if b.device else "CPU only"
@@ -207,7 +239,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {name}: skipped, CPU-only (run it without --device)")
             continue
         status = run_one(
-            benchmark, quick=args.quick, out=out, env=env, host=host, command=command
+            benchmark,
+            quick=args.quick,
+            out=out,
+            results=args.results.resolve(),
+            env=env,
+            host=host,
+            command=command,
         )
         if status != 0:
             failed.append(name)

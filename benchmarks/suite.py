@@ -3,7 +3,8 @@
 A script stays a plain program (`python benchmarks/bench_x.py ...`); this table says
 how the runner calls it: which arguments its quick mode takes, how it writes its own
 JSON (a file or a folder after `--out`, or only text on stdout), and whether it runs
-on an accelerator.
+on an accelerator. Every script hands its results to the runner as rows
+(`rows.emit`), whatever it prints.
 """
 
 import dataclasses
@@ -63,4 +64,13 @@ BENCHMARKS: dict[str, Benchmark] = {
             "traced_parameters", "bench_traced_parameters.py", ("--repeats", "3")
         ),
     )
+}
+
+
+# Scripts in benchmarks/ that the suite does not run yet (a script being written):
+# the registry test lets them be, and they join the suite's rules (one clock, rows
+# for the runner) when they are registered above.
+UNREGISTERED: dict[str, str] = {
+    "bench_sweeps.py": "being written (issue 50); registered when it lands",
+    "bench_open_systems.py": "being written (issue 50); registered when it lands",
 }

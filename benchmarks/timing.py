@@ -1,6 +1,12 @@
 """The one clock of the benchmark scripts: a call timed to its result's arrival
-(`timed`), repeated calls (`call_times`, `median_time`), calls taking turns
-(`alternating_times`), and a time read off a work-precision ladder (`time_at`)."""
+(`timed`, `time_call`), repeated calls (`call_times`, `median_time`,
+`first_and_median`), calls taking turns (`alternating_times`), a compile in its two
+phases (`compile_phases`), a stretch of a script's own work (`Stopwatch`), and a
+time read off a work-precision ladder (`time_at`).
+
+No benchmark reads `time.perf_counter` itself (a test checks it): every time it
+reports goes through this module, so that all of them start and stop alike.
+"""
 
 import math
 import statistics
@@ -11,6 +17,27 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+class Stopwatch:
+    """The wall time of a stretch of a script (a reference, a section, the whole
+    run), not of one call: started when made, read any number of times."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        """Seconds since the stopwatch was made."""
+        return time.perf_counter() - self.start
+
+
+def time_call(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    """`fn(*args)`'s wall time in seconds, until every array in its result is
+    ready, and that result as it is (any pytree, or a host value)."""
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start, out
 
 
 def timed(fn, *args) -> tuple[float, np.ndarray]:
@@ -66,9 +93,28 @@ def median_time(
 def first_call_time(fn: Callable[[], Any]) -> float:
     """Wall time of one call of `fn()`, until its result is ready (compile and run
     when the call is the first)."""
+    return time_call(fn)[0]
+
+
+def first_and_median(
+    fn: Callable[..., Any], args: tuple = (), repeats: int = 3
+) -> tuple[float, float, np.ndarray]:
+    """The first call's time (compile included) and the median of `repeats` more,
+    each by [`timed`][] (until the result is on the host), and the first result."""
+    first, out = timed(fn, *args)
+    median = statistics.median(timed(fn, *args)[0] for _ in range(repeats))
+    return first, median, out
+
+
+def compile_phases(jitted: Any, args: tuple) -> tuple[float, float, Any]:
+    """A `jax.jit` function's ahead-of-time compile at `args` in its two phases:
+    tracing + lowering and XLA's compile (seconds each), and the compiled
+    program."""
     start = time.perf_counter()
-    jax.block_until_ready(fn())
-    return time.perf_counter() - start
+    lowered = jitted.trace(*args).lower()
+    middle = time.perf_counter()
+    compiled = lowered.compile()
+    return middle - start, time.perf_counter() - middle, compiled
 
 
 def warm_up() -> None:
@@ -88,20 +134,31 @@ def format_seconds(seconds: float) -> str:
 
 
 def alternating_times(
-    calls: dict[str, Callable[[], Any]], repeats: int
+    calls: dict[str, Callable[[], Any]],
+    repeats: int,
+    *,
+    warm: int = 2,
+    batch: dict[str, int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Each call's wall times in seconds over `repeats` rounds in which the calls
-    take turns (each until its result is ready), after two calls of each (the
-    first compiles): the machine's load moves them all alike."""
+    take turns, after `warm` untimed calls of each (the first compiles): the
+    machine's load moves them all alike. A call named in `batch` runs that many
+    times in a row per round, only the last waited for, and its time is the
+    round's over the count (a per-call time for calls too short to time alone);
+    the others run once per round, until their result is ready."""
+    batch = batch or {}
     for call in calls.values():
-        jax.block_until_ready(call())
-        jax.block_until_ready(call())
+        for _ in range(warm):
+            jax.block_until_ready(call())
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
+            count, out = batch.get(name, 1), None
             start = time.perf_counter()
-            jax.block_until_ready(call())
-            times[name].append(time.perf_counter() - start)
+            for _ in range(count):
+                out = call()
+            jax.block_until_ready(out)
+            times[name].append((time.perf_counter() - start) / count)
     return {name: np.asarray(t) for name, t in times.items()}
 
 
