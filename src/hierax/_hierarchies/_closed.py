@@ -162,6 +162,137 @@ def _hermitian_matrices(terms: TermSeries) -> Array:
 LevelsT = TypeVar("LevelsT", Array, list[PauliSum])
 
 
+class AbstractEngine(eqx.Module):
+    """How a hierarchy computes its levels, chosen when the hierarchy is built from
+    the structure of its operators: `MatrixEngine` for matrices (dense, sparse,
+    callables), `PauliEngine` for Pauli sums. A hierarchy holds its engine in the
+    field `engine`, and the public methods of `AbstractHierarchy` check their
+    arguments and call it, whatever the kind of operators.
+
+    The one method is `__call__`, not a named one: a method looked up on an
+    Equinox module builds a bound-method module, tens of microseconds on every
+    call of the hierarchy."""
+
+    @abc.abstractmethod
+    def __call__(
+        self,
+        hierarchy: "AbstractHierarchy",
+        arguments: tuple[Array, ...],
+        *,
+        normalised: bool,
+        errors: bool,
+    ) -> Any:
+        """The levels of `hierarchy` at its checked `arguments` (`()`, `(t,)` or
+        `(t, state)`), divided by $k!$ when `normalised`; with `errors`, each
+        level's estimated relative rounding error instead (shape `(order + 1,)`)."""
+
+
+class MatrixEngine(AbstractEngine):
+    """Matrices: the hierarchy's own `levels` on the matrix kernels, in one compiled
+    call with the checks of the call's values (`_evaluate`)."""
+
+    def __call__(self, hierarchy, arguments, *, normalised, errors):
+        return run_checked(
+            _evaluate, hierarchy, *arguments, normalised=normalised, errors=errors
+        )
+
+
+class PauliEngine(AbstractEngine):
+    """Pauli sums: the recursion of [`hierax.PauliHierarchy`][], levels as lists of
+    [`hierax.PauliSum`][]s. It has no error estimate: the levels are exact up to
+    rounding while the strings fit the capacity."""
+
+    recursion: PauliHierarchy
+
+    def __call__(self, hierarchy, arguments, *, normalised, errors):
+        if errors:
+            raise TypeError(
+                f"`hierax.{type(hierarchy).__name__}(...).error_estimate`: not "
+                "available for Pauli sums; their levels are exact up to rounding "
+                "while the strings fit the capacity, and each level's `dropped` "
+                "reports the weight truncation removed."
+            )
+        if normalised:
+            return self.recursion.normalised(*arguments)
+        return self.recursion(*arguments)
+
+
+def _refuse_mixed(api: str, pauli: str, name: str, value: Any) -> TypeError:
+    return TypeError(
+        f"`{api}`: `{pauli}` is a Pauli sum, so `{name}` must be one too "
+        f"(a `hierax.PauliSum`), got {type(value).__name__}; for matrices "
+        "give both as matrices (`PauliSum.todense()`)."
+    )
+
+
+@functools.singledispatch
+def _pauli_engine(
+    hamiltonian: Any,
+    observable: Any,
+    order: int,
+    capacity: int | None,
+    api: str,
+    names: tuple[str, str],
+) -> PauliEngine | None:
+    """The engine the structure of `hamiltonian` (or `-i` times a generator) asks
+    for beside `observable`, when it is not a matrix: Pauli sums (registered below)
+    run their own recursion. Anything else answers None, and the hierarchy converts
+    it to a matrix operator and runs a `MatrixEngine`; a Pauli `observable` beside
+    it, or a `capacity`, is refused here."""
+    del order
+    if isinstance(observable, (PauliSum, PauliTimeSum)):
+        raise _refuse_mixed(api, names[1], names[0], hamiltonian)
+    if capacity is not None:
+        raise TypeError(
+            f"`{api}`: `capacity` is the room for strings of Pauli sums; "
+            "matrices take none (leave it out)."
+        )
+    return None
+
+
+@_pauli_engine.register(PauliSum)
+@_pauli_engine.register(PauliTimeSum)
+def _(hamiltonian, observable, order, capacity, api, names):
+    if not isinstance(observable, (PauliSum, PauliTimeSum)):
+        raise _refuse_mixed(api, names[0], names[1], observable)
+    if isinstance(observable, PauliTimeSum):
+        raise TypeError(
+            f"`{api}`: `{names[1]}` must be a constant `hierax.PauliSum`, got a "
+            "time-dependent `hierax.PauliTimeSum`."
+        )
+    check_chain(hamiltonian, observable, api, names)
+    return PauliEngine(PauliHierarchy(hamiltonian, observable, order, capacity))
+
+
+@functools.singledispatch
+def _commutator_engine(
+    generator: Any, operator: Any, order: int, capacity: int | None, api: str
+) -> PauliEngine | None:
+    """`_pauli_engine` for nested commutators $[G, \\cdot]$: with $H = -iG$ for a
+    Pauli generator, which must be constant."""
+    return _pauli_engine(
+        generator, operator, order, capacity, api, ("generator", "operator")
+    )
+
+
+@_commutator_engine.register
+def _(generator: PauliSum, operator, order, capacity, api):
+    # i [H, X] = [G, X] with H = -i G.
+    return _pauli_engine(
+        generator * -1j, operator, order, capacity, api, ("generator", "operator")
+    )
+
+
+@_commutator_engine.register
+def _(generator: PauliTimeSum, operator, order, capacity, api):
+    del operator, order, capacity
+    raise TypeError(
+        f"`{api}`: `generator` must be constant (a `hierax.PauliSum`), got a "
+        "time-dependent `hierax.PauliTimeSum`; its hierarchy is "
+        "`hierax.HeisenbergHierarchy`."
+    )
+
+
 class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
     """Base class of the hierarchies: a stack of levels $0, \\ldots, K$ of some
     operator recursion, evaluated in one compiled call whose size does not depend on
@@ -175,7 +306,10 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
     each level's relative rounding error. Subclasses implement one method,
     `levels`, which runs inside the compiled call; the checks of the arguments
     (before compiling) and of the values (inside the compiled program, at once) are
-    the base's.
+    the base's. Hierarchies of Pauli sums ([`hierax.HeisenbergHierarchy`][],
+    [`hierax.NestedCommutators`][]) run the recursion of
+    [`hierax.PauliHierarchy`][] instead: the structure of the operators chooses,
+    when the hierarchy is built, what its public methods run.
 
     Time scale: the hierarchies of matrices carry their series in a unit of time
     $s > 0$ (coefficient k as $X_k s^k / k!$), rescaled at the end. The result
@@ -191,6 +325,7 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
 
     order: eqx.AbstractVar[int]
     arguments: eqx.AbstractClassVar[tuple[str, ...]]
+    engine: eqx.AbstractVar[AbstractEngine]
 
     @abc.abstractmethod
     def levels(
@@ -226,10 +361,7 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
         list of `order + 1` [`hierax.PauliSum`][]s.
         """
         arguments = _checked_arguments(self, "", t, state)
-        pauli = _pauli_of(self)
-        if pauli is not None:
-            return cast(LevelsT, pauli(*arguments))
-        return cast(LevelsT, _evaluated(self, arguments, False, False))
+        return self.engine(self, arguments, normalised=False, errors=False)
 
     @typechecked
     def normalised(self, t: TimeLike | None = None, state: Any = None) -> LevelsT:
@@ -244,10 +376,7 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
         What `__call__` returns, with level $k$ divided by $k!$.
         """
         arguments = _checked_arguments(self, ".normalised", t, state)
-        pauli = _pauli_of(self)
-        if pauli is not None:
-            return cast(LevelsT, pauli.normalised(*arguments))
-        return cast(LevelsT, _evaluated(self, arguments, True, False))
+        return self.engine(self, arguments, normalised=True, errors=False)
 
     @typechecked
     def error_estimate(
@@ -264,64 +393,7 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
         An array of shape `(order + 1,)`, real, in the hierarchy's precision.
         """
         arguments = _checked_arguments(self, ".error_estimate", t, state)
-        if _pauli_of(self) is not None:
-            raise TypeError(
-                f"`hierax.{type(self).__name__}(...).error_estimate`: not available "
-                "for Pauli sums; their levels are exact up to rounding while the "
-                "strings fit the capacity, and each level's `dropped` reports the "
-                "weight truncation removed."
-            )
-        return _evaluated(self, arguments, False, True)
-
-
-def _evaluated(
-    hierarchy: "AbstractHierarchy", arguments: tuple, normalised: bool, errors: bool
-) -> Array:
-    """`_evaluate`, a failed check of a value raised as a `ValueError`."""
-    return run_checked(
-        _evaluate, hierarchy, *arguments, normalised=normalised, errors=errors
-    )
-
-
-def _pauli_of(hierarchy: AbstractHierarchy) -> PauliHierarchy | None:
-    """The Pauli-sum recursion a hierarchy of Pauli sums runs (None for matrices).
-    A field lookup, not a method: see `_checked_arguments`."""
-    return getattr(hierarchy, "pauli", None)
-
-
-def _pauli_recursion(
-    operators: tuple[Any, Any],
-    names: tuple[str, str],
-    order: int,
-    capacity: int | None,
-    api: str,
-) -> PauliHierarchy | None:
-    """The one place where a hierarchy picks its recursion by the kind of its
-    operators: the Pauli-sum recursion when they are Pauli sums, None (the dense
-    kernels) when they are matrices. `operators`: the Hamiltonian (or `-i` times
-    the generator) and the observable."""
-    pauli = [isinstance(x, (PauliSum, PauliTimeSum)) for x in operators]
-    if not any(pauli):
-        if capacity is not None:
-            raise TypeError(
-                f"`{api}`: `capacity` is the room for strings of Pauli sums; "
-                "matrices take none (leave it out)."
-            )
-        return None
-    for name, other, value, is_pauli in zip(names, names[::-1], operators, pauli):
-        if not is_pauli:
-            raise TypeError(
-                f"`{api}`: `{other}` is a Pauli sum, so `{name}` must be one too "
-                f"(a `hierax.PauliSum`), got {type(value).__name__}; for matrices "
-                "give both as matrices (`PauliSum.todense()`)."
-            )
-    if isinstance(operators[1], PauliTimeSum):
-        raise TypeError(
-            f"`{api}`: `{names[1]}` must be a constant `hierax.PauliSum`, got a "
-            "time-dependent `hierax.PauliTimeSum`."
-        )
-    check_chain(operators[0], operators[1], api, names)
-    return PauliHierarchy(operators[0], operators[1], order, capacity)
+        return self.engine(self, arguments, normalised=False, errors=True)
 
 
 def _checked_arguments(
@@ -522,7 +594,7 @@ class HeisenbergHierarchy(AbstractHierarchy[LevelsT]):
     arguments: ClassVar[tuple[str, ...]] = ("t",)
     time_scale: Array | None
     hermitian: bool = eqx.field(static=True)
-    pauli: PauliHierarchy | None
+    engine: AbstractEngine
 
     # For type checkers: Pauli sums with a capacity give lists of Pauli sums (an
     # argument a checker cannot see the type of selects the matrix overload).
@@ -576,17 +648,18 @@ class HeisenbergHierarchy(AbstractHierarchy[LevelsT]):
         api = "hierax.HeisenbergHierarchy"
         self.order = check_order(order, api)
         names = ("hamiltonian", "observable")
-        operators = (hamiltonian, observable)
-        self.pauli = _pauli_recursion(operators, names, self.order, capacity, api)
-        if self.pauli is not None:
+        pauli = _pauli_engine(hamiltonian, observable, self.order, capacity, api, names)
+        if pauli is not None:
             if time_scale is not None:
                 raise TypeError(
                     f"`{api}`: `time_scale` is for matrices; Pauli sums carry each "
                     "level's scale as a power of two (leave it out)."
                 )
-            self.hamiltonian, self.observable = self.pauli.hamiltonian, observable
+            self.engine = pauli
+            self.hamiltonian, self.observable = pauli.recursion.hamiltonian, observable
             self.time_scale, self.hermitian = None, False
             return
+        self.engine = MatrixEngine()
         self.time_scale = _check_time_scale(time_scale, api)
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         self.observable = to_operator(observable, "observable", api)
@@ -710,6 +783,7 @@ class PropagatorDerivatives(AbstractHierarchy[Array]):
     order: int = eqx.field(static=True)
     arguments: ClassVar[tuple[str, ...]] = ("t", "state")
     time_scale: Array | None
+    engine: MatrixEngine
 
     def __init__(
         self,
@@ -729,6 +803,7 @@ class PropagatorDerivatives(AbstractHierarchy[Array]):
         self.order = check_order(order, api)
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         self.time_scale = _check_time_scale(time_scale, api)
+        self.engine = MatrixEngine()
 
     def levels(self, t, state, estimate, checks):
         t, state = cast(Array, t), cast(Array, state)
@@ -795,7 +870,7 @@ class NestedCommutators(AbstractHierarchy[LevelsT]):
     operator: Inexact[Array, "n n"] | PauliSum
     order: int = eqx.field(static=True)
     arguments: ClassVar[tuple[str, ...]] = ()
-    pauli: PauliHierarchy | None
+    engine: AbstractEngine
 
     # For type checkers, as in `HeisenbergHierarchy`.
     @overload
@@ -838,20 +913,12 @@ class NestedCommutators(AbstractHierarchy[LevelsT]):
         """
         api = "hierax.NestedCommutators"
         self.order = check_order(order, api)
-        if isinstance(generator, PauliTimeSum):
-            raise TypeError(
-                f"`{api}`: `generator` must be constant (a `hierax.PauliSum`), got a "
-                "time-dependent `hierax.PauliTimeSum`; its hierarchy is "
-                "`hierax.HeisenbergHierarchy`."
-            )
-        # i [H, X] = [G, X] with H = -i G.
-        hamiltonian = generator * -1j if isinstance(generator, PauliSum) else generator
-        names = ("generator", "operator")
-        operators = (hamiltonian, operator)
-        self.pauli = _pauli_recursion(operators, names, self.order, capacity, api)
-        if self.pauli is not None:
+        pauli = _commutator_engine(generator, operator, self.order, capacity, api)
+        if pauli is not None:
+            self.engine = pauli
             self.generator, self.operator = generator, operator
             return
+        self.engine = MatrixEngine()
         generator = as_matrix(generator, "generator", api)
         operator = as_matrix(operator, "operator", api)
         self.generator = as_square_matrix(generator, "generator", api)

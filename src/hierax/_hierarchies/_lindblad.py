@@ -15,6 +15,7 @@ from .._kernels.propagator import series_errors
 from .._operators import AbstractTimeOperator, check_jump_operators, to_operator
 from ._closed import (
     AbstractHierarchy,
+    MatrixEngine,
     _check_time_scale,
     _complex_dtype,
     _is_hermitian,
@@ -88,6 +89,7 @@ class LindbladHierarchy(AbstractHierarchy[Array]):
     arguments: ClassVar[tuple[str, ...]] = ("t",)
     time_scale: Array | None
     hermitian: bool = eqx.field(static=True)
+    engine: MatrixEngine
 
     def __init__(
         self,
@@ -114,6 +116,7 @@ class LindbladHierarchy(AbstractHierarchy[Array]):
         api = "hierax.LindbladHierarchy"
         self.order = check_order(order, api)
         self.time_scale = _check_time_scale(time_scale, api)
+        self.engine = MatrixEngine()
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         n = self.hamiltonian.size
         self.jump_operators = check_jump_operators(jump_operators, n, api)
@@ -190,6 +193,7 @@ class DensityMatrixDerivatives(AbstractHierarchy[Array]):
     order: int = eqx.field(static=True)
     arguments: ClassVar[tuple[str, ...]] = ("t", "rho")
     time_scale: Array | None
+    engine: MatrixEngine
 
     def __init__(
         self,
@@ -212,6 +216,7 @@ class DensityMatrixDerivatives(AbstractHierarchy[Array]):
         api = "hierax.DensityMatrixDerivatives"
         self.order = check_order(order, api)
         self.time_scale = _check_time_scale(time_scale, api)
+        self.engine = MatrixEngine()
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         self.jump_operators = check_jump_operators(
             jump_operators, self.hamiltonian.size, api
