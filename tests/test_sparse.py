@@ -6,6 +6,7 @@ import math
 import textwrap
 from typing import cast
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -345,7 +346,7 @@ def test_step_series_of_sparse_terms_against_numpy(carried, uniform, monkeypatch
     beside the series so that XLA threads the products) at n = 64; `uniform` the
     products of matrices whose entries are all equal (sum_i X_i), as `sesolve`
     hands them to its program."""
-    from hierax._data._sparse import UniformSparseMatrix
+    from hierax._data._sparse import AbstractSparseMatrix, UniformSparseMatrix
     from hierax._kernels import propagator
     from hierax._operators._rewrites import uniform_products
     from hierax._solvers._term import schrodinger_terms
@@ -382,9 +383,9 @@ def test_step_series_of_sparse_terms_against_numpy(carried, uniform, monkeypatch
             kinds = [
                 type(m)
                 for m in jax.tree.leaves(
-                    hamiltonian, is_leaf=lambda m: isinstance(m, hierax.SparseMatrix)
+                    hamiltonian, is_leaf=lambda m: isinstance(m, AbstractSparseMatrix)
                 )
-                if isinstance(m, hierax.SparseMatrix)
+                if isinstance(m, AbstractSparseMatrix)
             ]
             # sum_i X_i is uniform; the ZZ sum is diagonal, which reads its values.
             assert kinds.count(UniformSparseMatrix) == 1, kinds
@@ -460,6 +461,54 @@ def test_uniform_products_only_for_known_equal_entries():
     assert np.max(np.abs(np.asarray(sparse) - np.asarray(dense))) <= 1e-8
     # Not all entries' gradients are equal: each entry kept its own.
     assert np.ptp(np.asarray(sparse)) > 1e-6
+
+
+@pytest.mark.parametrize("kind", ["general", "diagonal", "uniform"])
+def test_each_sparse_kind_products_against_the_dense_matrix(kind):
+    """Each kind of sparse matrix (all abstract or final: a uniform matrix is no
+    `SparseMatrix`) computes its product, transposed product and the values'
+    cotangent by its own rule; each against the dense matrix and `jax.vjp` of the
+    product, and the arithmetic of any kind gives a plain `SparseMatrix`."""
+    from hierax._data._sparse import (
+        AbstractSparseMatrix,
+        UniformSparseMatrix,
+        is_sparse,
+    )
+
+    rng = np.random.default_rng(7)
+    n = 6
+    if kind == "diagonal":
+        matrix = hierax.SparseMatrix(
+            rng.normal(size=(n, 1)), np.arange(n)[:, None], diagonal=True
+        )
+    else:
+        # Two entries in every row (a uniform matrix has no padding).
+        mask = np.eye(n, dtype=bool) | np.roll(np.eye(n, dtype=bool), 2, axis=1)
+        general = hierax.SparseMatrix.from_matrix(mask * rng.normal(size=(n, n)))
+        matrix = general
+        if kind == "uniform":
+            ones = hierax.SparseMatrix.from_matrix(mask * 1.5)
+            matrix = UniformSparseMatrix(ones.values, ones.columns)
+            assert not isinstance(matrix, hierax.SparseMatrix)
+    assert isinstance(matrix, AbstractSparseMatrix) and is_sparse(matrix)
+    dense = np.asarray(matrix.todense())
+    x = rng.normal(size=(n, 3))
+    np.testing.assert_allclose(matrix.matvec(jnp.asarray(x)), dense @ x, atol=1e-12)
+    np.testing.assert_allclose(matrix.rmatvec(jnp.asarray(x)), dense.T @ x, atol=1e-12)
+    us, gs = rng.normal(size=(4, n, 3)), rng.normal(size=(4, n, 3))
+
+    def products(values):
+        rebuilt = eqx.tree_at(lambda m: m.values, matrix, values)
+        return jnp.stack([rebuilt.matvec(u) for u in jnp.asarray(us)])
+
+    _, back = jax.vjp(products, matrix.values)
+    (expected,) = back(jnp.asarray(gs))
+    got = matrix.values_cotangent(jnp.asarray(us), jnp.asarray(gs))
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+    for result in (2.0 * matrix, matrix + matrix, matrix.conj(), matrix.T):
+        assert type(result) is hierax.SparseMatrix
+    np.testing.assert_allclose((matrix + matrix).todense(), 2 * dense, atol=1e-12)
+    assert type(matrix.astype(np.complex128)) is type(matrix)
 
 
 def test_sparse_chain_complex64_and_offset():

@@ -14,6 +14,7 @@ from ._series import (
     two_product as two_product,
 )
 from ._sparse import (
+    AbstractSparseMatrix as AbstractSparseMatrix,
     SparseMatrix as SparseMatrix,
     SparseTerms as SparseTerms,
     UniformSparseMatrix as UniformSparseMatrix,

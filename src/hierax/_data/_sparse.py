@@ -14,6 +14,7 @@ concrete, so duplicates are merged and exact zeros dropped; the values may be
 traced (a coupling under `jax.grad`), and are combined with JAX operations.
 """
 
+import abc
 import math
 import os
 from collections.abc import Sequence
@@ -29,64 +30,37 @@ from .._core import is_traced, placed, to_jax
 from ._series import TermSeries, result_dtype
 
 
-class SparseMatrix(eqx.Module):
-    """A sparse $n \\times n$ matrix that stays sparse: a term of a
-    [`hierax.TimeOperator`][] applied to states with one sparse product, never
-    formed densely unless asked for.
+class AbstractSparseMatrix(eqx.Module):
+    """A sparse $n \\times n$ matrix stored row by row: `values[r, k]` in column
+    `columns[r, k]`, rows padded with zeros. Its subclasses differ in how a product
+    reads the values: [`hierax.SparseMatrix`][] reads each entry,
+    `UniformSparseMatrix` one value for all. Arithmetic, `.T` and `.conj()` give a
+    [`hierax.SparseMatrix`][]."""
 
-    Wherever hierax accepts an operator it accepts a `scipy.sparse` matrix or a
-    `jax.experimental.sparse.BCOO` and converts it to this form
-    ([`hierax.SparseMatrix.from_matrix`][] does it explicitly);
-    [`hierax.site_operator`][] and [`hierax.kron`][] build one.
-    Supports `+`, `-`, multiplication by numbers, `@` with another sparse matrix
-    (a sparse product) or with a state (a dense result), `.todense()`, `.T` and
-    `.conj()`; a time function times a sparse matrix is a one-term
-    [`hierax.TimeOperator`][].
-
-    Stored row by row (`values[r, k]` in column `columns[r, k]`, rows padded with
-    zeros), so that a product with a state is one gather and one sum per row.
-    """
-
-    values: Inexact[Array, "n width"]
-    columns: Int[Array, "n width"]
-    diagonal: bool = eqx.field(static=True)
+    values: eqx.AbstractVar[Inexact[Array, "n width"]]
+    columns: eqx.AbstractVar[Int[Array, "n width"]]
+    diagonal: eqx.AbstractVar[bool]
 
     __array_ufunc__ = None
 
-    def __init__(
-        self, values: ArrayLike, columns: ArrayLike, *, diagonal: bool = False
-    ):
-        """**Arguments:**
+    @abc.abstractmethod
+    def astype(self, dtype: Any) -> "AbstractSparseMatrix":
+        """The same matrix, of its own kind, with values of `dtype`."""
 
-        - `values`: shape `(n, width)`, the entries of each row.
-        - `columns`: shape `(n, width)`, integer column indices of those entries
-            (padding entries have value zero; any column in range).
-        - `diagonal`: whether the matrix is known to be diagonal with
-            `columns[r, 0] == r` (products then skip the gather).
-        """
-        self.values = to_jax(values)
-        self.columns = to_jax(columns, jnp.int32)
-        self.diagonal = diagonal
-        if self.values.ndim != 2 or self.columns.shape != self.values.shape:
-            raise ValueError(
-                "`hierax.SparseMatrix`: `values` and `columns` must have the same "
-                f"shape (n, width), got {tuple(self.values.shape)} and "
-                f"{tuple(self.columns.shape)}."
-            )
-        if not is_traced(self.columns):
-            n = self.values.shape[0]
-            columns = np.asarray(self.columns)
-            if columns.size and (columns.min() < 0 or columns.max() >= n):
-                raise ValueError(
-                    "`hierax.SparseMatrix`: `columns` must lie in 0 <= column < n = "
-                    f"{n}, got the range [{columns.min()}, {columns.max()}]."
-                )
+    @abc.abstractmethod
+    def matvec(self, x: Array) -> Array:
+        """`self @ x` for a state `x` of shape `(n,)` or `(n, m)`."""
 
-    @classmethod
-    def from_matrix(cls, matrix: Any) -> "SparseMatrix":
-        """A `scipy.sparse` matrix, a BCOO/BCSR or a dense `(n, n)` array (its
-        nonzero entries) as a `SparseMatrix`; duplicates are summed."""
-        return as_sparse(matrix, "matrix", "hierax.SparseMatrix.from_matrix")
+    @abc.abstractmethod
+    def rmatvec(self, g: Array) -> Array:
+        """`self.T @ g` for `g` of shape `(n,)` or `(n, m)` (the transpose of
+        `matvec`, no conjugation): each entry's product added to its column."""
+
+    @abc.abstractmethod
+    def values_cotangent(self, x: Array, g: Array) -> Array:
+        """The cotangent of `values` in $\\sum_j g_j \\cdot (S x_j)$, for `x` and
+        `g` of shape `(J, n, m)`: shape `(n, width)`, with entries where a product
+        reads them (a uniform matrix's in `[0, 0]`)."""
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -106,13 +80,6 @@ class SparseMatrix(eqx.Module):
         """The number of stored entries per row."""
         return self.values.shape[1]
 
-    def astype(self, dtype: Any) -> "SparseMatrix":
-        if self.values.dtype == dtype:
-            return self
-        return SparseMatrix(
-            _values(self.values).astype(dtype), self.columns, diagonal=self.diagonal
-        )
-
     def todense(self) -> Array:
         """The dense `(n, n)` array (explicit: it costs $n^2$ memory)."""
         n = self.shape[0]
@@ -124,19 +91,6 @@ class SparseMatrix(eqx.Module):
         rows = jnp.broadcast_to(jnp.arange(n)[:, None], self.columns.shape)
         dense = jnp.zeros((n, n), self.values.dtype)
         return dense.at[rows, self.columns].add(self.values)
-
-    def matvec(self, x: Array) -> Array:
-        """`self @ x` for a state `x` of shape `(n,)` or `(n, m)`."""
-        if self.diagonal:
-            d = self.values[:, 0]
-            return d.reshape(d.shape + (1,) * (x.ndim - 1)) * x
-        # The columns are checked to be in range when built: "clip" skips the
-        # bounds handling of plain indexing (measured 1.6x faster on a CPU).
-        gathered = x.at[self.columns].get(mode="clip")  # (n, width, ...)
-        # Multiply and sum rather than einsum: a batched dot with one row per batch
-        # element is about 10x slower on a CPU for (n, m) states and under vmap.
-        values = self.values.reshape(self.values.shape + (1,) * (x.ndim - 1))
-        return jnp.sum(values * gathered, axis=1)
 
     def trace(self) -> Array:
         n = self.shape[0]
@@ -200,7 +154,7 @@ class SparseMatrix(eqx.Module):
     def __neg__(self) -> "SparseMatrix":
         return self * -1
 
-    def __add__(self, other: Any) -> "SparseMatrix":
+    def __add__(self, other: Any) -> "AbstractSparseMatrix":
         if type(other) in (int, float, complex) and other == 0:
             return self  # so that `sum(...)` works
         if not is_sparse(other) and not _is_dense_matrix(other):
@@ -212,15 +166,15 @@ class SparseMatrix(eqx.Module):
             )
         return _concatenate([self, other])
 
-    def __radd__(self, other: Any) -> "SparseMatrix":
+    def __radd__(self, other: Any) -> "AbstractSparseMatrix":
         return self.__add__(other)
 
-    def __sub__(self, other: Any) -> "SparseMatrix":
+    def __sub__(self, other: Any) -> "AbstractSparseMatrix":
         if not is_sparse(other) and not _is_dense_matrix(other):
             return NotImplemented
         return self + (-as_sparse(other, "other", "hierax.SparseMatrix - ..."))
 
-    def __rsub__(self, other: Any) -> "SparseMatrix":
+    def __rsub__(self, other: Any) -> "AbstractSparseMatrix":
         return (-self) + other
 
     def __matmul__(self, other: Any) -> Any:
@@ -241,23 +195,152 @@ class SparseMatrix(eqx.Module):
         return self.matvec(x)
 
 
-class UniformSparseMatrix(SparseMatrix):
-    """A `SparseMatrix` whose entries are all equal (no padding), so that a product
+class SparseMatrix(AbstractSparseMatrix):
+    """A sparse $n \\times n$ matrix that stays sparse: a term of a
+    [`hierax.TimeOperator`][] applied to states with one sparse product, never
+    formed densely unless asked for.
+
+    Wherever hierax accepts an operator it accepts a `scipy.sparse` matrix or a
+    `jax.experimental.sparse.BCOO` and converts it to this form
+    ([`hierax.SparseMatrix.from_matrix`][] does it explicitly);
+    [`hierax.site_operator`][] and [`hierax.kron`][] build one.
+    Supports `+`, `-`, multiplication by numbers, `@` with another sparse matrix
+    (a sparse product) or with a state (a dense result), `.todense()`, `.T` and
+    `.conj()`; a time function times a sparse matrix is a one-term
+    [`hierax.TimeOperator`][].
+
+    Stored row by row (`values[r, k]` in column `columns[r, k]`, rows padded with
+    zeros), so that a product with a state is one gather and one sum per row.
+    """
+
+    values: Inexact[Array, "n width"]
+    columns: Int[Array, "n width"]
+    diagonal: bool = eqx.field(static=True)
+
+    def __init__(
+        self, values: ArrayLike, columns: ArrayLike, *, diagonal: bool = False
+    ):
+        """**Arguments:**
+
+        - `values`: shape `(n, width)`, the entries of each row.
+        - `columns`: shape `(n, width)`, integer column indices of those entries
+            (padding entries have value zero; any column in range).
+        - `diagonal`: whether the matrix is known to be diagonal with
+            `columns[r, 0] == r` (products then skip the gather).
+        """
+        self.values = to_jax(values)
+        self.columns = to_jax(columns, jnp.int32)
+        self.diagonal = diagonal
+        if self.values.ndim != 2 or self.columns.shape != self.values.shape:
+            raise ValueError(
+                "`hierax.SparseMatrix`: `values` and `columns` must have the same "
+                f"shape (n, width), got {tuple(self.values.shape)} and "
+                f"{tuple(self.columns.shape)}."
+            )
+        if not is_traced(self.columns):
+            n = self.values.shape[0]
+            columns = np.asarray(self.columns)
+            if columns.size and (columns.min() < 0 or columns.max() >= n):
+                raise ValueError(
+                    "`hierax.SparseMatrix`: `columns` must lie in 0 <= column < n = "
+                    f"{n}, got the range [{columns.min()}, {columns.max()}]."
+                )
+
+    @classmethod
+    def from_matrix(cls, matrix: Any) -> AbstractSparseMatrix:
+        """A `scipy.sparse` matrix, a BCOO/BCSR or a dense `(n, n)` array (its
+        nonzero entries) as a `SparseMatrix`; duplicates are summed."""
+        return as_sparse(matrix, "matrix", "hierax.SparseMatrix.from_matrix")
+
+    def astype(self, dtype: Any) -> "SparseMatrix":
+        if self.values.dtype == dtype:
+            return self
+        return SparseMatrix(
+            _values(self.values).astype(dtype), self.columns, diagonal=self.diagonal
+        )
+
+    def matvec(self, x: Array) -> Array:
+        """`self @ x` for a state `x` of shape `(n,)` or `(n, m)`."""
+        if self.diagonal:
+            d = self.values[:, 0]
+            return d.reshape(d.shape + (1,) * (x.ndim - 1)) * x
+        # The columns are checked to be in range when built: "clip" skips the
+        # bounds handling of plain indexing (measured 1.6x faster on a CPU).
+        gathered = x.at[self.columns].get(mode="clip")  # (n, width, ...)
+        # Multiply and sum rather than einsum: a batched dot with one row per batch
+        # element is about 10x slower on a CPU for (n, m) states and under vmap.
+        values = self.values.reshape(self.values.shape + (1,) * (x.ndim - 1))
+        return jnp.sum(values * gathered, axis=1)
+
+    def rmatvec(self, g: Array) -> Array:
+        values = self.values.reshape(self.values.shape + (1,) * (g.ndim - 1))
+        if self.diagonal:
+            return values[:, 0] * g
+        return _scattered(values, self.columns, g)
+
+    def values_cotangent(self, x: Array, g: Array) -> Array:
+        # values[r, k] meets entry columns[r, k] of x_j (a diagonal one: entry r).
+        if self.diagonal:
+            bar = jnp.einsum("jrkc,jrc->rk", x[:, :, None], g)
+            return jnp.zeros(self.values.shape, bar.dtype).at[:, :1].set(bar)
+        return jnp.einsum("jrkc,jrc->rk", x[:, self.columns], g)
+
+
+class UniformSparseMatrix(AbstractSparseMatrix):
+    """A sparse matrix whose entries are all equal (no padding), so that a product
     reads one value, `values[0, 0]`, instead of all of them: a sum of Pauli X
     strings ($\\sum_i X_i$) has only ones, and at n = 65536 its values are half
     the bytes of a product (measured inside a loop: 818 against 430 us). Made by
     `uniform_products` from known values, for the solvers' programs only."""
 
-    def matvec(self, x: Array) -> Array:
-        gathered = x.at[self.columns].get(mode="clip")  # see `SparseMatrix.matvec`
-        return self.values[0, 0] * jnp.sum(gathered, axis=1)
+    values: Inexact[Array, "n width"]
+    columns: Int[Array, "n width"]
+    diagonal: bool = eqx.field(static=True)
+
+    def __init__(
+        self, values: ArrayLike, columns: ArrayLike, *, diagonal: bool = False
+    ):
+        """**Arguments:**
+
+        - `values`: shape `(n, width)`, every entry equal (all are kept, for the
+            arithmetic and `todense`; products read `values[0, 0]`).
+        - `columns`: shape `(n, width)`, the column of each entry.
+        - `diagonal`: False (as `SparseMatrix` takes it; a uniform matrix's
+            product always gathers).
+        """
+        if diagonal:
+            raise ValueError(
+                "`UniformSparseMatrix`: `diagonal` must be False (its product "
+                "always gathers), got True."
+            )
+        self.values = to_jax(values)
+        self.columns = to_jax(columns, jnp.int32)
+        self.diagonal = False
 
     def astype(self, dtype: Any) -> "UniformSparseMatrix":
         if self.values.dtype == dtype:
             return self
-        return UniformSparseMatrix(
-            self.values.astype(dtype), self.columns, diagonal=False
-        )
+        return UniformSparseMatrix(self.values.astype(dtype), self.columns)
+
+    def matvec(self, x: Array) -> Array:
+        gathered = x.at[self.columns].get(mode="clip")  # see `SparseMatrix.matvec`
+        return self.values[0, 0] * jnp.sum(gathered, axis=1)
+
+    def rmatvec(self, g: Array) -> Array:
+        return _scattered(self.values[0, 0], self.columns, g)
+
+    def values_cotangent(self, x: Array, g: Array) -> Array:
+        bar = jnp.einsum("jrkc,jrc->rk", x[:, self.columns], g)
+        return jnp.zeros_like(bar).at[0, 0].set(jnp.sum(bar))
+
+
+def _scattered(values: Array, columns: Array, g: Array) -> Array:
+    """$\\sum_k$ `values[r, k] g[r]` added to row `columns[r, k]`: a transposed
+    product (rows padded with zeros point at a column in range, with a zero
+    value)."""
+    shape = columns.shape + g.shape[1:]
+    products = jnp.broadcast_to(values * g[:, None], shape)
+    return jnp.zeros(g.shape, products.dtype).at[columns].add(products, mode="drop")
 
 
 def _values(values: Array, *others: Any) -> Any:
@@ -293,7 +376,7 @@ def is_sparse(x: Any) -> bool:
     """Whether `x` is a sparse matrix hierax keeps sparse: a
     [`hierax.SparseMatrix`][], a `scipy.sparse` matrix or array, or a
     `jax.experimental.sparse` BCOO/BCSR (recognised without importing scipy)."""
-    if isinstance(x, SparseMatrix):
+    if isinstance(x, AbstractSparseMatrix):
         return True
     module = type(x).__module__
     return module.startswith("scipy.sparse") or module.startswith(
@@ -301,9 +384,10 @@ def is_sparse(x: Any) -> bool:
     )
 
 
-def as_sparse(x: Any, name: str, api: str) -> SparseMatrix:
-    """`x` as a `SparseMatrix`, with errors naming the argument `name` of `api`."""
-    if isinstance(x, SparseMatrix):
+def as_sparse(x: Any, name: str, api: str) -> AbstractSparseMatrix:
+    """`x` as a sparse matrix (a `SparseMatrix` unless it is one of another kind
+    already), with errors naming the argument `name` of `api`."""
+    if isinstance(x, AbstractSparseMatrix):
         return x
     module = type(x).__module__
     if module.startswith("scipy.sparse"):
@@ -420,7 +504,7 @@ def from_coo(
     return SparseMatrix(layout_values, layout_columns, diagonal=diagonal)
 
 
-def _parts(*matrices: SparseMatrix) -> tuple[Any, list[Any]]:
+def _parts(*matrices: AbstractSparseMatrix) -> tuple[Any, list[Any]]:
     """The array module to combine sparse matrices with (NumPy when nothing is
     traced: eager JAX operations would compile once per shape) and their values
     and columns in it."""
@@ -429,7 +513,7 @@ def _parts(*matrices: SparseMatrix) -> tuple[Any, list[Any]]:
     return xp, [(xp.asarray(m.values), xp.asarray(m.columns)) for m in matrices]
 
 
-def _canonical(matrix: SparseMatrix) -> SparseMatrix:
+def _canonical(matrix: AbstractSparseMatrix) -> AbstractSparseMatrix:
     """Duplicates merged and zeros dropped, when the structure is concrete."""
     if is_traced(matrix.columns):
         return matrix
@@ -437,7 +521,7 @@ def _canonical(matrix: SparseMatrix) -> SparseMatrix:
     return from_coo(rows, columns, values, matrix.shape[0], "matrix")
 
 
-def _concatenate(matrices: Sequence[SparseMatrix]) -> SparseMatrix:
+def _concatenate(matrices: Sequence[AbstractSparseMatrix]) -> AbstractSparseMatrix:
     """The sum of sparse matrices: rows concatenated, then merged."""
     xp, parts = _parts(*matrices)
     dtype = jnp.result_type(*[m.dtype for m in matrices])
@@ -446,7 +530,7 @@ def _concatenate(matrices: Sequence[SparseMatrix]) -> SparseMatrix:
     return _canonical(SparseMatrix(values, columns))
 
 
-def _product(a: SparseMatrix, b: SparseMatrix) -> SparseMatrix:
+def _product(a: AbstractSparseMatrix, b: AbstractSparseMatrix) -> AbstractSparseMatrix:
     """`a @ b` sparse: row r of the product combines the rows of b that a's row r
     names."""
     n = a.shape[0]
@@ -457,7 +541,7 @@ def _product(a: SparseMatrix, b: SparseMatrix) -> SparseMatrix:
     return _canonical(SparseMatrix(values.reshape(n, width), columns.reshape(n, width)))
 
 
-def kron(*operators: Any) -> SparseMatrix:
+def kron(*operators: Any) -> AbstractSparseMatrix:
     """The Kronecker product $A_1 \\otimes A_2 \\otimes \\cdots$, kept sparse.
 
     **Arguments:**
@@ -495,7 +579,7 @@ def identity(n: int, dtype: Any = None) -> SparseMatrix:
 
 def site_operator(
     op: Any, site: int, sites: int, dims: int | Sequence[int] | None = None
-) -> SparseMatrix:
+) -> AbstractSparseMatrix:
     """`op` acting on one site of a chain, the identity elsewhere:
     $\\mathbb{1} \\otimes \\cdots \\otimes \\mathrm{op} \\otimes \\cdots \\otimes
     \\mathbb{1}$, kept sparse (site 0 is the leftmost factor, the most significant
@@ -561,7 +645,7 @@ class SparseTerms(NamedTuple):
     their sparse matrices; `constant` flags as in `TermSeries`."""
 
     coefficients: Array
-    matrices: tuple[SparseMatrix, ...]
+    matrices: tuple[AbstractSparseMatrix, ...]
     constant: tuple[bool, ...]
 
     def astype(self, dtype) -> "SparseTerms":
@@ -607,6 +691,7 @@ def check_dense_memory(n: int, count: int, dtype: Any, what: str) -> None:
 
 
 __all__ = [
+    "AbstractSparseMatrix",
     "SparseMatrix",
     "SparseTerms",
     "apply_terms",

@@ -20,10 +20,9 @@ from jaxtyping import Array
 
 from .._core import by_differentiation, exact_products
 from .._data import (
-    SparseMatrix,
+    AbstractSparseMatrix,
     SparseTerms,
     TermSeries,
-    UniformSparseMatrix,
     frobenius,
     real_dtype,
     sparse_products,
@@ -555,21 +554,8 @@ def _matrix_cotangent(stacked: Any, later: Array, u: Array) -> Any:
     `u[a, j]` $= u_{a,j}$ `(A, K, n, c)`, in the form of `stacked`: for
     `Diagonals`, the entries on its diagonals (the values' cotangent)."""
     n = later.shape[1]
-    if isinstance(stacked, SparseMatrix):
-        # values[r, k] meets entry columns[r, k] of u_j (a diagonal one: entry r).
-        if stacked.diagonal:
-            taken = u[0][:, :, None]
-            values_bar = jnp.einsum("jrkc,jrc->rk", taken, later)
-            values_bar = (
-                jnp.zeros(stacked.values.shape, values_bar.dtype)
-                .at[:, :1]
-                .set(values_bar)
-            )
-        else:
-            taken = u[0][:, stacked.columns]  # (j, r, k, c)
-            values_bar = jnp.einsum("jrkc,jrc->rk", taken, later)
-        if isinstance(stacked, UniformSparseMatrix):
-            values_bar = jnp.zeros_like(values_bar).at[0, 0].set(jnp.sum(values_bar))
+    if isinstance(stacked, AbstractSparseMatrix):
+        values_bar = stacked.values_cotangent(u[0], later)
         return eqx.tree_at(
             lambda m: m.values, stacked, _like(values_bar, stacked.values)
         )
@@ -593,20 +579,8 @@ def _times_transposed(stacked: Any, g: Array) -> Array:
     loop)."""
     if isinstance(stacked, list):
         return jnp.concatenate([block @ g for block in stacked])
-    if isinstance(stacked, SparseMatrix):
-        values = stacked.values.reshape(stacked.values.shape + (1,) * (g.ndim - 1))
-        if stacked.diagonal:
-            return values[:, 0] * g
-        if isinstance(stacked, UniformSparseMatrix):
-            values = stacked.values[0, 0]
-        # Rows padded with zeros point at column 0 with a zero value.
-        shape = stacked.columns.shape + g.shape[1:]
-        products = jnp.broadcast_to(values * g[:, None], shape)
-        return (
-            jnp.zeros(g.shape, products.dtype)
-            .at[stacked.columns]
-            .add(products, mode="drop")
-        )
+    if isinstance(stacked, AbstractSparseMatrix):
+        return stacked.rmatvec(g)
     return _dense_product(stacked, g, 0)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from jaxtyping import Array
 
 from .._core import as_square_matrix, built_for, is_traced
-from .._data import SparseMatrix, as_sparse, from_coo
+from .._data import AbstractSparseMatrix, SparseMatrix, as_sparse, from_coo
 from .._time import (
     AbstractTimeFunction,
     CallableTimeFunction,
@@ -66,7 +66,7 @@ def _kind(x: Any) -> str:
 # ----------------------------------------------------------------------------------
 
 
-def _qobj_matrix(x: Any, name: str, api: str) -> Array | SparseMatrix:
+def _qobj_matrix(x: Any, name: str, api: str) -> Array | AbstractSparseMatrix:
     """A QuTiP operator `Qobj` as a matrix: sparse data stays sparse."""
     kind = getattr(x, "type", None)
     if kind in ("ket", "bra"):
@@ -101,7 +101,7 @@ def _dia_rows(offsets: Sequence[int], diags: Any, name: str) -> SparseMatrix:
     return from_coo(np.concatenate(rows), np.concatenate(columns), values, n, name)
 
 
-def _qarray_matrix(x: Any, name: str, api: str) -> Array | SparseMatrix:
+def _qarray_matrix(x: Any, name: str, api: str) -> Array | AbstractSparseMatrix:
     """A dynamiqs operator `QArray` as a matrix: DIA data stays sparse."""
     shape = tuple(x.shape)
     if len(shape) != 2:
@@ -127,7 +127,9 @@ def _qarray_matrix(x: Any, name: str, api: str) -> Array | SparseMatrix:
     return as_square_matrix(x.to_jax(), name, api)
 
 
-def _constant_matrix(x: Any, name: str, api: str) -> Array | SparseMatrix | None:
+def _constant_matrix(
+    x: Any, name: str, api: str
+) -> Array | AbstractSparseMatrix | None:
     """A foreign constant operator as a matrix; None if `x` is not one."""
     library = foreign_library(x)
     if library == "qutip" and _kind(x) == "Qobj":
@@ -152,7 +154,7 @@ def as_matrix(x: Any, name: str, api: str) -> Any:
                 f"{_kind(x)}."
             )
         return operator(0.0)
-    return matrix.todense() if isinstance(matrix, SparseMatrix) else matrix
+    return matrix.todense() if isinstance(matrix, AbstractSparseMatrix) else matrix
 
 
 # ----------------------------------------------------------------------------------
@@ -165,7 +167,7 @@ def _sum(terms: Sequence[tuple[AbstractTimeFunction, Any]]) -> AbstractTimeOpera
     dense terms together), one term per part."""
     groups: dict[bool, list] = {True: [], False: []}
     for function, matrix in terms:
-        groups[isinstance(matrix, SparseMatrix)].append((function, matrix))
+        groups[isinstance(matrix, AbstractSparseMatrix)].append((function, matrix))
     operators = [
         TimeOperator([f for f, _ in group], [m for _, m in group])
         for group in groups.values()

@@ -309,7 +309,7 @@ def _(operator: TimeOperator) -> Any:
 
 def _uniform(matrix: Any) -> Any:
     if (
-        type(matrix) is not SparseMatrix
+        not isinstance(matrix, SparseMatrix)
         or matrix.diagonal
         or placed(matrix.values)
         or matrix.values.size == 0
@@ -326,7 +326,7 @@ def _uniform(matrix: Any) -> Any:
             _UNIFORM.put(matrix.values, uniform)
     if not uniform:
         return matrix
-    return UniformSparseMatrix(matrix.values, matrix.columns, diagonal=False)
+    return UniformSparseMatrix(matrix.values, matrix.columns)
 
 
 class TermNorms(NamedTuple):

@@ -34,7 +34,7 @@ from .._core import (
     typechecked,
 )
 from .._data import (
-    SparseMatrix,
+    AbstractSparseMatrix,
     SparseTerms,
     TermSeries,
     apply_terms,
@@ -264,7 +264,7 @@ class TimeOperator(AbstractTimeOperator):
     """
 
     functions: tuple[AbstractTimeFunction, ...]
-    matrices: Inexact[Array, "terms n n"] | tuple[SparseMatrix, ...]
+    matrices: Inexact[Array, "terms n n"] | tuple[AbstractSparseMatrix, ...]
 
     def __init__(
         self,
@@ -319,7 +319,7 @@ class TimeOperator(AbstractTimeOperator):
             )
         dtype = jnp.result_type(*[m.dtype for m in mats])
         self.functions = functions
-        if isinstance(mats[0], SparseMatrix):
+        if isinstance(mats[0], AbstractSparseMatrix):
             self.matrices = tuple(m.astype(dtype) for m in mats)
         else:
             self.matrices = _stack(mats, dtype)

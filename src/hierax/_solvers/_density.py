@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array
 
 from .._core import placed, to_jax
-from .._data import SparseMatrix, TermSeries, real_dtype
+from .._data import AbstractSparseMatrix, TermSeries, real_dtype
 from .._kernels.density import (
     DensityParts,
     Term,
@@ -38,7 +38,7 @@ def _time_operators(operator: AbstractTimeOperator) -> tuple[TimeOperator, ...] 
         return None
     for op in ops:
         if isinstance(op.matrices, tuple) and not all(
-            isinstance(m, SparseMatrix) and m.diagonal for m in op.matrices
+            isinstance(m, AbstractSparseMatrix) and m.diagonal for m in op.matrices
         ):
             return None
     return ops
