@@ -7,7 +7,7 @@ hierarchy level and of a solve, hierax beside the usual way to write each.
 - Hierarchies: the seed problem ($H = \\cos(t)\\,\\sigma_y$, $X_0 = \\sigma_x$),
   the squared norm of level K differentiated with respect to the time, at
   K = 2, 4, 6: `hierax.HeisenbergHierarchy` against the question's naive
-  recursion (nested `jax.jacfwd`, `hierax._cli._reference`); then a qutrit with
+  recursion (nested `jax.jacfwd`, `seed.make_naive_recursion`); then a qutrit with
   a cosine drive at K = 6 (hierax alone), with respect to the drive's frequency
   and the time.
 - Solves: the six held-back systems of `systems.py` (rtol 1e-8, atol 1e-10,
@@ -15,7 +15,7 @@ hierarchy level and of a solve, hierax beside the usual way to write each.
   differentiated with respect to a scale of every drive (at 1):
   `hierax.sesolve` (`mesolve` for the open system) against diffrax Dopri8
   written by hand on the real and imaginary parts
-  (`bench_systems.diffrax_final`), both with diffrax's default adjoint
+  (`peers.diffrax_final`), both with diffrax's default adjoint
   (`RecursiveCheckpointAdjoint`).
 
 Each program is traced, lowered and compiled anew `--repeats` times in one

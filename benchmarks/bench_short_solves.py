@@ -8,7 +8,7 @@ and the kernels of the compiled program.
 For each held-back system (`systems.py`, full span, x64): fixed steps (`dt`) of
 1, 2, 8 and 32 steps inside a jit (the slope is the cost of a step, the rest the
 cost of a solve), the adaptive solve at rtol 1e-6 inside a jit and from Python,
-and Dopri8 at the same tolerance (`bench_systems.diffrax_final`, jitted, from
+and Dopri8 at the same tolerance (`peers.diffrax_final`, jitted, from
 Python). The calls alternate in one process; the 5th, 50th and 75th percentiles
 are printed (XLA's CPU runtime hands work to its thread pool when several
 operations are ready at once, which makes the times of a small program bimodal:

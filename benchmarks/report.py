@@ -111,7 +111,9 @@ def heading(record: dict[str, Any]) -> str:
     if record.get("seconds") is not None:
         parts.append(f"{record['seconds']:.0f} s")
     if record.get("returncode"):
-        parts.append(f"**exit status {record['returncode']}**")
+        lines = [line for line in (record.get("stdout") or "").splitlines() if line]
+        last = f": `{lines[-1].strip()[:200]}`" if lines else ""
+        parts.append(f"**exit status {record['returncode']}**{last}")
     return "; ".join(parts)
 
 

@@ -156,7 +156,12 @@ def run_one(
     lines = []
     env = {**env, ROWS_VARIABLE: str(rows_path)}
     with subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     ) as child:
         assert child.stdout is not None
         for line in child.stdout:

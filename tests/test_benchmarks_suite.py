@@ -297,8 +297,9 @@ def test_report_renders_a_record(tmp_path):
 def test_report_marks_a_failed_run_and_missing_rows():
     record = {**_record("2026-12-05T10:00:00+00:00", 1.0), "returncode": 1}
     record["rows"] = None
+    record["stdout"] = "Traceback (most recent call last):\nNameError: x\n\n"
     text = report.render_record(record)
-    assert "**exit status 1**" in text
+    assert "**exit status 1**: `NameError: x`" in text
     assert "No result rows" in text
 
 
