@@ -5,10 +5,10 @@
 RESULTS are record files or folders of them; by default the newest record of each
 benchmark in `benchmarks/results/`. Each benchmark gets a heading, a line saying
 when, where and from what it ran (date, machine, load, versions, commit), and one
-table per metric: a row per case and parameters, a column per method, and where a
-row has several methods timed, each time beside the best of them (`1.0x` is the
-best). `--write-readme` puts the report between the markers of
-`benchmarks/README.md`.
+table per metric (or several, where parts of a script share no method): a row per
+case and parameters, a column per method, and where a row has several methods
+timed, each time beside the best of them (`1.0x` is the best). `--write-readme`
+puts the report between the markers of `benchmarks/README.md`.
 
 Like the runner, this module never imports JAX or a benchmark script.
 """
@@ -165,8 +165,30 @@ def render_record(record: dict[str, Any], level: int = 3) -> str:
         metrics.setdefault((r["metric"], r["unit"]), []).append(r)
     for (metric, unit), selected in metrics.items():
         label = metric.replace("_", " ") + (f" ({unit})" if unit else "")
-        lines += [f"**{label}**", "", *table(selected), ""]
+        for group in _by_methods(selected):
+            lines += [f"**{label}**", "", *table(group), ""]
     return "\n".join(lines)
+
+
+def _by_methods(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """`rows` split into tables by the methods their cases share: a case joins the
+    first table that has one of its methods, so that cases measured by unrelated
+    methods (one part of a script against another) get tables of their own rather
+    than one wide table of empty cells."""
+    cases: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        cases.setdefault(r["case"], []).append(r)
+    groups: list[tuple[set[str], list[dict[str, Any]]]] = []
+    for case_rows in cases.values():
+        methods = {r["method"] for r in case_rows}
+        for shared, group in groups:
+            if shared & methods:
+                shared |= methods
+                group += case_rows
+                break
+        else:
+            groups.append((methods, list(case_rows)))
+    return [group for _, group in groups]
 
 
 def render(records: list[dict[str, Any]], level: int = 3) -> str:

@@ -294,6 +294,17 @@ def test_report_renders_a_record(tmp_path):
     assert report.render(records) == EXPECTED
 
 
+def test_report_splits_cases_without_a_shared_method():
+    record = _record("2026-12-05T10:00:00+00:00", 1.0)
+    record["rows"] += [rows.row("format", "scipy CSR", "seconds", 1e-5, n=2)]
+    text = report.render_record(record)
+    assert text.count("**seconds (s)**") == 2
+    assert (
+        "| case | parameters | scipy CSR |\n|---|---|---:|\n| format | n 2 | 10.0 us |"
+        in text
+    )
+
+
 def test_report_marks_a_failed_run_and_missing_rows():
     record = {**_record("2026-12-05T10:00:00+00:00", 1.0), "returncode": 1}
     record["rows"] = None
