@@ -476,6 +476,72 @@ def test_heisenberg_levels_of_a_driven_chain_against_dense():
     )
 
 
+def test_pauli_hierarchies_inside_jit_never_retrace():
+    """A `hierax.HeisenbergHierarchy` of Pauli sums built inside the user's jit from
+    a traced drive frequency, called at traced times: one trace for every value,
+    its levels (and normalised levels) those of the dense hierarchy; a
+    `hierax.NestedCommutators` of Pauli sums passes through `jax.jit` as an
+    argument and gives (ad_G)^k Z_0 by repeated dense commutators."""
+    hx, hzz, _ = _driven_chain(3)
+    o = hierax.PauliSum.from_strings("ZII")
+    dense_hx, dense_hzz = np.asarray(hx.todense()), np.asarray(hzz.todense())
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def levels(w, t):
+        h = hierax.HeisenbergHierarchy(hierax.Cos(w) * hx + hzz, o, 5, capacity=64)
+        return h(t), h.normalised(t)
+
+    for w, t in ((1.3, 0.2), (0.4, -0.7), (2.0, 1.5)):
+        got, normalised = levels(jnp.asarray(w), jnp.asarray(t))
+        dense = hierax.HeisenbergHierarchy(
+            hierax.Cos(w) * dense_hx + dense_hzz, np.asarray(o.todense()), 5
+        )
+        pairs = ((got, np.asarray(dense(t))), (normalised, dense.normalised(t)))
+        for sums, expected in pairs:
+            for k in range(6):
+                exact = np.asarray(expected[k])
+                error = np.abs(np.asarray(sums[k].todense()) - exact).max()
+                assert error < 1e-13 * np.abs(exact).max(), (w, t, k, error)
+
+    commutators = hierax.NestedCommutators(1j * (hx + hzz), o, 4, capacity=64)
+    got = jax.jit(lambda c: [level.todense() for level in c()])(commutators)
+    dense_g, x = 1j * (dense_hx + dense_hzz), np.asarray(o.todense())
+    for k in range(5):
+        assert np.abs(np.asarray(got[k]) - x).max() < 1e-13 * np.abs(x).max(), k
+        x = dense_g @ x - x @ dense_g
+
+
+def test_hierarchies_take_pauli_sums_by_their_structure():
+    """Which recursion a hierarchy runs is chosen by the kind of its operators when
+    it is built: a Pauli sum beside anything else is refused in either position,
+    before a stray `capacity` is; a Pauli hierarchy has no error estimate, and
+    says so after checking its arguments."""
+    chain = hierax.PauliSum.ising_chain(3, 1.0, 0.5)
+    z0 = hierax.PauliSum.from_strings("ZII")
+    mixed = "is a Pauli sum, so `{}` must be one too.*got ndarray"
+    with pytest.raises(TypeError, match="`observable` " + mixed.format("hamiltonian")):
+        hierax.HeisenbergHierarchy(np.eye(8), hierax.Cos(1.0) * z0, 3)
+    with pytest.raises(TypeError, match="`hamiltonian` " + mixed.format("observable")):
+        hierax.HeisenbergHierarchy(hierax.Cos(1.0) * chain, np.eye(8), 3)
+    with pytest.raises(TypeError, match="`generator` " + mixed.format("operator")):
+        hierax.NestedCommutators(chain, np.eye(8), 3)
+    with pytest.raises(TypeError, match="`operator` " + mixed.format("generator")):
+        hierax.NestedCommutators(np.eye(8), z0, 3, capacity=8)  # pyright: ignore
+    with pytest.raises(TypeError, match="`capacity` is the room for strings"):
+        hierax.NestedCommutators(np.eye(2), np.eye(2), 3, capacity=8)  # pyright: ignore
+    hierarchy = hierax.HeisenbergHierarchy(chain, z0, 3, capacity=16)
+    with pytest.raises(
+        TypeError,
+        match=r"^`hierax.HeisenbergHierarchy\(...\).error_estimate`: not available",
+    ):
+        hierarchy.error_estimate(0.5)
+    with pytest.raises(TypeError, match=r"error_estimate\(t\)`: takes `t`, got none"):
+        hierarchy.error_estimate()
+    with pytest.raises(ValueError, match="`t` must be finite"):
+        hierarchy.error_estimate(np.nan)
+
+
 def test_heisenberg_levels_on_40_sites():
     """On 40 sites (no matrix): level 1 is i[H(t), X_0] (a commutator of Pauli sums,
     another code path), and a capacity too small reports what it removed."""

@@ -212,9 +212,9 @@ class PauliEngine(AbstractEngine):
                 "while the strings fit the capacity, and each level's `dropped` "
                 "reports the weight truncation removed."
             )
-        if normalised:
-            return self.recursion.normalised(*arguments)
-        return self.recursion(*arguments)
+        # Read from the class, as functions (see `AbstractEngine`).
+        levels = PauliHierarchy.normalised if normalised else PauliHierarchy.__call__
+        return levels(self.recursion, *arguments)
 
 
 def _refuse_mixed(api: str, pauli: str, name: str, value: Any) -> TypeError:

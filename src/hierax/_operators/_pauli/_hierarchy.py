@@ -107,24 +107,29 @@ class PauliHierarchy(eqx.Module):
 
     def __call__(self, t: ArrayLike = 0.0) -> list[PauliSum]:
         """The levels $X_0(t), \\dots, X_K(t)$."""
-        return self._levels(t, normalised=False)
+        return _levels(self, t, normalised=False)
 
     def normalised(self, t: ArrayLike = 0.0) -> list[PauliSum]:
         """The levels divided by $k!$: $X_k(t)/k!$."""
-        return self._levels(t, normalised=True)
+        return _levels(self, t, normalised=True)
 
-    def _levels(self, t: ArrayLike, normalised: bool) -> list[PauliSum]:
-        if isinstance(t, jax.Array):  # traced ones too
-            # Checked by shape and dtype here, by value in the compiled call: a
-            # time already on the device is not read back to the host.
-            if t.shape != () or t.dtype.kind not in "iufc":
-                raise TypeError(
-                    f"`{_TIME_API}`: `t` must be a real or complex scalar, got an "
-                    f"array of shape {tuple(t.shape)} and dtype {t.dtype}."
-                )
-        else:
-            t = jnp.asarray(as_time(t, _TIME_API))
-        return _pauli_levels(self, t, normalised=normalised)
+
+def _levels(
+    hierarchy: PauliHierarchy, t: ArrayLike, *, normalised: bool
+) -> list[PauliSum]:
+    """The levels at a checked `t`. A function, not a method: looking a method up on
+    an Equinox module builds a bound-method module (tens of microseconds a call)."""
+    if isinstance(t, jax.Array):  # traced ones too
+        # Checked by shape and dtype here, by value in the compiled call: a time
+        # already on the device is not read back to the host.
+        if t.shape != () or t.dtype.kind not in "iufc":
+            raise TypeError(
+                f"`{_TIME_API}`: `t` must be a real or complex scalar, got an "
+                f"array of shape {tuple(t.shape)} and dtype {t.dtype}."
+            )
+    else:
+        t = jnp.asarray(as_time(t, _TIME_API))
+    return _pauli_levels(hierarchy, t, normalised=normalised)
 
 
 _TIME_API = "hierax.PauliHierarchy(...)(t)"
