@@ -212,7 +212,7 @@ class PauliEngine(AbstractEngine):
                 "while the strings fit the capacity, and each level's `dropped` "
                 "reports the weight truncation removed."
             )
-        # Read from the class, as functions (see `AbstractEngine`).
+        # Read from the class: from the module, a method is a bound-method module.
         levels = PauliHierarchy.normalised if normalised else PauliHierarchy.__call__
         return levels(self.recursion, *arguments)
 
