@@ -16,6 +16,17 @@ from ._backend import (
     run_checked as run_checked,
 )
 from ._cache import (
+    GENERATOR_NORMS as GENERATOR_NORMS,
+    JOINED_STACKS as JOINED_STACKS,
+    MESOLVE_STACKED_TERMS as MESOLVE_STACKED_TERMS,
+    MESOLVE_TERMS as MESOLVE_TERMS,
+    OPTIONS_BUILT as OPTIONS_BUILT,
+    PERIOD_SOLVERS as PERIOD_SOLVERS,
+    ROW_SUM_BOUNDS as ROW_SUM_BOUNDS,
+    SESOLVE_TERMS as SESOLVE_TERMS,
+    STATIC_ADJOINTS as STATIC_ADJOINTS,
+    UNIFORM_VALUES as UNIFORM_VALUES,
+    VERIFIED_PERIODS as VERIFIED_PERIODS,
     IdentityCache as IdentityCache,
     content_key as content_key,
     flatten_module as flatten_module,

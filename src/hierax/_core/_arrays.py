@@ -17,6 +17,8 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array
 
+from ._cache import COMPLEX_DTYPES, FLOAT_DTYPES, PLACED_CONSTANTS
+
 
 def is_traced(x: Any) -> bool:
     return isinstance(x, Tracer)
@@ -50,9 +52,9 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
     if dtype is None and isinstance(x, (bool, int, float, complex)):
         # By representation: -0.0 == 0.0, but their placed values differ.
         key = (type(x), repr(x), placement())
-        hit = _KEPT.get(key)
+        hit = PLACED_CONSTANTS.get(key)
         if hit is None:  # weakly typed, as `jnp.asarray` makes it
-            hit = _KEPT.put(key, _place(x))
+            hit = PLACED_CONSTANTS.put(key, _place(x))
         return hit
     value = np.asarray(x, dtype)
     if value.nbytes > _KEPT_BYTES or value.dtype == object:
@@ -65,35 +67,14 @@ def to_jax(x: Any, dtype: Any = None) -> Array:
     # has the same leaves and finds the solvers' term kept for them (a 64-site
     # XXZ chain's stacked matrices, 128 KiB: 4.4 -> 2.3 ms a call).
     key = (value.dtype, value.shape, value.tobytes(), placement())
-    hit = _KEPT.get(key)
+    hit = PLACED_CONSTANTS.get(key)
     if hit is None:
-        hit = _KEPT.put(key, _place(value))
+        hit = PLACED_CONSTANTS.put(key, _place(value))
     return hit
 
 
-class _ValueCache:
-    """Placed constants by value, the oldest dropped past `total` bytes."""
-
-    def __init__(self, total: int):
-        self.total, self.bytes = total, 0
-        self.entries: dict[Any, Array] = {}
-
-    def get(self, key: Any) -> Array | None:
-        return self.entries.get(key)
-
-    def put(self, key: Any, value: Array) -> Array:
-        if is_traced(value):  # placed inside a trace: a value of that trace only
-            return value
-        self.entries[key] = value
-        self.bytes += value.nbytes
-        while self.bytes > self.total:
-            self.bytes -= self.entries.pop(next(iter(self.entries))).nbytes
-        return value
-
-
-# The largest constant `to_jax` keeps by value, and how many bytes it keeps in all.
+# The largest constant `to_jax` keeps by value (`PLACED_CONSTANTS`).
 _KEPT_BYTES = 256 * 1024
-_KEPT = _ValueCache(16 * 2**20)
 
 
 def placement() -> tuple[bool, Any]:
@@ -103,27 +84,22 @@ def placement() -> tuple[bool, Any]:
     return bool(jax.config.read("jax_enable_x64")), device
 
 
-# Dtype promotions of a public call, per dtype and x64 setting: `jnp.result_type`
-# costs about 4 us a call, a few of which add up on a small solve's eager call.
-_COMPLEX: dict[tuple[Any, bool], Any] = {}
-_FLOAT: dict[bool, Any] = {}
-
-
 def complex_dtype(dtype: Any) -> Any:
-    """`jnp.result_type(dtype, 1j)`: the complex dtype of a state of `dtype`."""
+    """`jnp.result_type(dtype, 1j)`: the complex dtype of a state of `dtype` (kept
+    per dtype and x64, `COMPLEX_DTYPES`)."""
     key = (dtype, bool(jax.config.read("jax_enable_x64")))
-    hit = _COMPLEX.get(key)
+    hit = COMPLEX_DTYPES.get(key)
     if hit is None:
-        hit = _COMPLEX[key] = jnp.result_type(dtype, 1j)
+        hit = COMPLEX_DTYPES.put(key, jnp.result_type(dtype, 1j))
     return hit
 
 
 def float_dtype() -> Any:
-    """`jnp.result_type(float)`: float64 under x64, else float32."""
+    """`jnp.result_type(float)`: float64 under x64, else float32 (`FLOAT_DTYPES`)."""
     key = bool(jax.config.read("jax_enable_x64"))
-    hit = _FLOAT.get(key)
+    hit = FLOAT_DTYPES.get(key)
     if hit is None:
-        hit = _FLOAT[key] = jnp.result_type(float)
+        hit = FLOAT_DTYPES.put(key, jnp.result_type(float))
     return hit
 
 

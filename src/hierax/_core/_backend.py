@@ -29,6 +29,8 @@ import equinox as eqx
 import jax
 from jax.core import Tracer
 
+from ._cache import BACKENDS_PRESENT
+
 
 PrecisionName = Literal[
     "highest", "float32", "high", "bfloat16_3x", "tensorfloat32", "default", "bfloat16"
@@ -113,13 +115,17 @@ def _platform(args: tuple) -> str:
     return jax.default_backend()
 
 
-@functools.cache
 def _tpu_in_process() -> bool:
-    """Whether this process has a TPU at all (asked once, after JAX has started)."""
-    try:
-        return bool(jax.devices("tpu"))
-    except RuntimeError:  # no TPU backend here
-        return False
+    """Whether this process has a TPU at all (asked once, after JAX has started,
+    and kept in `BACKENDS_PRESENT`)."""
+    hit = BACKENDS_PRESENT.get("tpu")
+    if hit is None:
+        try:
+            present = bool(jax.devices("tpu"))
+        except RuntimeError:  # no TPU backend here
+            present = False
+        hit = BACKENDS_PRESENT.put("tpu", present)
+    return hit
 
 
 # The seam tests use to act as if on another backend (CI has no accelerator).

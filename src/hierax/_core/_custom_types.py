@@ -10,7 +10,7 @@ from beartype import beartype
 from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
 
-from ._cache import IdentityCache, flatten_module
+from ._cache import MODULE_SIGNATURES, flatten_module
 
 
 # A scalar time, a real or complex number or 0-d array. (Annotated as broadly as any
@@ -62,8 +62,6 @@ class _Hashed:
         )
 
 
-# A module's signature, by identity (modules are immutable).
-_MODULE_SIGNATURES = IdentityCache(32)
 _PLAIN_TYPES = frozenset({bool, int, float, complex, str, type(None)})
 
 
@@ -77,7 +75,7 @@ def _signature(x: Any) -> Any:
         return type(x)
     # A module seen before first (a look-up by identity: the `isinstance` checks
     # of JAX's and equinox's abstract classes cost microseconds each).
-    hit = _MODULE_SIGNATURES.get(x)
+    hit = MODULE_SIGNATURES.get(x)
     if hit is not None:
         return hit
     if isinstance(x, jax.Array | np.ndarray):  # a leaf: no tree to walk
@@ -86,7 +84,7 @@ def _signature(x: Any) -> Any:
         flat = flatten_module(x)
         hit = _Hashed((flat.treedef, flat.signature))
         if not any(isinstance(leaf, Tracer) for leaf in flat.leaves):
-            _MODULE_SIGNATURES.put(x, hit)
+            MODULE_SIGNATURES.put(x, hit)
         return hit
     leaves, tree = jax.tree_util.tree_flatten(x)
     return tree, tuple(

@@ -8,7 +8,6 @@ device array here would be a round trip from the device on every call. NumPy and
 Python values live on the host and are checked here.
 """
 
-import functools
 import math
 import numbers
 from typing import Any
@@ -220,11 +219,6 @@ def as_square_matrix(x: Any, name: str, api: str) -> Array:
     return array
 
 
-@functools.cache
-def _largest(dtype: np.dtype) -> float:
-    return float(np.finfo(dtype).max)
-
-
 # The dtypes a time may have.
 _TIME_DTYPES = tuple(
     np.dtype(d) for d in (np.float32, np.float64, np.complex64, np.complex128)
@@ -259,7 +253,7 @@ def as_time(t: Any, api: str, canonical: bool = True, in_program: bool = False) 
         # (compared with the dtype's largest value first, so the conversion never
         # overflows and needs no floating-point error context).
         dtype = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
-        if math.isfinite(t) and abs(t) <= _largest(dtype):
+        if math.isfinite(t) and abs(t) <= float(np.finfo(dtype).max):
             value = dtype.type(t)
             return value if canonical else jnp.asarray(t)
         overflow = math.isfinite(t)

@@ -2,7 +2,6 @@
 the Taylor solver on diffrax with its step control, and the result, for any
 `AbstractTaylorTerm`."""
 
-import collections
 import contextlib
 import functools
 import inspect
@@ -20,13 +19,12 @@ from jax.core import Tracer
 from jaxtyping import Array, PyTree
 
 from .._core import (
-    IdentityCache,
+    GENERATOR_NORMS,
+    OPTIONS_BUILT,
+    STATIC_ADJOINTS,
     check_finite,
     complex_dtype,
-    content_key,
-    flatten_module,
     float_dtype,
-    is_traced,
     module_jit,
     placement,
     to_jax,
@@ -41,7 +39,6 @@ from ._options import (
     check_adjoint,
     check_max_steps,
     check_order,
-    host_checked,
     positive_value,
 )
 from ._solution import Solution
@@ -121,148 +118,6 @@ def check_no_foreign_keywords(unknown: dict[str, Any], api: str) -> None:
     )
 
 
-class TermCache:
-    """What a solver builds from a user's operators (its term, and what that
-    needs assembled), kept so that passing them again rebuilds nothing (their
-    rewrites in NumPy, flattened form and norms, cached with the term, stay
-    valid). Operator modules and JAX arrays are immutable: they are found by
-    identity, and also by their leaves (the same tree structure over the same
-    JAX arrays), so an operator rebuilt on every call from the same matrices and
-    parameters (whose constants `to_jax` places once per value) finds its term
-    too. NumPy matrices (mutable) are kept by value: each is replaced by a
-    read-only copy, one per content (`_by_value`), which then stands for it.
-    Anything else (lists of numbers) or traced is rebuilt every call.
-    `build(operators)` gets the operators as they are kept."""
-
-    def __init__(self, size: int):
-        self.size = size
-        # By the first operator's identity (its entry dropped when it dies), holding
-        # the others to compare them by identity.
-        self.by_identity = IdentityCache(size)
-        # By the operators' leaves, held so that their ids stay theirs.
-        self.by_leaves: collections.OrderedDict[Any, tuple[Any, Any]] = (
-            collections.OrderedDict()
-        )
-        self.held_bytes = 0
-
-    def get(
-        self, operators: tuple[Any, ...], build: Callable[[tuple[Any, ...]], Any]
-    ) -> Any:
-        operators = tuple(_by_value(x) for x in operators)
-        if not all(_immutable(x) for x in operators):
-            return build(operators)
-        # The key is the whole input: every operator (by identity or by leaves),
-        # how many there are, and x64 (which sets the dtypes a term is built in).
-        x64 = bool(jax.config.read("jax_enable_x64"))
-        hit = self.by_identity.get(operators[0])
-        if hit is not None and hit[2] == x64 and len(hit[0]) == len(operators):
-            if all(a is b for a, b in zip(hit[0], operators, strict=True)):
-                return hit[1]
-        key, held = _leaves_key(operators)
-        key = None if key is None else (x64, key)
-        found = None if key is None else self.by_leaves.get(key)
-        if found is not None:
-            self.by_leaves.move_to_end(key)
-            value = found[1]
-        else:
-            value = build(operators)
-            if key is not None:
-                self.by_leaves[key] = (held, value)
-                self.held_bytes += _nbytes(held)
-                while len(self.by_leaves) > self.size or (
-                    self.held_bytes > _LEAVES_BYTES and len(self.by_leaves) > 1
-                ):
-                    self.held_bytes -= _nbytes(self.by_leaves.popitem(last=False)[1][0])
-        self.by_identity.put(operators[0], (operators, value, x64))
-        return value
-
-
-# The bytes of leaves `TermCache` holds to find operators by them, in all (the
-# oldest dropped past it); larger operators only by identity, so that a dropped
-# operator's big matrices are not held on for a rebuild that may never come.
-_LEAVES_BYTES = 32 << 20
-
-
-def _nbytes(leaves: list) -> int:
-    return sum(getattr(leaf, "nbytes", 0) for leaf in leaves)
-
-
-def _leaves_key(operators: tuple[Any, ...]) -> tuple[Any, list]:
-    """The operators' tree structures and the identities of their leaves, and the
-    leaves (to hold); `None` past `_LEAVES_BYTES`."""
-    key, held = [], []
-    for x in operators:
-        if isinstance(x, eqx.Module):
-            flat = flatten_module(x)
-            key.append((flat.treedef, tuple(map(id, flat.leaves))))
-            held.extend(flat.leaves)
-        else:
-            key.append(id(x))
-            held.append(x)
-    if _nbytes(held) > _LEAVES_BYTES:
-        return None, held
-    try:
-        hash(found := tuple(key))
-    except TypeError:  # an unhashable static field
-        return None, held
-    return found, held
-
-
-def _immutable(x: Any) -> bool:
-    """Whether `x` can be kept by identity: a module whose leaves are all concrete
-    JAX arrays, numbers or read-only NumPy arrays (its flattened form, cached by
-    identity, says whether every leaf is a concrete JAX array; a writable NumPy
-    leaf could change in place and leave a stale term), a concrete JAX array, or a
-    read-only copy from `_by_value`."""
-    if isinstance(x, eqx.Module):
-        flat = flatten_module(x)
-        return flat.all_arrays or all(map(_immutable_leaf, flat.leaves))
-    return _immutable_leaf(x) and not isinstance(x, int | float | complex)
-
-
-def _immutable_leaf(x: Any) -> bool:
-    if isinstance(x, np.ndarray):
-        return not x.flags.writeable
-    if isinstance(x, jax.Array):
-        return not is_traced(x)
-    return isinstance(x, int | float | complex | np.generic)
-
-
-# The NumPy matrices `TermCache` keeps by value: a read-only copy per content, the
-# oldest dropped past `_BY_VALUE_SIZE` (a dropped copy's terms go with it). Only
-# matrices up to `_BY_VALUE_BYTES`: reading a larger one's content on every call
-# would cost more than it saves.
-_BY_VALUE: "collections.OrderedDict[Any, np.ndarray]" = collections.OrderedDict()
-_BY_VALUE_SIZE = 32
-_BY_VALUE_BYTES = 1 << 20
-
-
-def _by_value(x: Any) -> Any:
-    """A NumPy matrix's read-only copy kept for its content (the same object for
-    equal contents), so that rebuilding what is made from it is skipped;
-    anything else as it is. (Measured: the open transmon pair's four NumPy jump
-    operators, n = 9, rebuilt their Lindblad parts on every `mesolve` call, 8.5 ms
-    of a 13.6 ms call.)"""
-    if (
-        type(x) is not np.ndarray
-        or x.dtype.kind not in "biufc"
-        or x.nbytes > _BY_VALUE_BYTES
-    ):
-        return x
-    data = np.array(x, order="C")  # a copy (0-d stays 0-d)
-    key = content_key(data)
-    hit = _BY_VALUE.get(key)
-    if hit is None:
-        hit = data
-        hit.setflags(write=False)
-        _BY_VALUE[key] = hit
-        if len(_BY_VALUE) > _BY_VALUE_SIZE:
-            _BY_VALUE.popitem(last=False)
-    else:
-        _BY_VALUE.move_to_end(key)
-    return hit
-
-
 def read_state(x: Any, name: str, api: str) -> tuple[Array, bool]:
     """A state as an array, and whether its values were read here. Host data (a
     list, a NumPy array) is checked here (numeric, finite) and placed in its
@@ -311,11 +166,6 @@ def _max_norm(x: PyTree) -> Array:
     return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in jax.tree.leaves(x)]))
 
 
-# Options built from flat keywords given as Python numbers, by their values and
-# types (see `resolve_options`); a module is immutable, so one serves every call.
-_BUILT: collections.OrderedDict[tuple, TaylorOptions] = collections.OrderedDict()
-
-
 def _plain_key(api: str, shorthands: dict[str, Any]) -> tuple | None:
     """The whole input as a key when every keyword is None or a Python int or
     float (exact types: `1`, `1.0` and `True` differ), else None."""
@@ -354,19 +204,14 @@ def resolve_options(options: Any, api: str, **shorthands: Any) -> TaylorOptions:
     given = [name for name, value in shorthands.items() if value is not None]
     if options is None:
         # The same keywords as Python numbers (the usual call) give the same
-        # options object: building and checking one, and then flattening a new
-        # module in the compiled call, cost ~60 us of a ~140 us small solve.
+        # options object (`OPTIONS_BUILT`): a module is immutable, so one serves
+        # every call.
         key = _plain_key(api, shorthands)
-        hit = None if key is None else _BUILT.get(key)
-        if key is not None and hit is not None:
-            _BUILT.move_to_end(key)
+        hit = None if key is None else OPTIONS_BUILT.get(key)
+        if hit is not None:
             return hit
         built = _from_shorthands(api, shorthands)
-        if key is not None:
-            _BUILT[key] = built
-            if len(_BUILT) > 32:
-                _BUILT.popitem(last=False)
-        return built
+        return built if key is None else OPTIONS_BUILT.put(key, built)
     if not isinstance(options, TaylorOptions):
         hint = (
             " (QuTiP's options dict: `hierax.TaylorOptions(rtol=..., atol=...)`)"
@@ -412,16 +257,18 @@ def solve(
     assembled before compiling travel as fields of `term` (`with_parts`)."""
     times, times_checked = _check_times(times, api)
     rtol, atol, dt = options.rtol, options.atol, options.dt
-    # Values held on the host (numbers, lists, NumPy arrays) were checked before
-    # (`positive_value`); JAX arrays, concrete or traced, are inside the program
-    # (`_checked`): reading a device array back to the host would cost a round
-    # trip on every call.
+    # Values held on the host (lists, NumPy arrays) were checked before; JAX
+    # arrays, concrete or traced, are inside the program (`_checked`): reading a
+    # device array back to the host would cost a round trip on every call. The
+    # tolerances and the step are always JAX arrays there (numbers were checked by
+    # `positive_value` too, and checking them again costs less than telling them
+    # apart: 0.4 us of 114).
     checks = tuple(
         name
         for name, checked in (
-            ("rtol", host_checked(rtol)),
-            ("atol", host_checked(atol)),
-            ("dt", dt is None or host_checked(dt)),
+            ("rtol", False),
+            ("atol", False),
+            ("dt", dt is None),
             ("times", times_checked),
             (state_name, state_checked),
             ("exp_ops", exp_ops_checked),
@@ -749,19 +596,15 @@ def _generator_norms(term: AbstractTaylorTerm) -> tuple[TermNorms | None, ...]:
     """The `term_norms` of the term's operators, computed before compiling (`None`
     where not known), as JAX arrays: kept by the term's identity, so that a repeated
     call neither recomputes nor transfers them."""
-    hit = _NORMS.get(term)
+    hit = GENERATOR_NORMS.get(term)
     if hit is not None and hit[0] == float_dtype():
         return hit[1]
     norms = tuple(
         None if norm is None else jax.tree.map(to_jax, norm)
         for norm in (term_norms(op) for op in term.operators)
     )
-    if not any(is_traced(leaf) for leaf in jax.tree.leaves(norms)):
-        _NORMS.put(term, (float_dtype(), norms))
+    GENERATOR_NORMS.put(term, (float_dtype(), norms))  # (unless traced)
     return norms
-
-
-_NORMS = IdentityCache(16)
 
 
 class _Static:
@@ -786,7 +629,6 @@ class _Static:
 
 
 _DEFAULT_ADJOINT = _Static(diffrax.RecursiveCheckpointAdjoint())
-_ADJOINT_KEYS = IdentityCache(8)
 
 
 def _static_adjoint(adjoint: diffrax.AbstractAdjoint | None) -> _Static:
@@ -794,10 +636,10 @@ def _static_adjoint(adjoint: diffrax.AbstractAdjoint | None) -> _Static:
     `None`)."""
     if adjoint is None:
         return _DEFAULT_ADJOINT
-    hit = _ADJOINT_KEYS.get(adjoint)
+    hit = STATIC_ADJOINTS.get(adjoint)
     if hit is None:
         hit = _Static(adjoint)
-        _ADJOINT_KEYS.put(adjoint, hit)
+        STATIC_ADJOINTS.put(adjoint, hit)
     return hit
 
 

@@ -10,11 +10,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._core import complex_dtype, on_backend, typechecked
+from .._core import (
+    MESOLVE_STACKED_TERMS,
+    MESOLVE_TERMS,
+    complex_dtype,
+    on_backend,
+    typechecked,
+)
 from .._operators import as_matrices, as_state, check_jump_operators, to_operator
 from ._density import known_density_parts
 from ._integrate import (
-    TermCache,
     check_no_foreign_keywords,
     keywords_checked,
     per_precision,
@@ -167,22 +172,13 @@ def mesolve(
     )
 
 
-# The term, and the term with its step's constant parts per precision (see
-# `TermCache`).
-_TERMS = TermCache(16)
-
-
-# A stack of jump operators, `(J, n, n)`, kept as one array: its own cache, so that
-# its key (the Hamiltonian and the stack) never meets that of a list of them.
-_STACKED_TERMS = TermCache(16)
-
-
 def _term(
     hamiltonian: Any, jump_operators: Any
 ) -> tuple[LindbladTerm, Callable[[Any], LindbladTerm]]:
-    """The term, and the term with its step's parts per precision (see
-    `TermCache`), built from what the cache keeps and keyed by all of it: the
-    Hamiltonian and every jump operator."""
+    """The term, and the term with its step's parts per precision, kept for the
+    operators (`MESOLVE_TERMS`; a `(J, n, n)` stack of jump operators in
+    `MESOLVE_STACKED_TERMS`), built from what the cache keeps and keyed by all of
+    it: the Hamiltonian and every jump operator."""
     if jump_operators is None:
         raise TypeError(
             f"`{_API}`: `jump_operators` must be a list of operators (e.g. "
@@ -204,8 +200,8 @@ def _term(
         )
 
     if stacked:
-        return _STACKED_TERMS.get((hamiltonian, jump_operators), build)
-    return _TERMS.get((hamiltonian, *_jump_list(jump_operators)), build)
+        return MESOLVE_STACKED_TERMS.get((hamiltonian, jump_operators), build)
+    return MESOLVE_TERMS.get((hamiltonian, *_jump_list(jump_operators)), build)
 
 
 def _jump_list(jump_operators: Any) -> tuple[Any, ...]:

@@ -13,7 +13,7 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, Real
 
-from .._core import MAX_ORDER, IdentityCache, to_jax
+from .._core import MAX_ORDER, to_jax
 
 
 _API = "hierax.TaylorOptions"
@@ -110,17 +110,11 @@ class TaylorOptions(eqx.Module):
         self.adjoint = check_adjoint(adjoint, _API)
 
 
-# Tolerances and steps placed by `positive_value` after their value was checked
-# on the host: found by identity, so that the compiled solve checks only the
-# others (arrays given by the user, whose values stay on the device).
-_CHECKED = IdentityCache(256)
-
-
 def positive_value(x: Any, name: str, api: str) -> Array:
     """A positive real scalar as an array. Numbers (and NumPy values) are checked
     here and placed once per value (`to_jax`, without an eager JAX operation);
-    JAX arrays, concrete or traced, are checked by shape and dtype here and by
-    value inside the compiled solve (`host_checked` tells which is which)."""
+    JAX arrays, concrete or traced, are checked by shape and dtype here. The
+    compiled solve checks every value again (a JAX array's there only)."""
     if isinstance(x, jax.Array | Tracer):
         if x.ndim != 0 or not (
             jnp.issubdtype(x.dtype, jnp.floating)
@@ -131,14 +125,7 @@ def positive_value(x: Any, name: str, api: str) -> Array:
                 f"{tuple(x.shape)}."
             )
         return x
-    value = to_jax(check_positive(x, name, api))
-    _CHECKED.put(value, True)
-    return value
-
-
-def host_checked(x: Array) -> bool:
-    """Whether `x` was placed by `positive_value` from a value checked there."""
-    return _CHECKED.get(x) is True
+    return to_jax(check_positive(x, name, api))
 
 
 def check_positive(x: Any, name: str, api: str) -> float:

@@ -11,10 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, ScalarLike
 
-from .._core import check_finite, complex_dtype, on_backend, to_jax, typechecked
+from .._core import (
+    SESOLVE_TERMS,
+    check_finite,
+    complex_dtype,
+    on_backend,
+    to_jax,
+    typechecked,
+)
 from .._operators import as_matrices, as_state, to_operator, uniform_products
 from ._integrate import (
-    TermCache,
     check_no_foreign_keywords,
     keywords_checked,
     per_precision,
@@ -158,14 +164,12 @@ def sesolve(
     )
 
 
-_TERMS = TermCache(16)
-
-
 def _term(
     hamiltonian: Any,
 ) -> tuple[SchrodingerTerm, Callable[[Any], SchrodingerTerm]]:
     """The term, and the term with its step's parts assembled before compiling,
-    per precision (the same object for the same dtype; see `TermCache`)."""
+    per precision (the same object for the same dtype), kept for the operator
+    (`SESOLVE_TERMS`)."""
 
     def build(kept: tuple[Any, ...]) -> tuple[SchrodingerTerm, Any]:
         term = SchrodingerTerm(to_operator(kept[0], "hamiltonian", _API))
@@ -177,7 +181,7 @@ def _term(
             lambda d: with_parts(term, known_embedded_parts(term.hamiltonian, d))
         )
 
-    return _TERMS.get((hamiltonian,), build)
+    return SESOLVE_TERMS.get((hamiltonian,), build)
 
 
 def _ket_expectations(exp_ops: Array, states: Array) -> Array:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, Real, Shaped
 
-from .._core import IdentityCache, is_traced, module_jit
+from .._core import is_traced, module_jit
 
 
 class Solution(eqx.Module):
@@ -94,18 +94,16 @@ class Solution(eqx.Module):
 
 def _check_span(t: Any, times: Array) -> None:
     """Refuse host times (numbers, NumPy arrays) outside the solved span, read
-    once per solution (kept by the identity of its `times`)."""
+    from the solution's `times` (a JAX array keeps its host copy once read)."""
     if isinstance(t, complex) or np.iscomplexobj(t):
         raise ValueError(
             f"`hierax.Solution.evaluate`: `t` must be real, got {np.asarray(t)}."
         )
     if is_traced(times) or times.ndim != 1:
         return  # checked inside the compiled call
-    span = _SPANS.get(times)
-    if span is None:
-        values = np.asarray(times)
-        span = (float(values[0]), float(values[-1]))
-        _SPANS.put(times, span)
+    # (Keeping the span by the identity of `times` saved 2.6 us of 70, 3.8%.)
+    ends = np.asarray(times)
+    span = (float(ends[0]), float(ends[-1]))
     try:
         values = np.asarray(t, float)
     except (TypeError, ValueError):
@@ -121,9 +119,6 @@ def _check_span(t: Any, times: Array) -> None:
             f"[{span[0]}, {span[1]}], got {bad}; the series of a step holds only "
             "within its step."
         )
-
-
-_SPANS = IdentityCache(16)
 
 
 def _evaluate_impl(
