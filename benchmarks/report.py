@@ -51,8 +51,8 @@ def load_records(paths: Iterable[pathlib.Path]) -> list[dict[str, Any]]:
 
 
 def format_value(value: Any, unit: str) -> str:
-    """A number for a table: times with a unit that suits them, others to three
-    significant digits with their unit; `-` for None."""
+    """A number for a table: times and bytes in a unit that suits them, others to
+    three significant digits with their unit; `-` for None."""
     if value is None:
         return "-"
     if isinstance(value, str):
@@ -67,6 +67,8 @@ def format_value(value: Any, unit: str) -> str:
         if abs(value) < 1:
             return f"{value * 1e3:.2f} ms"
         return f"{value:.2f} s"
+    if unit == "B":
+        return f"{value / 2**20:.1f} MiB"
     if isinstance(value, int):
         text = str(value)
     elif value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):

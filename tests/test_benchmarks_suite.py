@@ -294,6 +294,16 @@ def test_report_renders_a_record(tmp_path):
     assert report.render(records) == EXPECTED
 
 
+def test_report_formats_values():
+    assert report.format_value(None, "s") == "-"
+    assert report.format_value(2.5e-5, "s") == "25.0 us"
+    assert report.format_value(0.0125, "s") == "12.50 ms"
+    assert report.format_value(3 * 2**20, "B") == "3.0 MiB"
+    assert report.format_value(12, "") == "12"
+    assert report.format_value(1.23456e-9, "") == "1.23e-09"
+    assert report.format_value(0.5, "") == "0.5"
+
+
 def test_report_splits_cases_without_a_shared_method():
     record = _record("2026-12-05T10:00:00+00:00", 1.0)
     record["rows"] += [rows.row("format", "scipy CSR", "seconds", 1e-5, n=2)]
