@@ -34,12 +34,13 @@ REGISTRIES = {
 }
 
 # Caches still kept in their own modules, each with the registry instance that
-# replaces it (declared and measured there). Remove an entry when its module
-# switches to the registry.
+# replaces it (declared and measured there), or `None` where it was measured to
+# save less than 5% of its call and goes (see the registry's docstring). Remove an
+# entry when its module switches to the registry or drops the cache.
 PENDING = {
-    ("_operators/_time_operators.py", "_CHECKED"): "JOINED_STACKS",
-    ("_operators/_rewrites.py", "_UNIFORM"): "UNIFORM_VALUES",
-    ("_operators/_rewrites.py", "_NORMS"): "ROW_SUM_BOUNDS",
+    ("_operators/_time_operators.py", "_CHECKED"): None,
+    ("_operators/_rewrites.py", "_UNIFORM"): None,
+    ("_operators/_rewrites.py", "_NORMS"): None,
     ("_periodic/_floquet.py", "_VERIFIED"): "VERIFIED_PERIODS",
     ("_periodic/_floquet.py", "weakref"): "VERIFIED_PERIODS",
     ("_periodic/_floquet.py", "_period_solver"): "PERIOD_SOLVERS",
@@ -159,7 +160,7 @@ def test_every_cache_is_declared_in_the_registry():
     stale = sorted((set(REGISTRIES) | set(PENDING)) - set(found))
     assert not stale, f"named here but no longer in the sources: {stale}"
     for key, replacement in PENDING.items():
-        assert replacement in _cache.CACHES, (key, replacement)
+        assert replacement is None or replacement in _cache.CACHES, key
 
 
 def test_the_registry_lists_every_cache_it_creates():

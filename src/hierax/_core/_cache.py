@@ -11,14 +11,18 @@ empties every one of them.
 A cache stays only where it saves at least about 5% of the eager call it serves.
 Each comment gives the saving measured with `benchmarks/bench_caches.py` (the
 call from Python with the cache and with it disabled, every look-up a miss,
-taking turns in one process; x64 on the 2-core CPU under load, medians of 150-400
+taking turns in one process; x64 on the 2-core CPU under load, medians of 300-900
 calls): the small solves are those of `benchmarks/bench_overhead.py` (a driven
 qubit's `sesolve`, a 4-level oscillator's `mesolve`, over 0.01), the hierarchy
 is the seed's (`hierax.HeisenbergHierarchy(hierax.Cos() * sy, sx, 9)(1.0)`).
 Measured and removed (below 5%): the span a `Solution.evaluate` checks a host time
 against (2.6 us of 70, 3.8%), the tolerances `TaylorOptions` checked on the host
 (0.4 us of 114: the compiled solve checks them again instead), `np.finfo(dtype).max`
-of a time's dtype (1 us of 30-110).
+of a time's dtype (1 us of 30-110), a diffrax adjoint's hashed static argument
+(1.5 us of 200, 0.7%); and, for the operators layer to remove, the stacks
+`TimeOperator + TimeOperator` joins (0%), and whether a sparse matrix is uniform
+and its row-sum bounds, by identity (a 14-site Ising chain rebuilt with a new
+drive amplitude on every call: 2.9% and 3.5% of 38 ms; 16 sites, 2.7% of 190 ms).
 
 Not here: each public call's compiled programs, kept with its function by
 structure as `jax.jit` keeps its own (`_jit.module_jit`, `_jit.in_blocks`, and the
@@ -360,14 +364,14 @@ def by_value(x: Any) -> Any:
 # A module's flattened form, by identity: flattening walks its Python dataclass
 # tree, which costs more than a small compiled call; every public call flattens
 # its module (`module_jit`), and the same form brings back the same compiled
-# function. sesolve 120 -> 142 us (16%), mesolve 114 -> 153 us (26%), the seed
-# hierarchy 61 -> 78 us (21%), `hierax.Cos(1.0)(0.3)` 36 -> 43 us (17%).
+# function. sesolve 115 -> 140 us (18%), mesolve 110 -> 150 us (27%), the seed
+# hierarchy 62 -> 80 us (22%), `hierax.Cos(1.0)(0.3)` 33 -> 40 us (17%).
 FLATTENED = IdentityCache(32)
 
 # What a run-time type check of a module reads (its structure, shapes, dtypes), by
-# identity (`_custom_types.typechecked`). sesolve 115 -> 121 us (5%), mesolve
-# 108 -> 113 us (4%), the seed hierarchy 58 -> 64 us (9%), `Cos(1.0)(0.3)`
-# 31 -> 36 us (15%).
+# identity (`_custom_types.typechecked`). The seed hierarchy 60 -> 65 us (8%),
+# `hierax.Cos(1.0)(0.3)` 32 -> 37 us (14%); sesolve 120 -> 123 us (3%), mesolve
+# 109 -> 113 us (4%).
 MODULE_SIGNATURES = IdentityCache(32)
 
 # Small constants placed on the device by value (`_arrays.to_jax`), the oldest
@@ -375,29 +379,30 @@ MODULE_SIGNATURES = IdentityCache(32)
 # the same value placed again is the same array, so that an operator rebuilt on
 # every call has the same leaves and finds its solver term (`TermCache`). sesolve
 # of `0.5 * sz + hierax.Cos(1.0) * (0.2 * sx)` rebuilt from NumPy on every call
-# 648 -> 3343 us (81%).
+# 0.63 -> 3.15 ms (80%).
 PLACED_CONSTANTS = KeyedCache(total_bytes=16 * 2**20)
 
 # Dtype promotions of a public call, per dtype and x64 (`_arrays.complex_dtype`,
 # `float_dtype`): `jnp.result_type` costs about 4 us a call, and a solve asks a
-# few times. sesolve 113 -> 128 us (12%), mesolve 106 -> 121 us (12%).
+# few times. Complex: sesolve 104 -> 115 us (9%), mesolve 140 -> 154 us (9%);
+# float: sesolve 113 -> 121 us (6%), mesolve 109 -> 117 us (6%).
 COMPLEX_DTYPES = KeyedCache(64)
 FLOAT_DTYPES = KeyedCache(8)
 
 # Whether this process has a backend of a platform, asked once (`_backend`: the
-# x64-on-a-TPU refusal, on every x64 call). sesolve 111 -> 118 us (6%), the seed
-# hierarchy 58 -> 61 us (6%).
+# x64-on-a-TPU refusal, on every x64 call). sesolve 115 -> 123 us (7%), the seed
+# hierarchy 61 -> 64 us (6%).
 BACKENDS_PRESENT = KeyedCache(8)
 
 # NumPy matrices given to the solvers, a read-only copy per content (`by_value`):
 # an operator's copy then stands for it in `TermCache`. sesolve of a NumPy
-# `0.5 * sz + 0.2 * sx` 118 -> 604 us (80%), mesolve with NumPy jump operators
-# 214 -> 1733 us (88%).
+# `0.5 * sz + 0.2 * sx` 120 -> 627 us (81%), mesolve with NumPy jump operators
+# 0.22 -> 2.39 ms (91%).
 NUMPY_BY_VALUE = KeyedCache(32)
 
 # Each solver's term and the parts its step needs, by the operators given
 # (`TermCache`): building them rewrites the operators in NumPy. sesolve
-# 137 -> 497 us (72%), mesolve 153 -> 1655 us (91%).
+# 144 -> 628 us (77%), mesolve 0.16 -> 6.1 ms (97%).
 SESOLVE_TERMS = TermCache(16)
 MESOLVE_TERMS = TermCache(16)
 # A stack of jump operators, `(J, n, n)`, kept as one array: its own cache, so that
@@ -406,42 +411,21 @@ MESOLVE_STACKED_TERMS = TermCache(16)
 
 # `hierax.TaylorOptions` built from the solvers' flat keywords given as Python
 # numbers, by their values and types (`_integrate.resolve_options`): one options
-# object serves every call. sesolve 117 -> 177 us (34%), mesolve 109 -> 171 us
-# (36%).
+# object serves every call. sesolve 127 -> 192 us (34%), mesolve 116 -> 175 us
+# (34%).
 OPTIONS_BUILT = KeyedCache(32)
 
 # The norms of a term's operators that choose a solve's first step, by the term's
-# identity (`_integrate._generator_norms`). sesolve 115 -> 132 us (13%), mesolve
-# 111 -> 159 us (30%).
+# identity (`_integrate._generator_norms`). sesolve 122 -> 142 us (15%), mesolve
+# 117 -> 176 us (34%).
 GENERATOR_NORMS = IdentityCache(16)
 
-# A diffrax adjoint as the compiled solve's static argument with its hash computed
-# once, by identity (`_integrate._static_adjoint`): an Equinox module's hash walks
-# its tree on every call. sesolve with `adjoint=diffrax.DirectAdjoint()`
-# 268 -> 319 us (16%).
-STATIC_ADJOINTS = IdentityCache(8)
-
-# Declared for the operators and Floquet layers (their modules keep their own
-# instances until they switch to these: see `tests/test_caches.py`).
-
-# The stacks `_time_operators._joined` made from checked matrices, by identity: a
-# `TimeOperator` built from them is not checked again. sesolve of an operator
-# rebuilt on every call 467 -> 520 us (10%).
-JOINED_STACKS = IdentityCache(64)
-
-# Whether a user's sparse matrix has all entries equal, by the identity of its
-# values (`_rewrites.uniform_products`, on a term's build). sesolve of a 10-site
-# Ising chain (n = 1024) rebuilt with a new drive amplitude on every call
-# 6.2 -> 6.7 ms (7%); at n = 65536 the test reads 8 MB.
-UNIFORM_VALUES = IdentityCache(64)
-
-# Row-sum bounds of a user's matrices, by identity (`_rewrites.term_norms`, on a
-# term's build). The same swept Ising chain 6.2 -> 8.0 ms (22%).
-ROW_SUM_BOUNDS = IdentityCache(64)
+# Declared for the Floquet layer (its module keeps its own instances until it
+# switches to these: see `tests/test_caches.py`).
 
 # The arrays of a Hamiltonian, period and start found Hermitian (`_floquet`): a
 # second call reads nothing back from the device. `hierax.floquet` of a driven
-# qubit 1.5 -> 3.6 ms (57%).
+# qubit 2.2 -> 2.7 ms (18%).
 VERIFIED_PERIODS = ArraysSeen(32)
 
 # The one-period solve of an operator structure (`_floquet._period_solver`), built

@@ -21,7 +21,6 @@ from jaxtyping import Array, PyTree
 from .._core import (
     GENERATOR_NORMS,
     OPTIONS_BUILT,
-    STATIC_ADJOINTS,
     check_finite,
     complex_dtype,
     float_dtype,
@@ -632,15 +631,11 @@ _DEFAULT_ADJOINT = _Static(diffrax.RecursiveCheckpointAdjoint())
 
 
 def _static_adjoint(adjoint: diffrax.AbstractAdjoint | None) -> _Static:
-    """The adjoint as a static argument, one per adjoint object (the default when
-    `None`)."""
+    """The adjoint as a static argument (the default when `None`)."""
     if adjoint is None:
         return _DEFAULT_ADJOINT
-    hit = STATIC_ADJOINTS.get(adjoint)
-    if hit is None:
-        hit = _Static(adjoint)
-        STATIC_ADJOINTS.put(adjoint, hit)
-    return hit
+    # (Kept by the adjoint's identity it saved 1.5 us of a 200 us call, 0.7%.)
+    return _Static(adjoint)
 
 
 def _check_dense_output(state: Array, order: int, max_steps: int, api: str) -> None:
