@@ -275,3 +275,74 @@ def test_products_are_refused_in_the_name_of_the_product():
             message = str(info.value)
             assert message.startswith("`hierax.TimeOperator * ...`: the factor")
             assert "hierax.Constant" not in message
+
+
+def test_each_term_storage_is_a_class_and_kinds_answer_their_queries():
+    """Dense and sparse term matrices are each a class with the methods callers
+    need (no caller tests which one an operator holds), `op.matrices` and
+    `op.is_sparse` keep their meaning, and each kind of operator says whether its
+    matrices are Hermitian: checked against NumPy and plain evaluation."""
+    import equinox as eqx
+    import scipy.sparse as sp
+
+    from hierax._operators._time_operators import (
+        DenseTermMatrices,
+        SparseTermMatrices,
+    )
+
+    sp_ = jnp.array([[0.0, 1.0], [0.0, 0.0]])  # sigma_+, not Hermitian
+    dense = hierax.Cos(1.3) * sx + 0.5 * sz
+    sparse = hierax.TimeOperator(
+        [hierax.Cos(1.3), 0.5], [sp.csr_matrix(np.asarray(sx)), np.asarray(sz)]
+    )
+    assert isinstance(dense.term_matrices, DenseTermMatrices) and not dense.is_sparse
+    assert dense.matrices.shape == (2, 2, 2)
+    assert isinstance(sparse.term_matrices, SparseTermMatrices) and sparse.is_sparse
+    assert all(isinstance(m, hierax.SparseMatrix) for m in sparse.matrices)
+    t = 0.4
+    expected = np.cos(1.3 * t) * np.asarray(sx) + 0.5 * np.asarray(sz)
+    for op in (dense, sparse):
+        np.testing.assert_allclose(op(t), expected, rtol=1e-14)
+    # A sum of two of one storage keeps it; scaling keeps the checked matrices.
+    for op, storage in ((sparse, SparseTermMatrices), (dense, DenseTermMatrices)):
+        twice = op + op
+        assert isinstance(twice, hierax.TimeOperator)
+        assert isinstance(twice.term_matrices, storage)
+        np.testing.assert_allclose(twice(t), 2 * expected, rtol=1e-14)
+    assert isinstance(dense + sparse, hierax.OperatorSum)
+    for op in (dense, sparse):
+        scaled = 2.0 * op
+        assert isinstance(scaled, hierax.TimeOperator)
+        assert scaled.term_matrices is op.term_matrices
+        np.testing.assert_allclose(scaled(t), 2 * expected, rtol=1e-14)
+    # The stack is still a field's leaf for `eqx.tree_at`.
+    swapped = eqx.tree_at(lambda o: o.matrices, dense, dense.matrices[::-1])
+    np.testing.assert_allclose(swapped.matrices, np.asarray(dense.matrices)[::-1])
+
+    def hermitian(op):
+        return all(np.array_equal(m, np.conj(m).T) for m in map(np.asarray, op))
+
+    drive = hierax.TimeOperator([hierax.Cos(1.0)], [sp.csr_matrix(np.asarray(sp_))])
+    kinds = {
+        "dense": (dense, [sx, sz]),
+        "sparse": (sparse, [sx, sz]),
+        "scaled": (hierax.ScaledOperator(hierax.Sin(2.0), dense), [sx, sz]),
+        "sum": (hierax.OperatorSum([dense, sparse]), [sx, sz]),
+        "not hermitian dense": (hierax.Cos() * sp_ + sz, [sp_, sz]),
+        "not hermitian sparse": (drive, [sp_]),
+        "sum with one not": (hierax.OperatorSum([dense, drive]), [sx, sz, sp_]),
+    }
+    for name, (op, matrices) in kinds.items():
+        assert op.is_hermitian() == hermitian(matrices), name
+    assert not hierax.CallableOperator(lambda t: jnp.cos(t) * sx).is_hermitian()
+
+    # Traced matrices are not known here (hierarchies check them when compiled).
+    seen = []
+
+    @jax.jit
+    def traced(stack):
+        seen.append(hierax.TimeOperator([1.0, 2.0], stack).is_hermitian())
+        return stack
+
+    traced(jnp.stack([sx, sz]))
+    assert seen == [False]

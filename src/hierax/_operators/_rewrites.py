@@ -21,9 +21,12 @@ from .._data import (
 )
 from .._time import AbstractTimeFunction, Constant
 from ._time_operators import (
+    AbstractTermMatrices,
     AbstractTimeOperator,
+    DenseTermMatrices,
     OperatorSum,
     ScaledOperator,
+    SparseTermMatrices,
     TimeOperator,
     as_time_operator,
     summands,
@@ -78,11 +81,11 @@ def real_terms(
             )
             continue
         terms = as_time_operator(op)
-        if terms is None or terms.is_sparse or is_traced(terms.matrices):
+        stacked = None if terms is None else terms.term_matrices.known_stack()
+        if terms is None or stacked is None:
             rest.append(op)
             continue
         op = terms
-        stacked = np.asarray(op.matrices)
         n = stacked.shape[-1]
         off_diagonal = ~np.eye(n, dtype=bool)
         by_nonzeros = sparse and not placed(op.matrices)
@@ -144,14 +147,12 @@ def merge_equal_terms(operator: AbstractTimeOperator) -> AbstractTimeOperator:
 
 def _merged(operator: AbstractTimeOperator) -> AbstractTimeOperator:
     terms = as_time_operator(operator)
-    if (
-        terms is None
-        or terms.is_sparse
-        or len(terms.functions) < 2
-        or is_traced(terms.matrices)
-    ):
+    if terms is None or len(terms.functions) < 2:
         return operator
-    stacked = np.ascontiguousarray(terms.matrices)
+    stacked = terms.term_matrices.known_stack()
+    if stacked is None:
+        return operator
+    stacked = np.ascontiguousarray(stacked)
     groups: dict[Any, list[int]] = {}
     for a, matrix in enumerate(stacked):
         # Found by a digest of the content (`content_key`), confirmed entry by entry.
@@ -192,16 +193,29 @@ def _(operator: OperatorSum) -> tuple[AbstractTimeOperator, Array]:
 
 @split_constant_trace.register
 def _(operator: TimeOperator) -> tuple[AbstractTimeOperator, Array]:
-    n = operator.size
-    matrices = operator.matrices
-    first = matrices[0] if isinstance(matrices, tuple) else matrices  # no slicing
-    dtype = jnp.result_type(first.dtype, 1j)
-    if not isinstance(matrices, tuple) and not is_traced(matrices):
+    return _split_terms(operator.term_matrices, operator)
+
+
+@functools.singledispatch
+def _split_terms(
+    terms: AbstractTermMatrices, operator: TimeOperator
+) -> tuple[AbstractTimeOperator, Array]:
+    """`split_constant_trace` of a `TimeOperator` whose matrices are `terms`."""
+    raise NotImplementedError(type(terms).__name__)
+
+
+@_split_terms.register
+def _(
+    terms: DenseTermMatrices, operator: TimeOperator
+) -> tuple[AbstractTimeOperator, Array]:
+    n = terms.size
+    dtype = jnp.result_type(terms.matrices.dtype, 1j)
+    stacked = terms.known_stack()
+    if stacked is not None:
         # Known matrices: the traces in NumPy, and nothing to do for traceless
         # constant terms (Pauli strings): no eager JAX operation on every call
         # (each kind of which compiles a small program the first time: together
         # a third of a second of a first solve).
-        stacked = np.asarray(matrices)
         traces = np.trace(stacked, axis1=-2, axis2=-1) / n
         constant = [
             f.is_constant and t != 0 for f, t in zip(operator.functions, traces)
@@ -221,25 +235,44 @@ def _(operator: TimeOperator) -> tuple[AbstractTimeOperator, Array]:
                 TimeOperator(operator.functions, to_jax(shifted)),
                 to_jax(shift, dtype),
             )
-    # Known sparse matrices and known constants: in NumPy, as above (the sparse
-    # arithmetic stays in NumPy for NumPy scalars).
+    # Traced matrices, or a constant whose value is traced: with JAX operations.
     shift: Any = np.zeros((), dtype)
     shifted = []
-    for function, matrix in zip(operator.functions, matrices):
+    for function, matrix in zip(operator.functions, terms.matrices):
         if function.is_constant:
-            if isinstance(matrix, SparseMatrix):
-                trace = matrix.trace()
-                trace = (trace if placed(trace) else np.asarray(trace)) / n
-                matrix = matrix - trace * identity(n, matrix.dtype)
-            else:
-                trace = jnp.trace(matrix) / n
-                matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
-            value = known_value(function)
-            if value is None or placed(trace):
-                value = function(0.0)
-            shift = shift + (value * trace).astype(dtype)
+            trace = jnp.trace(matrix) / n
+            matrix = matrix - trace * jnp.eye(n, dtype=matrix.dtype)
+            shift = shift + _shift(function, trace, dtype)
         shifted.append(matrix)
     return TimeOperator(operator.functions, shifted), to_jax(shift)
+
+
+@_split_terms.register
+def _(
+    terms: SparseTermMatrices, operator: TimeOperator
+) -> tuple[AbstractTimeOperator, Array]:
+    # Known sparse matrices and known constants: in NumPy (the sparse arithmetic
+    # stays in NumPy for NumPy scalars).
+    n = terms.size
+    dtype = jnp.result_type(terms.matrices[0].dtype, 1j)
+    shift: Any = np.zeros((), dtype)
+    shifted = []
+    for function, matrix in zip(operator.functions, terms.matrices):
+        if function.is_constant:
+            trace = matrix.trace()
+            trace = (trace if placed(trace) else np.asarray(trace)) / n
+            matrix = matrix - trace * identity(n, matrix.dtype)
+            shift = shift + _shift(function, trace, dtype)
+        shifted.append(matrix)
+    return TimeOperator(operator.functions, shifted), to_jax(shift)
+
+
+def _shift(function: AbstractTimeFunction, trace: Any, dtype: Any) -> Any:
+    """A constant term's share of the shift: its value times its matrix's trace."""
+    value = known_value(function)
+    if value is None or placed(trace):
+        value = function(0.0)
+    return (value * trace).astype(dtype)
 
 
 def known_value(function: AbstractTimeFunction) -> Any:
@@ -299,10 +332,21 @@ def _(operator: OperatorSum) -> Any:
 
 @uniform_products.register
 def _(operator: TimeOperator) -> Any:
-    if not isinstance(operator.matrices, tuple):
-        return operator
-    matrices = tuple(_uniform(m) for m in operator.matrices)
-    if all(a is b for a, b in zip(matrices, operator.matrices)):
+    return _uniform_terms(operator.term_matrices, operator)
+
+
+@functools.singledispatch
+def _uniform_terms(terms: AbstractTermMatrices, operator: TimeOperator) -> Any:
+    """`uniform_products` of a `TimeOperator` whose matrices are `terms`: dense
+    matrices are left as they are."""
+    del terms
+    return operator
+
+
+@_uniform_terms.register
+def _(terms: SparseTermMatrices, operator: TimeOperator) -> Any:
+    matrices = tuple(_uniform(m) for m in terms.matrices)
+    if all(a is b for a, b in zip(matrices, terms.matrices)):
         return operator
     return TimeOperator(operator.functions, matrices)
 
@@ -369,15 +413,28 @@ def _(operator: ScaledOperator) -> TermNorms | None:
 
 @term_norms.register
 def _(operator: TimeOperator) -> TermNorms | None:
-    matrices = operator.matrices
-    if isinstance(matrices, tuple):
-        if any(is_traced(m.values) for m in matrices):
-            return None
-        sparse = np.concatenate([_row_sum_bounds(m.values) for m in matrices])
-        return TermNorms(np.zeros((0,)), sparse)
-    if is_traced(matrices):
+    return _term_matrix_norms(operator.term_matrices)
+
+
+@functools.singledispatch
+def _term_matrix_norms(terms: AbstractTermMatrices) -> TermNorms | None:
+    """The `TermNorms` of term matrices, by storage."""
+    raise NotImplementedError(type(terms).__name__)
+
+
+@_term_matrix_norms.register
+def _(terms: DenseTermMatrices) -> TermNorms | None:
+    if is_traced(terms.matrices):
         return None
-    return TermNorms(_row_sum_bounds(matrices), np.zeros((0,)))
+    return TermNorms(_row_sum_bounds(terms.matrices), np.zeros((0,)))
+
+
+@_term_matrix_norms.register
+def _(terms: SparseTermMatrices) -> TermNorms | None:
+    if any(is_traced(m.values) for m in terms.matrices):
+        return None
+    sparse = np.concatenate([_row_sum_bounds(m.values) for m in terms.matrices])
+    return TermNorms(np.zeros((0,)), sparse)
 
 
 # A user's sparse matrices reach every solve unchanged: their norms are kept, by

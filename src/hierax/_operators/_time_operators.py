@@ -3,7 +3,7 @@
 import abc
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import equinox as eqx
 import jax
@@ -54,6 +54,9 @@ from .._time import (
     callable_series,
     register_operator_product,
 )
+
+
+_T = TypeVar("_T")
 
 
 class AbstractTimeOperator(eqx.Module):
@@ -147,13 +150,12 @@ class AbstractTimeOperator(eqx.Module):
             and theirs is not None
             and mine.is_sparse == theirs.is_sparse
         ):
-            if isinstance(mine.matrices, tuple) and isinstance(theirs.matrices, tuple):
-                matrices = list(mine.matrices) + list(theirs.matrices)
-                return TimeOperator(mine.functions + theirs.functions, matrices)
-            # Both already checked: their stacks joined, not split and checked again
-            # (a sum of twelve drives checked each matrix 78 times).
+            # Both already checked: their matrices joined, not split and checked
+            # again (a sum of twelve drives checked each matrix 78 times).
             functions = mine.functions + theirs.functions
-            return TimeOperator(functions, _joined(mine, theirs))
+            return TimeOperator(
+                functions, mine.term_matrices.joined(theirs.term_matrices)
+            )
         return OperatorSum((self, other))
 
     def __radd__(self, other: Any) -> "AbstractTimeOperator":
@@ -197,6 +199,38 @@ class AbstractTimeOperator(eqx.Module):
         """`factor * self` for a constant factor; operators with terms fold it into
         their terms' functions."""
         return ScaledOperator(factor, self)
+
+    # Queries of the operator's structure, answered by each kind of operator (the
+    # defaults are those of an operator without structure, a callable).
+
+    def is_hermitian(self) -> bool:
+        """Whether every constant matrix of the operator is known here to be exactly
+        Hermitian (concrete values; callables and traced matrices are not known).
+        With real time functions, which a compiled call checks from their dtype,
+        the operator is then Hermitian at every time."""
+        return False
+
+    def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
+        """Whether $H(c + s) = \\overline{H(c - s)}$ for every real s, as far as the
+        structure and known values tell (no where they do not), given for each
+        time function f the sign $\\sigma$ = `sign(f)` with
+        $f(c + s) = \\sigma\\, \\overline{f(c - s)}$ (0: none, or not known)."""
+        del sign
+        return False
+
+    def fold_functions(
+        self,
+        function: Callable[[AbstractTimeFunction], _T],
+        terms: Callable[[list[_T]], _T],
+        times: Callable[[_T, _T], _T],
+        unknown: _T,
+    ) -> _T:
+        """The time functions folded along the operator's structure: each by
+        `function`, those of a sum of terms (a `TimeOperator`'s terms, an
+        `OperatorSum`'s parts) by `terms`, a time function and the operator it
+        scales by `times`; `unknown` for an operator without that structure."""
+        del function, terms, times
+        return unknown
 
 
 def _scaled(factor: Any, operator: AbstractTimeOperator) -> AbstractTimeOperator:
@@ -253,6 +287,162 @@ def _is_zero(x: Any) -> bool:
     return type(x) in (int, float, complex) and x == 0
 
 
+class AbstractTermMatrices(eqx.Module):
+    """The constant matrices $H_a$ of a [`hierax.TimeOperator`][]'s terms, in one
+    storage: `DenseTermMatrices` (one `(A, n, n)` array) or `SparseTermMatrices`
+    (one sparse matrix per term). What depends on the storage is a method here, so
+    that no caller asks which one an operator holds."""
+
+    matrices: eqx.AbstractVar[Any]
+    is_sparse: eqx.AbstractClassVar[bool]
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """The dimension $n$."""
+
+    @abc.abstractmethod
+    def joined(self, other: Any) -> "AbstractTermMatrices":
+        """These terms followed by `other`'s (of the same storage), in their common
+        dtype."""
+
+    @abc.abstractmethod
+    def series(self, coefficients: Array, constant: tuple[bool, ...]) -> TermSeries:
+        """The term series with these matrices and the functions' `coefficients`
+        `(A, K+1)`, sparse matrices kept sparse."""
+
+    @abc.abstractmethod
+    def is_hermitian(self) -> bool:
+        """Whether every matrix is known here to be exactly Hermitian (concrete
+        values; traced ones are not known)."""
+
+    @abc.abstractmethod
+    def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
+        """Whether $\\overline{H_a} = \\sigma_a H_a$ for the signs $\\sigma_a$ (+1:
+        real, -1: imaginary; 0: no), as far as the known values tell."""
+
+    @abc.abstractmethod
+    def known_stack(self) -> np.ndarray | None:
+        """The matrices as one NumPy `(A, n, n)` array where they are stored dense
+        and known (not traced); `None` otherwise (nothing is made dense)."""
+
+    @abc.abstractmethod
+    def is_dense_or_diagonal(self) -> bool:
+        """Whether the matrices are dense, or diagonal sparse ones (what the density
+        kernels take)."""
+
+    @abc.abstractmethod
+    def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
+        """For `is_dense_or_diagonal` matrices: each as the density kernels take
+        it, with the array module `xp` (NumPy for known values), and whether they
+        are diagonals: `(n, n)` matrices, or their `(n,)` diagonals."""
+
+    @abc.abstractmethod
+    def is_placed(self) -> bool:
+        """Whether the entries are placed on a device (`placed`)."""
+
+
+class DenseTermMatrices(AbstractTermMatrices):
+    """Dense term matrices: one `(A, n, n)` array."""
+
+    matrices: Inexact[Array, "terms n n"]
+    is_sparse: ClassVar[bool] = False
+
+    @property
+    def size(self) -> int:
+        return self.matrices.shape[-1]
+
+    def joined(self, other: Any) -> "DenseTermMatrices":
+        return DenseTermMatrices(_joined(self.matrices, other.matrices))
+
+    def series(self, coefficients: Array, constant: tuple[bool, ...]) -> TermSeries:
+        return TermSeries(coefficients, self.matrices, None, constant)
+
+    def is_hermitian(self) -> bool:
+        m = self.known_stack()
+        return m is not None and bool(
+            np.array_equal(m, np.conj(np.swapaxes(m, -1, -2)))
+        )
+
+    def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
+        # A real dtype needs no reading; complex values are read once, sliced on
+        # the host (an eager slice compiles).
+        complex_ = np.issubdtype(self.matrices.dtype, np.complexfloating)
+        host = None
+        for k, sign in enumerate(signs):
+            if sign == 0:
+                return False
+            if not complex_:
+                if sign == 1:
+                    continue
+                return False
+            if host is None:
+                host = self.known_stack()
+                if host is None:
+                    return False
+            part = np.imag(host[k]) if sign == 1 else np.real(host[k])
+            if np.any(part != 0):
+                return False
+        return True
+
+    def known_stack(self) -> np.ndarray | None:
+        return None if is_traced(self.matrices) else np.asarray(self.matrices)
+
+    def is_dense_or_diagonal(self) -> bool:
+        return True
+
+    def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
+        return list(xp.asarray(self.matrices)), False
+
+    def is_placed(self) -> bool:
+        return placed(self.matrices)
+
+
+class SparseTermMatrices(AbstractTermMatrices):
+    """Sparse term matrices, one per term, kept sparse."""
+
+    matrices: tuple[AbstractSparseMatrix, ...]
+    is_sparse: ClassVar[bool] = True
+
+    @property
+    def size(self) -> int:
+        return self.matrices[0].shape[-1]
+
+    def joined(self, other: Any) -> "SparseTermMatrices":
+        matrices = self.matrices + other.matrices
+        dtype = jnp.result_type(*[m.dtype for m in matrices])
+        return SparseTermMatrices(tuple(m.astype(dtype) for m in matrices))
+
+    def series(self, coefficients: Array, constant: tuple[bool, ...]) -> TermSeries:
+        n, dtype = self.size, coefficients.dtype
+        return TermSeries(
+            jnp.zeros((0, coefficients.shape[-1]), dtype),
+            jnp.zeros((0, n, n), self.matrices[0].dtype),
+            None,
+            (),
+            SparseTerms(coefficients, self.matrices, constant),
+        )
+
+    def is_hermitian(self) -> bool:
+        return all(matrix.is_hermitian() for matrix in self.matrices)
+
+    def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
+        del signs
+        return False  # not read for sparse terms
+
+    def known_stack(self) -> np.ndarray | None:
+        return None
+
+    def is_dense_or_diagonal(self) -> bool:
+        return all(m.diagonal for m in self.matrices)
+
+    def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
+        return [xp.sum(xp.asarray(m.values), axis=1) for m in self.matrices], True
+
+    def is_placed(self) -> bool:
+        return any(placed(m.values) for m in self.matrices)
+
+
 class TimeOperator(AbstractTimeOperator):
     """A Hamiltonian or observable with term structure,
     $H(t) = \\sum_{a=1}^{A} f_a(t) H_a$, with time functions $f_a$ and constant
@@ -264,12 +454,12 @@ class TimeOperator(AbstractTimeOperator):
     """
 
     functions: tuple[AbstractTimeFunction, ...]
-    matrices: Inexact[Array, "terms n n"] | tuple[AbstractSparseMatrix, ...]
+    term_matrices: AbstractTermMatrices
 
     def __init__(
         self,
         functions: Sequence[Any],
-        matrices: Sequence[Any] | ArrayLike,
+        matrices: Sequence[Any] | ArrayLike | AbstractTermMatrices,
     ):
         """**Arguments:**
 
@@ -283,11 +473,18 @@ class TimeOperator(AbstractTimeOperator):
         functions = tuple(
             as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
         )
+        if isinstance(matrices, AbstractTermMatrices):
+            # Another operator's term matrices (checked when it was built).
+            if len(matrices.matrices) == len(functions):
+                self.functions, self.term_matrices = functions, matrices
+                return
+            matrices = list(matrices.matrices)
         if _CHECKED.get(matrices) is not None:
             # A stack this module made from checked matrices (`_joined`).
             stack = cast(Array, matrices)
             if stack.shape[0] == len(functions):
-                self.functions, self.matrices = functions, stack
+                self.functions = functions
+                self.term_matrices = DenseTermMatrices(stack)
                 return
         if isinstance(matrices, (jax.Array, np.ndarray)) and matrices.ndim == 3:
             matrices = _unstack(matrices)
@@ -297,7 +494,8 @@ class TimeOperator(AbstractTimeOperator):
                 f"(A, n, n) array, got {type(matrices).__name__}."
             )
         mats: list[Any]
-        if any(is_sparse(m) for m in matrices):
+        sparse = any(is_sparse(m) for m in matrices)
+        if sparse:
             mats = [as_sparse(m, f"matrices[{i}]", api) for i, m in enumerate(matrices)]
         else:
             mats = [
@@ -319,21 +517,27 @@ class TimeOperator(AbstractTimeOperator):
             )
         dtype = jnp.result_type(*[m.dtype for m in mats])
         self.functions = functions
-        if isinstance(mats[0], AbstractSparseMatrix):
-            self.matrices = tuple(m.astype(dtype) for m in mats)
-        else:
-            self.matrices = _stack(mats, dtype)
+        self.term_matrices = (
+            SparseTermMatrices(tuple(m.astype(dtype) for m in mats))
+            if sparse
+            else DenseTermMatrices(_stack(mats, dtype))
+        )
+
+    @property
+    def matrices(self) -> Any:
+        """The matrices $H_a$: one `(A, n, n)` array, or a tuple of sparse matrices
+        where they are stored sparse. (Annotated `Any`: `eqx.tree_at` reads it on a
+        tree of placeholders.)"""
+        return self.term_matrices.matrices
 
     @property
     def is_sparse(self) -> bool:
         """Whether the matrices are stored sparse."""
-        return isinstance(self.matrices, tuple)
+        return self.term_matrices.is_sparse
 
     @property
     def size(self) -> int:
-        if isinstance(self.matrices, tuple):
-            return self.matrices[0].shape[-1]
-        return self.matrices.shape[-1]
+        return self.term_matrices.size
 
     @property
     def is_constant(self) -> bool:
@@ -341,6 +545,19 @@ class TimeOperator(AbstractTimeOperator):
 
     def _times_constant(self, factor):
         return times_terms(factor, self)
+
+    def is_hermitian(self) -> bool:
+        return self.term_matrices.is_hermitian()
+
+    def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
+        # Term by term: f(c + s) M = sigma conj(f(c - s)) M must be conj(f(c - s) M),
+        # i.e. M real for sigma = +1 and imaginary for sigma = -1.
+        signs = [sign(f) for f in self.functions]
+        return self.term_matrices.is_conjugate_symmetric(signs)
+
+    def fold_functions(self, function, terms, times, unknown):
+        del times, unknown
+        return terms([function(f) for f in self.functions])
 
     def term_series(self, t, order, time_scale):
         return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
@@ -350,16 +567,7 @@ class TimeOperator(AbstractTimeOperator):
         dtype = jnp.result_type(*series)
         coefficients = jnp.stack([s.astype(dtype) for s in series])
         constant = tuple(f.is_constant for f in self.functions)
-        if isinstance(self.matrices, tuple):
-            n = self.size
-            return TermSeries(
-                jnp.zeros((0, order + 1), dtype),
-                jnp.zeros((0, n, n), self.matrices[0].dtype),
-                None,
-                (),
-                SparseTerms(coefficients, self.matrices, constant),
-            )
-        return TermSeries(coefficients, self.matrices, None, constant)
+        return self.term_matrices.series(coefficients, constant)
 
 
 def function_series(
@@ -494,11 +702,9 @@ def _unstack(matrices: Any) -> list[Any]:
     return list(np.asarray(matrices))
 
 
-def _joined(mine: "TimeOperator", theirs: "TimeOperator") -> Array:
-    """The `(A, n, n)` stacks of two dense operators, one after the other, in their
+def _joined(a: Array, b: Array) -> Array:
+    """Two `(A, n, n)` stacks of checked matrices, one after the other, in their
     common dtype (in NumPy when concrete)."""
-    a, b = mine.matrices, theirs.matrices
-    assert not isinstance(a, tuple) and not isinstance(b, tuple)
     dtype = jnp.result_type(a.dtype, b.dtype)
     if placed(a) or placed(b):
         return jnp.concatenate([a.astype(dtype), b.astype(dtype)])
@@ -574,6 +780,16 @@ class ScaledOperator(AbstractTimeOperator):
     def _times_constant(self, factor):
         return ScaledOperator(factor * self.function, self.operator)
 
+    def is_hermitian(self) -> bool:
+        return self.operator.is_hermitian()
+
+    def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
+        return sign(self.function) == 1 and self.operator.is_mirrored(sign)
+
+    def fold_functions(self, function, terms, times, unknown):
+        inner = self.operator.fold_functions(function, terms, times, unknown)
+        return times(function(self.function), inner)
+
     def term_series(self, t, order, time_scale):
         return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
 
@@ -642,6 +858,20 @@ class OperatorSum(AbstractTimeOperator):
 
     def _times_constant(self, factor):
         return OperatorSum([op._times_constant(factor) for op in self.operators])
+
+    def is_hermitian(self) -> bool:
+        return all(op.is_hermitian() for op in self.operators)
+
+    def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
+        return all(op.is_mirrored(sign) for op in self.operators)
+
+    def fold_functions(self, function, terms, times, unknown):
+        return terms(
+            [
+                op.fold_functions(function, terms, times, unknown)
+                for op in self.operators
+            ]
+        )
 
     def term_series(self, t, order, time_scale):
         return densified(self.sparse_series(t, order, time_scale), _DENSE_USE)
@@ -778,10 +1008,8 @@ def times_terms(function: AbstractTimeFunction, operator: AbstractTimeOperator) 
         else function * g
         for g in operator.functions
     ]
-    matrices = operator.matrices  # the checked stack itself: kept as it is
-    return TimeOperator(
-        functions, list(matrices) if isinstance(matrices, tuple) else matrices
-    )
+    # The checked matrices themselves: kept as they are.
+    return TimeOperator(functions, operator.term_matrices)
 
 
 def _is_function(x: Any) -> bool:

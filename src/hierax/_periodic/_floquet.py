@@ -43,9 +43,8 @@ from .._core import (
 )
 from .._operators import (
     AbstractTimeOperator,
-    TimeOperator,
     merge_equal_terms,
-    summands,
+    time_operators,
     to_operator,
 )
 from .._solvers import TaylorOptions, default_order, sesolve
@@ -454,10 +453,12 @@ def _hermitian_by_structure(operator: AbstractTimeOperator, dtype: Any) -> bool:
     """Whether every term is a known dense Hermitian matrix times a real function
     (read from the functions' array dtypes; a callable function may be complex)."""
     _, tolerance = _tolerances(dtype)
-    for part in summands(operator):
-        if not isinstance(part, TimeOperator) or isinstance(part.matrices, tuple):
-            return False
-        if is_traced(part.matrices):
+    parts = time_operators(operator)
+    if parts is None:
+        return False
+    for part in parts:
+        m = part.term_matrices.known_stack()
+        if m is None:
             return False
         for function in part.functions:
             nodes = jax.tree.leaves(
@@ -470,7 +471,6 @@ def _hermitian_by_structure(operator: AbstractTimeOperator, dtype: Any) -> bool:
                     node.dtype, jnp.complexfloating
                 ):
                     return False
-        m = np.asarray(part.matrices)
         gap = np.abs(m - np.conj(np.swapaxes(m, -1, -2))).max(initial=0)
         if not gap <= tolerance * np.abs(m).max(initial=0):
             return False

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._core import is_traced
-from .._operators import AbstractTimeOperator, OperatorSum, ScaledOperator, TimeOperator
+from .._operators import AbstractTimeOperator
 from .._time import (
     AbstractTimeFunction,
     Constant,
@@ -239,74 +239,26 @@ def mirror_center(
     return None
 
 
-@functools.singledispatch
 def _functions(operator: AbstractTimeOperator) -> tuple[AbstractTimeFunction, ...]:
     """The time functions of an operator, in order."""
-    del operator
-    return ()
+    return operator.fold_functions(
+        lambda f: (f,), lambda parts: tuple(f for p in parts for f in p), _pair, ()
+    )
 
 
-@_functions.register
-def _(operator: TimeOperator) -> tuple[AbstractTimeFunction, ...]:
-    return tuple(operator.functions)
+def _pair(
+    function: tuple[AbstractTimeFunction, ...],
+    inner: tuple[AbstractTimeFunction, ...],
+) -> tuple[AbstractTimeFunction, ...]:
+    return function + inner
 
 
-@_functions.register
-def _(operator: OperatorSum) -> tuple[AbstractTimeFunction, ...]:
-    return tuple(f for part in operator.operators for f in _functions(part))
-
-
-@_functions.register
-def _(operator: ScaledOperator) -> tuple[AbstractTimeFunction, ...]:
-    return (operator.function, *_functions(operator.operator))
-
-
-@functools.singledispatch
 def is_mirrored(
     operator: AbstractTimeOperator, center: float, tolerance: float
 ) -> bool:
     """Whether $H(c + s) = \\overline{H(c - s)}$ for every real s, as far as the
     operator's structure and known values tell (no where they do not)."""
-    del operator, center, tolerance
-    return False
-
-
-@is_mirrored.register
-def _(operator: TimeOperator, center: float, tolerance: float) -> bool:
-    # Term by term: f(c + s) M = sigma conj(f(c - s)) M must be conj(f(c - s) M),
-    # i.e. M real for sigma = +1 and imaginary for sigma = -1.
-    if isinstance(operator.matrices, tuple):  # sparse terms: not read here
-        return False
-    matrices, host = operator.matrices, None
-    for k, function in enumerate(operator.functions):
-        sign = mirror_sign(function, center, tolerance)
-        if sign == 0:
-            return False
-        if not np.issubdtype(matrices.dtype, np.complexfloating):
-            if sign == 1:
-                continue
-            return False
-        if is_traced(matrices):
-            return False
-        if host is None:  # read once, sliced on the host (an eager slice compiles)
-            host = np.asarray(matrices)
-        matrix = host[k]
-        part = np.imag(matrix) if sign == 1 else np.real(matrix)
-        if np.any(part != 0):
-            return False
-    return True
-
-
-@is_mirrored.register
-def _(operator: OperatorSum, center: float, tolerance: float) -> bool:
-    return all(is_mirrored(part, center, tolerance) for part in operator.operators)
-
-
-@is_mirrored.register
-def _(operator: ScaledOperator, center: float, tolerance: float) -> bool:
-    return mirror_sign(operator.function, center, tolerance) == 1 and is_mirrored(
-        operator.operator, center, tolerance
-    )
+    return operator.is_mirrored(lambda f: mirror_sign(f, center, tolerance))
 
 
 # Periodicity. A closed-form function is a finite sum of exponentials
@@ -406,13 +358,11 @@ def _product_frequencies(left: Frequencies, right: Frequencies) -> Frequencies:
     return tuple(a + b for a in left for b in right)
 
 
-@functools.singledispatch
 def operator_frequencies(operator: AbstractTimeOperator) -> Frequencies:
     """`frequencies` of every entry of the operator: its terms' functions together
     (a term periodic with no period makes H so: its matrix is not cancelled by the
     others'); `None` for a callable operator."""
-    del operator
-    return None
+    return operator.fold_functions(frequencies, _of_terms, _product_frequencies, None)
 
 
 def _of_terms(parts: list[Frequencies]) -> Frequencies:
@@ -423,23 +373,6 @@ def _of_terms(parts: list[Frequencies]) -> Frequencies:
     if any(p is NOT_PERIODIC for p in parts):
         return NOT_PERIODIC
     return _sum_frequencies(parts)
-
-
-@operator_frequencies.register
-def _(operator: TimeOperator) -> Frequencies:
-    return _of_terms([frequencies(f) for f in operator.functions])
-
-
-@operator_frequencies.register
-def _(operator: OperatorSum) -> Frequencies:
-    return _of_terms([operator_frequencies(part) for part in operator.operators])
-
-
-@operator_frequencies.register
-def _(operator: ScaledOperator) -> Frequencies:
-    return _product_frequencies(
-        frequencies(operator.function), operator_frequencies(operator.operator)
-    )
 
 
 def harmonic_gap(nus: tuple[Any, ...], period: Any, xp: Any) -> Any:

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._core import placed, to_jax
-from .._data import AbstractSparseMatrix, TermSeries, real_dtype
+from .._core import to_jax
+from .._data import TermSeries, real_dtype
 from .._kernels.density import (
     DensityParts,
     Term,
@@ -36,11 +36,8 @@ def _time_operators(operator: AbstractTimeOperator) -> tuple[TimeOperator, ...] 
     ops = time_operators(operator)
     if ops is None:
         return None
-    for op in ops:
-        if isinstance(op.matrices, tuple) and not all(
-            isinstance(m, AbstractSparseMatrix) and m.diagonal for m in op.matrices
-        ):
-            return None
+    if not all(op.term_matrices.is_dense_or_diagonal() for op in ops):
+        return None
     return ops
 
 
@@ -79,22 +76,11 @@ def operator_terms(
     terms = []
     index = 0
     for op in ops:
-        sparse = isinstance(op.matrices, tuple)
-        if series is None:
-            leaves = [m.values for m in op.matrices] if sparse else [op.matrices]
-            if any(placed(leaf) for leaf in leaves):
-                return None
-            matrices = (
-                [np.sum(np.asarray(m.values), axis=1) for m in op.matrices]
-                if sparse
-                else list(np.asarray(op.matrices))
-            )
-        else:
-            matrices = (
-                [jnp.sum(m.values, axis=1) for m in op.matrices]
-                if sparse
-                else list(op.matrices)
-            )
+        if series is None and op.term_matrices.is_placed():
+            return None
+        # In NumPy when known (no step's series: `operator_terms` before compiling).
+        xp = np if series is None else jnp
+        matrices, diagonal = op.term_matrices.density_matrices(xp)
         for function, matrix in zip(op.functions, matrices):
             value = None
             constant = function.is_constant
@@ -109,7 +95,7 @@ def operator_terms(
                 value = None if value is None else np.reshape(value, (1,))
             elif constant and series is not None:
                 value = series[index][:1]
-            terms.append(Term(value, matrix, sparse, constant))
+            terms.append(Term(value, matrix, diagonal, constant))
             index += 1
     return terms
 
