@@ -392,7 +392,9 @@ def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     matrices = np.stack([np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)])
     hamiltonian = hierax.TimeOperator(functions, matrices)
     term, with_known_parts = _sesolve_term(hamiltonian)
-    known = with_known_parts(jnp.complex128).parts  # dense embeddings, from NumPy
+    # The dense embeddings, formed once in the solve's program (not before).
+    assert with_known_parts(jnp.complex128).parts is None
+    known = term.with_program_parts(jnp.asarray(0.0), jnp.complex128).parts
     assert isinstance(known, propagator.DenseEmbedding)
     rng = np.random.default_rng(5)
     ket = rng.normal(size=3) + 1j * rng.normal(size=3)
@@ -447,7 +449,7 @@ def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
     assert slope == pytest.approx(difference, rel=1e-6)
     # Matrices made inside a user's jit (traced, unreadable before compiling):
     # their embeddings are formed once, at the solve's start in the program.
-    formed = recorded_returns(monkeypatch, term_module, "traced_embedded_parts")
+    formed = recorded_returns(monkeypatch, term_module, "program_embedded_parts")
 
     @jax.jit
     def inside(scale):
