@@ -9,7 +9,6 @@ import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Inexact
 
 from .._core import (
@@ -44,12 +43,9 @@ from .._kernels.lindblad import (
 from .._kernels.propagator import propagator_errors, state_series
 from .._operators import (
     AbstractTimeOperator,
-    OperatorSum,
     PauliHierarchy,
     PauliSum,
     PauliTimeSum,
-    ScaledOperator,
-    TimeOperator,
     as_matrix,
     as_state,
     check_chain,
@@ -68,37 +64,6 @@ def _complex_dtype(module: eqx.Module, *series: Any) -> jnp.dtype:
     others = [part for part in series if not isinstance(part, TermSeries)]
     arrays = leaves + [d for d in dense if d is not None] + others
     return jnp.result_type(*arrays, jnp.complex64)
-
-
-@functools.singledispatch
-def _is_hermitian(operator: AbstractTimeOperator) -> bool:
-    """Whether every constant matrix of `operator` is known here to be exactly
-    Hermitian (concrete values; callables and traced matrices are not known). With
-    real time functions, which the compiled call checks from their dtype, the
-    operator is then Hermitian at every time."""
-    del operator
-    return False
-
-
-@_is_hermitian.register
-def _(operator: TimeOperator) -> bool:
-    m = operator.matrices
-    if isinstance(m, tuple):
-        return all(matrix.is_hermitian() for matrix in m)
-    if is_traced(m):
-        return False
-    m = np.asarray(m)
-    return bool(np.array_equal(m, np.conj(np.swapaxes(m, -1, -2))))
-
-
-@_is_hermitian.register
-def _(operator: OperatorSum) -> bool:
-    return all(_is_hermitian(op) for op in operator.operators)
-
-
-@_is_hermitian.register
-def _(operator: ScaledOperator) -> bool:
-    return _is_hermitian(operator.operator)
 
 
 def _call_checks(
@@ -669,8 +634,8 @@ class HeisenbergHierarchy(AbstractHierarchy[LevelsT]):
                 f"{self.hamiltonian.size} but `observable` is {self.observable.size}x"
                 f"{self.observable.size}; they must act on the same space."
             )
-        self.hermitian = _is_hermitian(self.hamiltonian) and _is_hermitian(
-            self.observable
+        self.hermitian = (
+            self.hamiltonian.is_hermitian() and self.observable.is_hermitian()
         )
 
     def levels(self, t, state, estimate, checks):

@@ -18,7 +18,6 @@ from ._closed import (
     MatrixEngine,
     _check_time_scale,
     _complex_dtype,
-    _is_hermitian,
     _time_scale,
     observable_levels,
 )
@@ -127,8 +126,8 @@ class LindbladHierarchy(AbstractHierarchy[Array]):
                 f"{self.observable.size}x{self.observable.size}; they must act on "
                 "the same space."
             )
-        self.hermitian = _is_hermitian(self.hamiltonian) and _is_hermitian(
-            self.observable
+        self.hermitian = (
+            self.hamiltonian.is_hermitian() and self.observable.is_hermitian()
         )
 
     def levels(self, t, state, estimate, checks):
