@@ -102,9 +102,11 @@ class IdentityCache:
 
 
 class KeyedCache:
-    """The last `size` values by a hashable key (the least recently used dropped),
-    or with `total_bytes` as many as fit in that many bytes of values (their
-    `nbytes`). Values that hold traced arrays are not kept."""
+    """The last `size` values kept by a hashable key (the oldest dropped first), or
+    with `total_bytes` as many as fit in that many bytes of values (their
+    `nbytes`). Values that hold traced arrays are not kept. (A look-up does not
+    reorder the entries: on the calls' hot path that costs more than the rare
+    eviction of a value still in use, which is only computed again.)"""
 
     def __init__(self, size: int | None = None, total_bytes: int | None = None):
         self.size, self.total_bytes, self.bytes = size, total_bytes, 0
@@ -113,10 +115,7 @@ class KeyedCache:
     def get(self, key: Any) -> Any:
         """The value kept for `key`, or `None` (`TypeError` for an unhashable
         key)."""
-        hit = self.entries.get(key)
-        if hit is not None:
-            self.entries.move_to_end(key)
-        return hit
+        return self.entries.get(key)
 
     def put(self, key: Any, value: Any) -> Any:
         """Keep `value` for `key` (unless traced), and return it."""
