@@ -13,14 +13,14 @@ from .._kernels.density import density_generator, density_series, generator_size
 from .._kernels.heisenberg import Levels
 from .._kernels.propagator import series_errors
 from .._operators import AbstractTimeOperator, check_jump_operators, to_operator
-from ._closed import (
+from ._base import (
     AbstractHierarchy,
     MatrixEngine,
     _check_time_scale,
     _complex_dtype,
     _time_scale,
-    observable_levels,
 )
+from ._heisenberg import observable_levels
 from ._time_scale import combined_rate, growth_rate, jump_rate
 
 

@@ -12,9 +12,10 @@ from ._pauli import (
     PauliSum as PauliSum,
     PauliTimeSum as PauliTimeSum,
     autocorrelation_series as autocorrelation_series,
-    check_chain as check_chain,
+    commutator_recursion as commutator_recursion,
     lanczos as lanczos,
     moments as moments,
+    pauli_recursion as pauli_recursion,
 )
 from ._rewrites import (
     TermNorms as TermNorms,

@@ -1,5 +1,9 @@
 """Pauli-string sums: operators of long chains, and their growth."""
 
+from ._choice import (
+    commutator_recursion as commutator_recursion,
+    pauli_recursion as pauli_recursion,
+)
 from ._growth import (
     LanczosCoefficients as LanczosCoefficients,
     autocorrelation_series as autocorrelation_series,
@@ -10,5 +14,4 @@ from ._hierarchy import PauliHierarchy as PauliHierarchy
 from ._sum import (
     PauliSum as PauliSum,
     PauliTimeSum as PauliTimeSum,
-    check_chain as check_chain,  # for the hierarchies, not the public API
 )
