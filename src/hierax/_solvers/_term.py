@@ -121,6 +121,10 @@ class SchrodingerTerm(AbstractTaylorTerm):
     identity commutes with everything, so the solver applies it as the exact phase
     $e^{-ic\\tau}$ and expands only $H_0$ in series: an offset or the mean of large
     level energies then costs neither step size nor digits.
+
+    What the step needs assembled once (`parts`: the terms' real embeddings) is a
+    field of the term, which [`hierax.sesolve`][] fills; a term built here steps
+    without it. diffrax's `args` are the user's: the step never reads them.
     """
 
     hamiltonian: AbstractTimeOperator
@@ -383,6 +387,11 @@ class LindbladTerm(AbstractTaylorTerm):
     Any diffrax solver can use it through its vector field; [`hierax.TaylorSolver`][]
     uses its structure instead, and steps with the exact Taylor series of $\\rho$,
     computed as [`hierax.DensityMatrixDerivatives`][] computes it.
+
+    What the step needs assembled once (`parts`: the generator's step-independent
+    parts) is a field of the term, which [`hierax.mesolve`][] fills; a term built
+    here steps without it. diffrax's `args` are the user's: the step never reads
+    them.
     """
 
     hamiltonian: AbstractTimeOperator
