@@ -38,9 +38,6 @@ REGISTRIES = {
 # save less than 5% of its call and goes (see the registry's docstring). Remove an
 # entry when its module switches to the registry or drops the cache.
 PENDING = {
-    ("_operators/_time_operators.py", "_CHECKED"): None,
-    ("_operators/_rewrites.py", "_UNIFORM"): None,
-    ("_operators/_rewrites.py", "_NORMS"): None,
     ("_periodic/_floquet.py", "_VERIFIED"): "VERIFIED_PERIODS",
     ("_periodic/_floquet.py", "weakref"): "VERIFIED_PERIODS",
     ("_periodic/_floquet.py", "_period_solver"): "PERIOD_SOLVERS",

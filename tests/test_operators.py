@@ -285,7 +285,7 @@ def test_each_term_storage_is_a_class_and_kinds_answer_their_queries():
     import equinox as eqx
     import scipy.sparse as sp
 
-    from hierax._operators._time_operators import (
+    from hierax._operators._term_matrices import (
         DenseTermMatrices,
         SparseTermMatrices,
     )

@@ -10,23 +10,24 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._core import IdentityCache, content_key, is_traced, placed, to_jax
+from .._core import content_key, is_traced, placed, to_jax
 from .._data import (
     SparseMatrix,
-    UniformSparseMatrix,
     dense_to_sparse,
     identity,
     real_dtype,
     result_dtype,
 )
 from .._time import AbstractTimeFunction, Constant
-from ._time_operators import (
+from ._term_matrices import (
     AbstractTermMatrices,
-    AbstractTimeOperator,
     DenseTermMatrices,
+    SparseTermMatrices,
+)
+from ._time_operators import (
+    AbstractTimeOperator,
     OperatorSum,
     ScaledOperator,
-    SparseTermMatrices,
     TimeOperator,
     as_time_operator,
     summands,
@@ -307,11 +308,6 @@ def _knots(tree: Any) -> list[Array]:
     return found
 
 
-# Whether a user's matrix is uniform, by the identity of its values (they reach
-# every solve unchanged; at n = 65536 the test reads 8 MB).
-_UNIFORM = IdentityCache(64)
-
-
 @functools.singledispatch
 def uniform_products(operator: Any) -> Any:
     """`operator` with each `SparseMatrix` of its `TimeOperator`s whose entries are
@@ -332,45 +328,10 @@ def _(operator: OperatorSum) -> Any:
 
 @uniform_products.register
 def _(operator: TimeOperator) -> Any:
-    return _uniform_terms(operator.term_matrices, operator)
-
-
-@functools.singledispatch
-def _uniform_terms(terms: AbstractTermMatrices, operator: TimeOperator) -> Any:
-    """`uniform_products` of a `TimeOperator` whose matrices are `terms`: dense
-    matrices are left as they are."""
-    del terms
-    return operator
-
-
-@_uniform_terms.register
-def _(terms: SparseTermMatrices, operator: TimeOperator) -> Any:
-    matrices = tuple(_uniform(m) for m in terms.matrices)
-    if all(a is b for a, b in zip(matrices, terms.matrices)):
+    terms = operator.term_matrices.uniform()
+    if terms is operator.term_matrices:
         return operator
-    return TimeOperator(operator.functions, matrices)
-
-
-def _uniform(matrix: Any) -> Any:
-    if (
-        not isinstance(matrix, SparseMatrix)
-        or matrix.diagonal
-        or placed(matrix.values)
-        or matrix.values.size == 0
-    ):
-        return matrix
-    # Kept by identity for JAX arrays only (immutable); any other values (a
-    # writable NumPy array, put in by hand) are read on every call.
-    kept = isinstance(matrix.values, jax.Array)
-    uniform = _UNIFORM.get(matrix.values) if kept else None
-    if uniform is None:
-        values = np.asarray(matrix.values)
-        uniform = bool(np.all(values == values.flat[0]))
-        if kept:
-            _UNIFORM.put(matrix.values, uniform)
-    if not uniform:
-        return matrix
-    return UniformSparseMatrix(matrix.values, matrix.columns)
+    return TimeOperator(operator.functions, terms)
 
 
 class TermNorms(NamedTuple):
@@ -413,46 +374,8 @@ def _(operator: ScaledOperator) -> TermNorms | None:
 
 @term_norms.register
 def _(operator: TimeOperator) -> TermNorms | None:
-    return _term_matrix_norms(operator.term_matrices)
-
-
-@functools.singledispatch
-def _term_matrix_norms(terms: AbstractTermMatrices) -> TermNorms | None:
-    """The `TermNorms` of term matrices, by storage."""
-    raise NotImplementedError(type(terms).__name__)
-
-
-@_term_matrix_norms.register
-def _(terms: DenseTermMatrices) -> TermNorms | None:
-    if is_traced(terms.matrices):
-        return None
-    return TermNorms(_row_sum_bounds(terms.matrices), np.zeros((0,)))
-
-
-@_term_matrix_norms.register
-def _(terms: SparseTermMatrices) -> TermNorms | None:
-    if any(is_traced(m.values) for m in terms.matrices):
-        return None
-    sparse = np.concatenate([_row_sum_bounds(m.values) for m in terms.matrices])
-    return TermNorms(np.zeros((0,)), sparse)
-
-
-# A user's sparse matrices reach every solve unchanged: their norms are kept, by
-# identity (at 16 qubits they cost 3 ms a solve).
-_NORMS = IdentityCache(64)
-
-
-def _row_sum_bounds(values: Any) -> np.ndarray:
-    """The largest row sum of |entries| of an `(A, n, n)` stack (one per matrix)
-    or of a `SparseMatrix`'s `(n, width)` values (one number)."""
-    hit = _NORMS.get(values) if isinstance(values, jax.Array) else None
-    if hit is not None:
-        return hit
-    rows = np.sum(np.abs(np.asarray(values)), axis=-1)
-    bounds = np.max(rows, axis=-1).reshape(-1)
-    if isinstance(values, jax.Array):
-        _NORMS.put(values, bounds)
-    return bounds
+    bounds = operator.term_matrices.row_sum_bounds()
+    return None if bounds is None else TermNorms(*bounds)
 
 
 def operator_bound(

@@ -3,7 +3,7 @@
 import abc
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import equinox as eqx
 import jax
@@ -13,7 +13,6 @@ from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Inexact
 
 from .._core import (
-    IdentityCache,
     OperatorSeries,
     OrderLike,
     Time,
@@ -34,7 +33,6 @@ from .._core import (
     typechecked,
 )
 from .._data import (
-    AbstractSparseMatrix,
     SparseTerms,
     TermSeries,
     apply_terms,
@@ -53,6 +51,11 @@ from .._time import (
     as_time_function,
     callable_series,
     register_operator_product,
+)
+from ._term_matrices import (
+    AbstractTermMatrices,
+    DenseTermMatrices,
+    SparseTermMatrices,
 )
 
 
@@ -287,162 +290,6 @@ def _is_zero(x: Any) -> bool:
     return type(x) in (int, float, complex) and x == 0
 
 
-class AbstractTermMatrices(eqx.Module):
-    """The constant matrices $H_a$ of a [`hierax.TimeOperator`][]'s terms, in one
-    storage: `DenseTermMatrices` (one `(A, n, n)` array) or `SparseTermMatrices`
-    (one sparse matrix per term). What depends on the storage is a method here, so
-    that no caller asks which one an operator holds."""
-
-    matrices: eqx.AbstractVar[Any]
-    is_sparse: eqx.AbstractClassVar[bool]
-
-    @property
-    @abc.abstractmethod
-    def size(self) -> int:
-        """The dimension $n$."""
-
-    @abc.abstractmethod
-    def joined(self, other: Any) -> "AbstractTermMatrices":
-        """These terms followed by `other`'s (of the same storage), in their common
-        dtype."""
-
-    @abc.abstractmethod
-    def series(self, coefficients: Array, constant: tuple[bool, ...]) -> TermSeries:
-        """The term series with these matrices and the functions' `coefficients`
-        `(A, K+1)`, sparse matrices kept sparse."""
-
-    @abc.abstractmethod
-    def is_hermitian(self) -> bool:
-        """Whether every matrix is known here to be exactly Hermitian (concrete
-        values; traced ones are not known)."""
-
-    @abc.abstractmethod
-    def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
-        """Whether $\\overline{H_a} = \\sigma_a H_a$ for the signs $\\sigma_a$ (+1:
-        real, -1: imaginary; 0: no), as far as the known values tell."""
-
-    @abc.abstractmethod
-    def known_stack(self) -> np.ndarray | None:
-        """The matrices as one NumPy `(A, n, n)` array where they are stored dense
-        and known (not traced); `None` otherwise (nothing is made dense)."""
-
-    @abc.abstractmethod
-    def is_dense_or_diagonal(self) -> bool:
-        """Whether the matrices are dense, or diagonal sparse ones (what the density
-        kernels take)."""
-
-    @abc.abstractmethod
-    def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
-        """For `is_dense_or_diagonal` matrices: each as the density kernels take
-        it, with the array module `xp` (NumPy for known values), and whether they
-        are diagonals: `(n, n)` matrices, or their `(n,)` diagonals."""
-
-    @abc.abstractmethod
-    def is_placed(self) -> bool:
-        """Whether the entries are placed on a device (`placed`)."""
-
-
-class DenseTermMatrices(AbstractTermMatrices):
-    """Dense term matrices: one `(A, n, n)` array."""
-
-    matrices: Inexact[Array, "terms n n"]
-    is_sparse: ClassVar[bool] = False
-
-    @property
-    def size(self) -> int:
-        return self.matrices.shape[-1]
-
-    def joined(self, other: Any) -> "DenseTermMatrices":
-        return DenseTermMatrices(_joined(self.matrices, other.matrices))
-
-    def series(self, coefficients: Array, constant: tuple[bool, ...]) -> TermSeries:
-        return TermSeries(coefficients, self.matrices, None, constant)
-
-    def is_hermitian(self) -> bool:
-        m = self.known_stack()
-        return m is not None and bool(
-            np.array_equal(m, np.conj(np.swapaxes(m, -1, -2)))
-        )
-
-    def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
-        # A real dtype needs no reading; complex values are read once, sliced on
-        # the host (an eager slice compiles).
-        complex_ = np.issubdtype(self.matrices.dtype, np.complexfloating)
-        host = None
-        for k, sign in enumerate(signs):
-            if sign == 0:
-                return False
-            if not complex_:
-                if sign == 1:
-                    continue
-                return False
-            if host is None:
-                host = self.known_stack()
-                if host is None:
-                    return False
-            part = np.imag(host[k]) if sign == 1 else np.real(host[k])
-            if np.any(part != 0):
-                return False
-        return True
-
-    def known_stack(self) -> np.ndarray | None:
-        return None if is_traced(self.matrices) else np.asarray(self.matrices)
-
-    def is_dense_or_diagonal(self) -> bool:
-        return True
-
-    def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
-        return list(xp.asarray(self.matrices)), False
-
-    def is_placed(self) -> bool:
-        return placed(self.matrices)
-
-
-class SparseTermMatrices(AbstractTermMatrices):
-    """Sparse term matrices, one per term, kept sparse."""
-
-    matrices: tuple[AbstractSparseMatrix, ...]
-    is_sparse: ClassVar[bool] = True
-
-    @property
-    def size(self) -> int:
-        return self.matrices[0].shape[-1]
-
-    def joined(self, other: Any) -> "SparseTermMatrices":
-        matrices = self.matrices + other.matrices
-        dtype = jnp.result_type(*[m.dtype for m in matrices])
-        return SparseTermMatrices(tuple(m.astype(dtype) for m in matrices))
-
-    def series(self, coefficients: Array, constant: tuple[bool, ...]) -> TermSeries:
-        n, dtype = self.size, coefficients.dtype
-        return TermSeries(
-            jnp.zeros((0, coefficients.shape[-1]), dtype),
-            jnp.zeros((0, n, n), self.matrices[0].dtype),
-            None,
-            (),
-            SparseTerms(coefficients, self.matrices, constant),
-        )
-
-    def is_hermitian(self) -> bool:
-        return all(matrix.is_hermitian() for matrix in self.matrices)
-
-    def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
-        del signs
-        return False  # not read for sparse terms
-
-    def known_stack(self) -> np.ndarray | None:
-        return None
-
-    def is_dense_or_diagonal(self) -> bool:
-        return all(m.diagonal for m in self.matrices)
-
-    def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
-        return [xp.sum(xp.asarray(m.values), axis=1) for m in self.matrices], True
-
-    def is_placed(self) -> bool:
-        return any(placed(m.values) for m in self.matrices)
-
-
 class TimeOperator(AbstractTimeOperator):
     """A Hamiltonian or observable with term structure,
     $H(t) = \\sum_{a=1}^{A} f_a(t) H_a$, with time functions $f_a$ and constant
@@ -479,13 +326,6 @@ class TimeOperator(AbstractTimeOperator):
                 self.functions, self.term_matrices = functions, matrices
                 return
             matrices = list(matrices.matrices)
-        if _CHECKED.get(matrices) is not None:
-            # A stack this module made from checked matrices (`_joined`).
-            stack = cast(Array, matrices)
-            if stack.shape[0] == len(functions):
-                self.functions = functions
-                self.term_matrices = DenseTermMatrices(stack)
-                return
         if isinstance(matrices, (jax.Array, np.ndarray)) and matrices.ndim == 3:
             matrices = _unstack(matrices)
         if not isinstance(matrices, Sequence):
@@ -700,21 +540,6 @@ def _unstack(matrices: Any) -> list[Any]:
     if placed(matrices):
         return list(matrices)
     return list(np.asarray(matrices))
-
-
-def _joined(a: Array, b: Array) -> Array:
-    """Two `(A, n, n)` stacks of checked matrices, one after the other, in their
-    common dtype (in NumPy when concrete)."""
-    dtype = jnp.result_type(a.dtype, b.dtype)
-    if placed(a) or placed(b):
-        return jnp.concatenate([a.astype(dtype), b.astype(dtype)])
-    joined = to_jax(np.concatenate([np.asarray(a), np.asarray(b)]).astype(dtype))
-    _CHECKED.put(joined, True)
-    return joined
-
-
-# The stacks `_joined` made (concrete, of checked matrices), by identity.
-_CHECKED = IdentityCache(64)
 
 
 def _stack(matrices: Sequence[Any], dtype: Any) -> Array:
