@@ -33,16 +33,6 @@ REGISTRIES = {
     ("_taylor/_core.py", "RULES"): "the Taylor rule of each JAX primitive",
 }
 
-# Caches still kept in their own modules, each with the registry instance that
-# replaces it (declared and measured there), or `None` where it was measured to
-# save less than 5% of its call and goes (see the registry's docstring). Remove an
-# entry when its module switches to the registry or drops the cache.
-PENDING = {
-    ("_periodic/_floquet.py", "_VERIFIED"): "VERIFIED_PERIODS",
-    ("_periodic/_floquet.py", "weakref"): "VERIFIED_PERIODS",
-    ("_periodic/_floquet.py", "_period_solver"): "PERIOD_SOLVERS",
-}
-
 _CACHE_CLASSES = {"IdentityCache", "KeyedCache", "ArraysSeen", "TermCache"}
 _MUTATORS = {
     "add",
@@ -148,16 +138,14 @@ def _library_caches() -> dict[tuple[str, str], None]:
 
 def test_every_cache_is_declared_in_the_registry():
     found = _library_caches()
-    undeclared = sorted(set(found) - set(REGISTRIES) - set(PENDING))
+    undeclared = sorted(set(found) - set(REGISTRIES))
     assert not undeclared, (
         f"caches kept outside `hierax._core._cache`: {undeclared}; declare them "
         "there with their measured saving (benchmarks/bench_caches.py)"
     )
-    # The lists above name only what is still there.
-    stale = sorted((set(REGISTRIES) | set(PENDING)) - set(found))
+    # The list above names only what is still there.
+    stale = sorted(set(REGISTRIES) - set(found))
     assert not stale, f"named here but no longer in the sources: {stale}"
-    for key, replacement in PENDING.items():
-        assert replacement is None or replacement in _cache.CACHES, key
 
 
 def test_the_registry_lists_every_cache_it_creates():

@@ -17,11 +17,8 @@ accident of measure zero; a degenerate pair of quasienergies (a symmetry) has an
 basis of its eigenspace as modes, as for any eigen-solver.
 """
 
-import collections
-import functools
 import math
 import numbers
-import weakref
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -31,6 +28,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Real
 
 from .._core import (
+    PERIOD_SOLVERS,
+    VERIFIED_PERIODS,
     as_period,
     check_order,
     complex_dtype,
@@ -430,8 +429,8 @@ def _refuse_non_hermitian(
         return True
     if any(is_traced(x) for x in jax.tree.leaves((operator, period, t0))):
         return False
-    key = _VERIFIED.key(operator, period, t0)
-    if key is not None and _VERIFIED.get(key):
+    key = VERIFIED_PERIODS.key(operator, period, t0)
+    if key is not None and VERIFIED_PERIODS.get(key):
         return True
     gap = _hermitian_gap_compiled(operator, period, t0)
     if is_traced(gap):  # a callable that closes over traced values
@@ -445,7 +444,7 @@ def _refuse_non_hermitian(
             "period); Floquet quasienergies are those of a Hermitian, periodic H."
         )
     if key is not None:
-        _VERIFIED.put(key)
+        VERIFIED_PERIODS.put(key)
     return True
 
 
@@ -493,49 +492,6 @@ def _hermitian_gap(operator: AbstractTimeOperator, period: Array, t0: Array) -> 
 _hermitian_gap_compiled = module_jit(_hermitian_gap, api="hierax.floquet")
 
 
-class _ArraysSeen:
-    """Sets of arrays (with their tree structure) already found to pass a check, by
-    identity: each entry holds weak references to its arrays (or the objects
-    themselves where they cannot be referenced weakly) and is valid while they
-    live."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.entries: collections.OrderedDict[Any, list] = collections.OrderedDict()
-
-    def key(self, *trees: Any) -> Any:
-        leaves, treedef = jax.tree.flatten(trees)
-        try:
-            hash(treedef)
-        except TypeError:  # a static part that cannot be hashed
-            return None
-        return (treedef, tuple(id(x) for x in leaves)), leaves
-
-    def get(self, key: Any) -> bool:
-        held = self.entries.get(key[0])
-        if held is None:
-            return False
-        for ref, leaf in zip(held, key[1]):
-            if (ref() if isinstance(ref, weakref.ref) else ref) is not leaf:
-                return False
-        self.entries.move_to_end(key[0])
-        return True
-
-    def put(self, key: Any) -> None:
-        def hold(x: Any) -> Any:
-            try:
-                return weakref.ref(x)
-            except TypeError:
-                return x
-
-        self.entries[key[0]] = [hold(x) for x in key[1]]
-        if len(self.entries) > self.size:
-            self.entries.popitem(last=False)
-
-
-_VERIFIED = _ArraysSeen(32)
-
-
 # The bytes of the series that one block of a batch of one-period solves keeps:
 # each order's window sum reads every earlier coefficient of every lane, and a
 # batch whose series outgrow the caches waits on memory (1000 drives of a 10-level
@@ -570,11 +526,15 @@ def _one_period(
     # Where the centre lies is a value (a new phase or start does not recompile);
     # whether there is one, and whether it is the middle, is structure.
     where = None if shift is None else "middle" if shift == 0.5 else "shifted"
+    key = (*config, where)
     try:
-        solver = _period_solver(*config, where)
+        solver = PERIOD_SOLVERS.get(key)
     except TypeError:  # a static part that cannot be hashed: built for this call,
         # run eagerly (compiled, it would compile again on every call)
-        solver = _period_solver.__wrapped__(*config, where, compiled=False)
+        solver = _period_solver(*config, where, compiled=False)
+    else:
+        if solver is None:
+            solver = PERIOD_SOLVERS.put(key, _period_solver(*config, where))
     shift = to_jax(0.5 if shift is None else shift)
     return solver(arrays, period, t0, shift, values)
 
@@ -622,7 +582,6 @@ def _checked(
     return period
 
 
-@functools.lru_cache(maxsize=32)
 def _period_solver(
     static: Any,
     n: int,
