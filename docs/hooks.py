@@ -10,6 +10,9 @@
   are none, the page says how to produce them.
 - Show formulas in the search index's text without their math delimiters, so that
   search results read `U(t)`, not the TeX source with its delimiters.
+- Fail the build when an API entry names a member (`members: [...]`) that the page
+  does not render (a method moved to a base class renders only with
+  `inherited_members`, and was dropped from the page without a word).
 - Write the 404 page's links relative, as the root's pages are, so that it works
   opened from disk; served over HTTP, a script puts them under the site's path.
 """
@@ -109,6 +112,36 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, _benchmark_section())
     return markdown
+
+
+# An API entry with the members it lists: `::: hierax.X` then its options block.
+_ENTRY = re.compile(r"^::: (hierax\.[\w.]+)\n((?:[ ]{4}.*\n)+)", re.MULTILINE)
+_MEMBERS = re.compile(r"^\s+members: \[([^\]]*)\]", re.MULTILINE)
+
+
+def listed_members(markdown: str) -> list[tuple[str, str]]:
+    """Each `(object, member)` an API entry of `markdown` lists in `members`."""
+    found = []
+    for entry in _ENTRY.finditer(markdown):
+        listed = _MEMBERS.search(entry.group(2))
+        if listed:
+            names = [n.strip() for n in listed.group(1).split(",") if n.strip()]
+            found.extend((entry.group(1), name) for name in names)
+    return found
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    missing = [
+        f"{name}.{member}"
+        for name, member in listed_members(page.file.content_string)
+        if f'id="{name}.{member}"' not in html
+    ]
+    if missing:
+        raise ValueError(
+            f"{page.file.src_uri}: members listed but not rendered: {missing} (one "
+            "defined on a base class needs `inherited_members: true`)"
+        )
+    return html
 
 
 # The 404 page is served at any missing URL, so MkDocs writes its links absolute

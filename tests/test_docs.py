@@ -526,6 +526,33 @@ def test_benchmarks_page_pulls_in_results(tmp_path, monkeypatch):
     assert "compile_vs_order" not in section  # the committed results win
 
 
+def test_listed_members_must_render():
+    """An API entry's `members` are checked against the rendered page: a member
+    moved to a base class renders only with `inherited_members`, and the build
+    says so instead of dropping it from the page (the built site passes this
+    check in the `site` fixture)."""
+    hooks = _load_hooks()
+    markdown = (
+        "Text.\n\n::: hierax.SparseMatrix\n    options:\n      inherited_members:"
+        " true\n      members: [__init__, todense]\n\n::: hierax.kron\n"
+    )
+    assert hooks.listed_members(markdown) == [
+        ("hierax.SparseMatrix", "__init__"),
+        ("hierax.SparseMatrix", "todense"),
+    ]
+
+    class Page:
+        class file:
+            src_uri = "api/x.md"
+            content_string = markdown
+
+    rendered = '<h3 id="hierax.SparseMatrix.__init__"></h3>'
+    with pytest.raises(ValueError, match=r"hierax\.SparseMatrix\.todense"):
+        hooks.on_page_content(rendered, Page, None, None)
+    both = rendered + '<h3 id="hierax.SparseMatrix.todense"></h3>'
+    assert hooks.on_page_content(both, Page, None, None) == both
+
+
 # Pages whose ```python blocks, run in order, form one self-contained script.
 RUNNABLE_PAGES = [
     "index.md",
