@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._data import SparseMatrix, TermSeries, frobenius, real_dtype
+from .._data import AbstractSparseMatrix, TermSeries, frobenius, real_dtype
 
 
 def _frequencies(coefficients: Array) -> Array:
@@ -56,7 +56,7 @@ def _term_rates(coefficients: Array, norms: Array, commutes: bool) -> list[Array
     return rates
 
 
-def _sparse_norm(matrix: SparseMatrix, traceless: bool) -> Array:
+def _sparse_norm(matrix: AbstractSparseMatrix, traceless: bool) -> Array:
     """The Frobenius norm of a sparse matrix, of its traceless part if asked:
     $\\|A - (\\mathrm{tr} A / n) I\\|^2 = \\|A\\|^2 - |\\mathrm{tr} A|^2 / n$."""
     norm = matrix.frobenius_norm()
