@@ -19,10 +19,10 @@ Measured and removed (below 5%): the span a `Solution.evaluate` checks a host ti
 against (2.6 us of 70, 3.8%), the tolerances `TaylorOptions` checked on the host
 (0.4 us of 114: the compiled solve checks them again instead), `np.finfo(dtype).max`
 of a time's dtype (1 us of 30-110), a diffrax adjoint's hashed static argument
-(1.5 us of 200, 0.7%); and, for the operators layer to remove, the stacks
-`TimeOperator + TimeOperator` joins (0%), and whether a sparse matrix is uniform
-and its row-sum bounds, by identity (a 14-site Ising chain rebuilt with a new
-drive amplitude on every call: 2.9% and 3.5% of 38 ms; 16 sites, 2.7% of 190 ms).
+(1.5 us of 200, 0.7%); in the operators layer, the stacks `TimeOperator +
+TimeOperator` joins (0%), and whether a sparse matrix is uniform and its row-sum
+bounds, by identity (a 14-site Ising chain rebuilt with a new drive amplitude on
+every call: 2.9% and 3.5% of 38 ms; 16 sites, 2.7% of 190 ms).
 
 Not here: each public call's compiled programs, kept with its function by
 structure as `jax.jit` keeps its own (`_jit.module_jit`, `_jit.in_blocks`, and the
@@ -378,7 +378,7 @@ MODULE_SIGNATURES = IdentityCache(32)
 # the same value placed again is the same array, so that an operator rebuilt on
 # every call has the same leaves and finds its solver term (`TermCache`). sesolve
 # of `0.5 * sz + hierax.Cos(1.0) * (0.2 * sx)` rebuilt from NumPy on every call
-# 0.63 -> 3.15 ms (80%).
+# 0.59 -> 1.74 ms (66%).
 PLACED_CONSTANTS = KeyedCache(total_bytes=16 * 2**20)
 
 # Dtype promotions of a public call, per dtype and x64 (`_arrays.complex_dtype`,
@@ -415,12 +415,9 @@ MESOLVE_STACKED_TERMS = TermCache(16)
 OPTIONS_BUILT = KeyedCache(32)
 
 # The norms of a term's operators that choose a solve's first step, by the term's
-# identity (`_integrate._generator_norms`). sesolve 122 -> 142 us (15%), mesolve
-# 117 -> 176 us (34%).
+# identity (`_integrate._generator_norms`; the row sums are no longer kept per
+# matrix). sesolve 119 -> 185 us (36%), mesolve 122 -> 344 us (64%).
 GENERATOR_NORMS = IdentityCache(16)
-
-# Declared for the Floquet layer (its module keeps its own instances until it
-# switches to these: see `tests/test_caches.py`).
 
 # The arrays of a Hamiltonian, period and start found Hermitian at a few times
 # (`_floquet`, for an H not Hermitian by structure): a second call neither
