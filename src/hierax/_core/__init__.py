@@ -23,9 +23,7 @@ from ._cache import (
     PERIOD_SOLVERS as PERIOD_SOLVERS,
     SESOLVE_TERMS as SESOLVE_TERMS,
     VERIFIED_PERIODS as VERIFIED_PERIODS,
-    IdentityCache as IdentityCache,
     content_key as content_key,
-    flatten_module as flatten_module,
 )
 from ._custom_types import (
     OperatorSeries as OperatorSeries,
