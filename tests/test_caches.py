@@ -141,7 +141,7 @@ def test_every_cache_is_declared_in_the_registry():
     undeclared = sorted(set(found) - set(REGISTRIES))
     assert not undeclared, (
         f"caches kept outside `hierax._core._cache`: {undeclared}; declare them "
-        "there with their measured saving (benchmarks/bench_caches.py)"
+        "there with their measured saving (tests/measure_caches.py)"
     )
     # The list above names only what is still there.
     stale = sorted(set(REGISTRIES) - set(found))

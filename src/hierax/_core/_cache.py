@@ -9,7 +9,7 @@ not at all (`tests/test_caches.py` reads the sources to hold it so), and `clear(
 empties every one of them.
 
 A cache stays only where it saves at least about 5% of the eager call it serves.
-Each comment gives the saving measured with `benchmarks/bench_caches.py` (the
+Each comment gives the saving measured with `tests/measure_caches.py` (the
 call from Python with the cache and with it disabled, every look-up a miss,
 taking turns in one process; x64 on the 2-core CPU under load, medians of 300-900
 calls): the small solves are those of `benchmarks/bench_overhead.py` (a driven
