@@ -346,3 +346,45 @@ def test_each_term_storage_is_a_class_and_kinds_answer_their_queries():
 
     traced(jnp.stack([sx, sz]))
     assert seen == [False]
+
+
+def test_operator_queries_are_plain_calls():
+    """The queries answered in Python before compiling (`host_method`) are looked
+    up as plain bound calls, not as the `BoundMethod` module Equinox builds for a
+    method on every look-up (tens of microseconds each on every eager `floquet`);
+    they answer as the functions they wrap, and stay abstract on the bases."""
+    import abc
+
+    import equinox as eqx
+
+    from hierax._core import host_method
+    from hierax._operators._term_matrices import AbstractTermMatrices
+
+    SX, SZ = np.asarray(sx), np.asarray(sz)
+    op = hierax.Cos(1.0) * SX + 0.5 * SZ
+    for query in (op.is_hermitian, op.term_matrices.known_stack):
+        assert isinstance(query, functools.partial)
+        assert not isinstance(query, eqx.Module)
+    assert op.is_hermitian() is True
+    np.testing.assert_array_equal(
+        op.term_matrices.known_stack(), np.stack([SX, SZ / 2])
+    )
+    assert not (hierax.Cos(1.0) * (SX + 1j * SZ)).is_hermitian()
+    with pytest.raises(TypeError, match="abstract"):
+        AbstractTermMatrices()  # type: ignore[abstract]
+
+    class Base(eqx.Module):
+        @host_method
+        @abc.abstractmethod
+        def query(self, x: int) -> int: ...
+
+    class Final(Base):
+        offset: int
+
+        @host_method
+        def query(self, x: int) -> int:
+            return x + self.offset
+
+    with pytest.raises(TypeError, match="abstract"):
+        Base()  # type: ignore[abstract]
+    assert Final(2).query(3) == 5 and Final.query(Final(1), 3) == 4

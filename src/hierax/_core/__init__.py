@@ -33,6 +33,7 @@ from ._custom_types import (
     TimeLike as TimeLike,
     typechecked as typechecked,
 )
+from ._host_method import host_method as host_method
 from ._jit import (
     by_batching as by_batching,
     by_differentiation as by_differentiation,

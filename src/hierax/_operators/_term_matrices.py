@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, Inexact
 
 from .._core import (
+    host_method,
     is_traced,
     placed,
     to_jax,
@@ -39,6 +40,7 @@ class AbstractTermMatrices(eqx.Module):
     def size(self) -> int:
         """The dimension $n$."""
 
+    @host_method
     @abc.abstractmethod
     def joined(self, other: Any) -> "AbstractTermMatrices":
         """These terms followed by `other`'s (of the same storage), in their common
@@ -49,42 +51,50 @@ class AbstractTermMatrices(eqx.Module):
         """The term series with these matrices and the functions' `coefficients`
         `(A, K+1)`, sparse matrices kept sparse."""
 
+    @host_method
     @abc.abstractmethod
     def is_hermitian(self) -> bool:
         """Whether every matrix is known here to be exactly Hermitian (concrete
         values; traced ones are not known)."""
 
+    @host_method
     @abc.abstractmethod
     def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
         """Whether $\\overline{H_a} = \\sigma_a H_a$ for the signs $\\sigma_a$ (+1:
         real, -1: imaginary; 0: no), as far as the known values tell."""
 
+    @host_method
     @abc.abstractmethod
     def known_stack(self) -> np.ndarray | None:
         """The matrices as one NumPy `(A, n, n)` array where they are stored dense
         and known (not traced); `None` otherwise (nothing is made dense)."""
 
+    @host_method
     @abc.abstractmethod
     def is_dense_or_diagonal(self) -> bool:
         """Whether the matrices are dense, or diagonal sparse ones (what the density
         kernels take)."""
 
+    @host_method
     @abc.abstractmethod
     def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
         """For `is_dense_or_diagonal` matrices: each as the density kernels take
         it, with the array module `xp` (NumPy for known values), and whether they
         are diagonals: `(n, n)` matrices, or their `(n,)` diagonals."""
 
+    @host_method
     @abc.abstractmethod
     def is_placed(self) -> bool:
         """Whether the entries are placed on a device (`placed`)."""
 
+    @host_method
     @abc.abstractmethod
     def uniform(self) -> "AbstractTermMatrices":
         """These terms with each known sparse matrix whose entries are all equal
         made a `UniformSparseMatrix` (dense matrices and traced entries as they
         are); `self` when nothing changes."""
 
+    @host_method
     @abc.abstractmethod
     def row_sum_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The largest row sum of |entries| of each matrix, computed in NumPy, as
@@ -101,18 +111,21 @@ class DenseTermMatrices(AbstractTermMatrices):
     def size(self) -> int:
         return self.matrices.shape[-1]
 
+    @host_method
     def joined(self, other: Any) -> "DenseTermMatrices":
         return DenseTermMatrices(_joined(self.matrices, other.matrices))
 
     def series(self, coefficients: Array, constant: tuple[bool, ...]) -> TermSeries:
         return TermSeries(coefficients, self.matrices, None, constant)
 
+    @host_method
     def is_hermitian(self) -> bool:
         m = self.known_stack()
         return m is not None and bool(
             np.array_equal(m, np.conj(np.swapaxes(m, -1, -2)))
         )
 
+    @host_method
     def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
         # A real dtype needs no reading; complex values are read once, sliced on
         # the host (an eager slice compiles).
@@ -134,21 +147,27 @@ class DenseTermMatrices(AbstractTermMatrices):
                 return False
         return True
 
+    @host_method
     def known_stack(self) -> np.ndarray | None:
         return None if is_traced(self.matrices) else np.asarray(self.matrices)
 
+    @host_method
     def is_dense_or_diagonal(self) -> bool:
         return True
 
+    @host_method
     def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
         return list(xp.asarray(self.matrices)), False
 
+    @host_method
     def is_placed(self) -> bool:
         return placed(self.matrices)
 
+    @host_method
     def uniform(self) -> "DenseTermMatrices":
         return self
 
+    @host_method
     def row_sum_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
         if is_traced(self.matrices):
             return None
@@ -165,6 +184,7 @@ class SparseTermMatrices(AbstractTermMatrices):
     def size(self) -> int:
         return self.matrices[0].shape[-1]
 
+    @host_method
     def joined(self, other: Any) -> "SparseTermMatrices":
         matrices = self.matrices + other.matrices
         dtype = jnp.result_type(*[m.dtype for m in matrices])
@@ -180,31 +200,39 @@ class SparseTermMatrices(AbstractTermMatrices):
             SparseTerms(coefficients, self.matrices, constant),
         )
 
+    @host_method
     def is_hermitian(self) -> bool:
         return all(matrix.is_hermitian() for matrix in self.matrices)
 
+    @host_method
     def is_conjugate_symmetric(self, signs: Sequence[int]) -> bool:
         del signs
         return False  # not read for sparse terms
 
+    @host_method
     def known_stack(self) -> np.ndarray | None:
         return None
 
+    @host_method
     def is_dense_or_diagonal(self) -> bool:
         return all(m.diagonal for m in self.matrices)
 
+    @host_method
     def density_matrices(self, xp: Any) -> tuple[list[Any], bool]:
         return [xp.sum(xp.asarray(m.values), axis=1) for m in self.matrices], True
 
+    @host_method
     def is_placed(self) -> bool:
         return any(placed(m.values) for m in self.matrices)
 
+    @host_method
     def uniform(self) -> "SparseTermMatrices":
         matrices = tuple(_uniform(m) for m in self.matrices)
         if all(a is b for a, b in zip(matrices, self.matrices)):
             return self
         return SparseTermMatrices(matrices)
 
+    @host_method
     def row_sum_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
         if any(is_traced(m.values) for m in self.matrices):
             return None

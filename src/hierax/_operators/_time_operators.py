@@ -22,6 +22,7 @@ from .._core import (
     built_for,
     check_order,
     check_time_finite,
+    host_method,
     is_traced,
     module_jit,
     object_hint,
@@ -206,6 +207,7 @@ class AbstractTimeOperator(eqx.Module):
     # Queries of the operator's structure, answered by each kind of operator (the
     # defaults are those of an operator without structure, a callable).
 
+    @host_method
     def is_hermitian(self) -> bool:
         """Whether every constant matrix of the operator is known here to be exactly
         Hermitian (concrete values; callables and traced matrices are not known).
@@ -213,6 +215,7 @@ class AbstractTimeOperator(eqx.Module):
         the operator is then Hermitian at every time."""
         return False
 
+    @host_method
     def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
         """Whether $H(c + s) = \\overline{H(c - s)}$ for every real s, as far as the
         structure and known values tell (no where they do not), given for each
@@ -386,15 +389,18 @@ class TimeOperator(AbstractTimeOperator):
     def _times_constant(self, factor):
         return times_terms(factor, self)
 
+    @host_method
     def is_hermitian(self) -> bool:
         return self.term_matrices.is_hermitian()
 
+    @host_method
     def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
         # Term by term: f(c + s) M = sigma conj(f(c - s)) M must be conj(f(c - s) M),
         # i.e. M real for sigma = +1 and imaginary for sigma = -1.
         signs = [sign(f) for f in self.functions]
         return self.term_matrices.is_conjugate_symmetric(signs)
 
+    @host_method
     def fold_functions(self, function, terms, times, unknown):
         del times, unknown
         return terms([function(f) for f in self.functions])
@@ -605,12 +611,15 @@ class ScaledOperator(AbstractTimeOperator):
     def _times_constant(self, factor):
         return ScaledOperator(factor * self.function, self.operator)
 
+    @host_method
     def is_hermitian(self) -> bool:
         return self.operator.is_hermitian()
 
+    @host_method
     def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
         return sign(self.function) == 1 and self.operator.is_mirrored(sign)
 
+    @host_method
     def fold_functions(self, function, terms, times, unknown):
         inner = self.operator.fold_functions(function, terms, times, unknown)
         return times(function(self.function), inner)
@@ -684,12 +693,15 @@ class OperatorSum(AbstractTimeOperator):
     def _times_constant(self, factor):
         return OperatorSum([op._times_constant(factor) for op in self.operators])
 
+    @host_method
     def is_hermitian(self) -> bool:
         return all(op.is_hermitian() for op in self.operators)
 
+    @host_method
     def is_mirrored(self, sign: Callable[[AbstractTimeFunction], int]) -> bool:
         return all(op.is_mirrored(sign) for op in self.operators)
 
+    @host_method
     def fold_functions(self, function, terms, times, unknown):
         return terms(
             [
