@@ -59,6 +59,7 @@ from work_precision import (  # noqa: E402
     coefficient_jnp,
     coefficient_np,
     ising,
+    ladder_rows,
     plot,
     transmon,
 )
@@ -467,16 +468,7 @@ def result_rows(results, hierarchies) -> list[dict]:
     """The run as result rows: at each system and target error, each method's run
     time, tolerance and final error, and its compile time; the hierarchies'
     compile times and run times (also in matrix-product equivalents)."""
-    out = []
-    for result in results:
-        for r in result["rows"]:
-            case = result["system"]
-            target = dict(target=r["target"])
-            out.append(row(case, r["method"], "seconds", r.get("seconds"), **target))
-            out.append(row(case, r["method"], "tolerance", r["tol"], **target))
-            out.append(row(case, r["method"], "error", r.get("error"), **target))
-            if r["target"] == TARGETS[0] and r.get("compile") is not None:
-                out.append(row(case, r["method"], "compile_seconds", r["compile"]))
+    out = ladder_rows(results)
     for key, seconds in hierarchies.get("compile", {}).items():
         name, order = key.split(" order ")
         out.append(

@@ -5,6 +5,7 @@ NumPy matrices), their drive in each library's form, and the plot."""
 
 import jax.numpy as jnp
 import numpy as np
+from rows import row
 
 import hierax
 
@@ -133,3 +134,20 @@ def plot(results, path, title):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"work-precision plot: {path}")
+
+
+def ladder_rows(results: list[dict]) -> list[dict]:
+    """The runner's rows of the work-precision ladders: each method's time,
+    tolerance and final error at each target, and its compile time at the first
+    target."""
+    out = []
+    for result in results:
+        for r in result["rows"]:
+            case = result["system"]
+            target = dict(target=r["target"])
+            out.append(row(case, r["method"], "seconds", r.get("seconds"), **target))
+            out.append(row(case, r["method"], "tolerance", r["tol"], **target))
+            out.append(row(case, r["method"], "error", r.get("error"), **target))
+            if r["target"] == TARGETS[0] and r.get("compile") is not None:
+                out.append(row(case, r["method"], "compile_seconds", r["compile"]))
+    return out
