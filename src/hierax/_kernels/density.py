@@ -8,11 +8,13 @@ terms are dense or diagonal matrices, whose step-independent parts (constant ter
 merged, products of jump operators, the superoperators of small systems) are
 assembled once (`density_parts`, written for NumPy and JAX alike) and whose
 diagonal matrices act elementwise, real and imaginary ones in real arithmetic
-(`structured_density_terms`; for n <= `VECTORISED_SIZE` on vec(rho) with
-$n^2 \\times n^2$ superoperators, `vectorised_density_terms`, through the
-Schrödinger kernel's `series_loop`). The general layout is what a callable allows
-(a dense series per step, nothing to assemble once); the structured one is what
-known terms allow.
+(`structured_density_terms`); on vec(rho) instead, through the Schrödinger
+kernel's `series_loop` (`vectorised_density_terms`), with the $n^2 \\times n^2$
+superoperators held dense for n <= `VECTORISED_SIZE`, or at any n by their
+nonzero diagonals when they are few (assembled from the diagonals of the
+operators' own matrices, never the superoperators' $n^4$ entries). The general
+layout is what a callable allows (a dense series per step, nothing to assemble
+once); the structured one is what known terms allow.
 """
 
 from collections.abc import Sequence
@@ -204,10 +206,6 @@ def generator_sizes(
 
 # The largest n for which mesolve steps vec(rho) with n^2 x n^2 superoperators.
 VECTORISED_SIZE = 8
-# The largest n for which mesolve looks for the nonzero diagonals of the
-# Liouvillian's superoperators (formed in NumPy before compiling, (1 + P) 4 n^4
-# entries), and steps vec(rho) with them (`Diagonals`) when they are few.
-DIAGONAL_SIZE = 24
 # From which size real matrices pay in the structured kernel (measured, x64 CPU): a
 # matrix-matrix product in real halves costs more to assemble than it saves below a
 # few dozen rows.
@@ -319,21 +317,19 @@ def density_parts(
 ) -> DensityParts:
     """The step-independent parts of the Lindblad step for `operator_terms` of H
     and of each jump operator, in `xp` (NumPy or `jax.numpy`): with known (NumPy)
-    operators up to n = `DIAGONAL_SIZE`, the superoperators held by their
-    diagonals when that pays (`_diagonal_parts`); else the vectorised kernel's up
-    to n = `VECTORISED_SIZE`, the structured one's above."""
-    if n > max(VECTORISED_SIZE, DIAGONAL_SIZE if xp is np else 0):
-        return _structured_parts(hamiltonian, jumps, n, xp)
-    # Formed once: read for their diagonals (known operators) and, failing that,
-    # as dense superoperators (small n).
-    superoperators = _superoperators(hamiltonian, jumps, n, xp)
+    operators, the superoperators held by their diagonals when that pays
+    (`_diagonal_parts`, at any n); else the vectorised kernel's up to
+    n = `VECTORISED_SIZE`, the structured one's above."""
+    structured = (
+        None if n <= VECTORISED_SIZE else _structured_parts(hamiltonian, jumps, n, xp)
+    )
     if xp is np:
-        parts = _diagonal_parts(*superoperators, n)
+        parts = _diagonal_parts(hamiltonian, jumps, n, structured)
         if parts is not None:
             return parts
-    if n <= VECTORISED_SIZE:
-        return _vectorised_parts(*superoperators, xp)
-    return _structured_parts(hamiltonian, jumps, n, xp)
+    if structured is not None:
+        return structured
+    return _vectorised_parts(*_superoperators(hamiltonian, jumps, n, xp), xp)
 
 
 def cast_parts(parts: DensityParts, dtype: Any, place: Any) -> DensityParts:
@@ -565,34 +561,220 @@ def _superoperators(
     return constant, operators, sources
 
 
+# An n x n matrix by its nonzero diagonals: offset k -> `values[i]` = M[i, i + k]
+# (zero where i + k is outside the matrix).
+Bands = dict[int, np.ndarray]
+
+
+def _bands(matrix: np.ndarray, diagonal: bool) -> Bands | None:
+    """The nonzero diagonals of a NumPy matrix, or of the diagonal matrix whose
+    entries are `matrix` when `diagonal`; `None` for more than `MAX_DIAGONALS`
+    (any superoperator of which the matrix is a factor has as many)."""
+    if diagonal:
+        return {0: matrix} if np.any(matrix) else {}
+    n = matrix.shape[0]
+    rows, columns = np.nonzero(matrix)
+    offsets = np.unique(columns - rows).tolist()
+    if len(offsets) > MAX_DIAGONALS:
+        return None
+    out = {}
+    for k in offsets:
+        values = np.zeros(n, matrix.dtype)
+        i = np.arange(max(0, -k), min(n, n - k))
+        values[i] = matrix[i, i + k]
+        out[k] = values
+    return out
+
+
+# A superoperator on row-major vec(r) as a sum of Kronecker products
+# $c\, A \otimes B$ (`(c, bands of A, bands of B)`): $M r$ is $M \otimes I$,
+# $r M$ is $I \otimes M^T$ and $A r B^\dagger$ is $A \otimes \bar B$. Diagonal
+# offsets a of A and b of B give the offset $a n + b$ (entry $(i n + j, (i + a) n +
+# j + b)$ is $A_{i, i+a} B_{j, j+b}$): the values are the outer product of the two
+# diagonals, so the superoperator's diagonals cost O(count n^2), never n^4.
+Kronecker = list[tuple[Any, Bands, Bands]]
+
+
+def _kron_offsets(products: Kronecker, n: int) -> set[int]:
+    return {a * n + b for _, left, right in products for a in left for b in right}
+
+
+def _kron_sum(products: Kronecker, n: int) -> dict[int, np.ndarray]:
+    """The diagonals of $\\sum c\\, A \\otimes B$ (length n^2 each, complex)."""
+    out: dict[int, np.ndarray] = {}
+    for c, left, right in products:
+        for a, u in left.items():
+            for b, w in right.items():
+                values = c * np.outer(u, w).reshape(-1)
+                k = a * n + b
+                out[k] = values if k not in out else out[k] + values
+    return out
+
+
+def _embedded_diagonals(
+    block: dict[int, np.ndarray], size: int, rotate: bool
+) -> Diagonals:
+    """The `Diagonals` of `real_embedding` of the superoperator S with diagonals
+    `block` (of $iS$ with `rotate`): $S = P + iQ$ has P at offset k in both halves,
+    $-Q$ at $k + n^2$ in the upper and Q at $k - n^2$ in the lower (two offsets
+    that meet, k and $k' + n^2$, fill different columns of a row: the sum is
+    exact); `size` is n^2."""
+    out: dict[int, np.ndarray] = {}
+
+    def add(k: int, half: int, values: np.ndarray) -> None:
+        if not np.any(values):
+            return
+        if k not in out:
+            out[k] = np.zeros(2 * size)
+        out[k][half * size : (half + 1) * size] += values
+
+    for k, v in block.items():
+        re, im = np.real(v), np.imag(v)
+        p, q = (-im, re) if rotate else (re, im)
+        add(k, 0, p)
+        add(k, 1, p)
+        add(k + size, 0, -q)
+        add(k - size, 1, q)
+    offsets = sorted(k for k, v in out.items() if np.any(v))
+    values = np.stack([out[k] for k in offsets]) if offsets else np.zeros((0, 2 * size))
+    return Diagonals(values, tuple((0, k) for k in offsets), 1)
+
+
+def _kron_superoperators(
+    hamiltonian: list[Term], jumps: list[list[Term]], n: int
+) -> tuple[Kronecker, list[Kronecker], list[tuple[Any, ...]]] | None:
+    """`_superoperators` (C, each $S_p$, their sources) as sums of Kronecker
+    products of known (NumPy) matrices' diagonals; `None` as soon as a factor has
+    more than `MAX_DIAGONALS` of them (a product of A and B diagonals has at least
+    half their product: an offset is shared by two pairs at most)."""
+    eye = {0: np.ones(n)}
+    constant: Kronecker = []
+    operators, sources = [], []
+    for i, term in enumerate(hamiltonian):
+        matrix = _traceless(term, n, np) if term.constant else term.matrix
+        left = _bands(matrix, term.diagonal)
+        right = _bands(matrix if term.diagonal else matrix.T, term.diagonal)
+        if left is None or right is None:
+            return None
+        commutator = [(-1j, left, eye), (1j, eye, right)]
+        if term.constant:
+            c = complex(term.value[0])
+            constant += [(c * x, u, w) for x, u, w in commutator]
+        else:
+            operators.append(commutator)
+            sources.append(("h", i))
+    for k, terms in enumerate(jumps):
+        for a, ta in enumerate(terms):
+            for b, tb in enumerate(terms):
+                if ta.diagonal and tb.diagonal:
+                    number = number_t = _bands(np.conj(ta.matrix) * tb.matrix, True)
+                else:
+                    da = _dense(ta.matrix, ta.diagonal, np)
+                    product = np.conj(da.T) @ _dense(tb.matrix, tb.diagonal, np)
+                    number, number_t = _bands(product, False), _bands(product.T, False)
+                left = _bands(ta.matrix, ta.diagonal)
+                right = _bands(np.conj(tb.matrix), tb.diagonal)
+                if number is None or number_t is None or left is None:
+                    return None
+                if right is None or len(left) * len(right) > 2 * MAX_DIAGONALS:
+                    return None
+                anticommutator = [(1.0, number, eye), (1.0, eye, number_t)]
+                sandwich = [(1.0, left, right)]
+                if ta.constant and tb.constant:
+                    product = complex(np.conj(ta.value[0]) * tb.value[0])
+                    constant += [
+                        (-0.5 * product * x, u, w) for x, u, w in anticommutator
+                    ]
+                    constant += [(np.conj(product) * x, u, w) for x, u, w in sandwich]
+                else:
+                    operators += [anticommutator, sandwich]
+                    sources += [("anti", k, a, b), ("sandwich", k, a, b)]
+    return constant, operators, sources
+
+
+# The diagonal layout against the structured kernel (n > `VECTORISED_SIZE`): an
+# order costs about count x n^2 ns on diagonals (0.23-0.54 ns an entry of the
+# count x 2n^2 read, the window sums of the time-dependent rows included), and
+# about PRODUCT_OVERHEAD + PRODUCT_ENTRY n^3 ns per n x n product of the structured
+# kernel (`_structured_products`; complex products below `REAL_DENSITY_SIZE`, real
+# halves from there). Measured (x64, one step of order 28, 2 shared cores, load
+# 1-3), structured against diagonals:
+# - the driven Kerr oscillator (3 jump operators, 13 diagonals, 8 products):
+#   n = 12 342 / 52 us, 20 1581 / 133, 25 1385 / 223, 32 1232 / 305, 50 5026 / 979;
+# - every kind of banded term (`_every_kind` of the tests, 84-87 diagonals, 26-36
+#   products): n = 10 2258 / 298 us, 16 3171 / 684, 24 10419 / 2461, 32 35744 /
+#   27020, 48 87702 / 40581;
+# - a random Hamiltonian of bandwidth 4 and a drive, 2 jump operators (60
+#   diagonals, 6 products): n = 10 251 / 103 us, 24 1057 / 443, 32 1275 / 972, 48
+#   3782 / 3977 (the rule: diagonals up to n = 24 and from 48; at 32 it keeps the
+#   products, 1.3x slower).
+PRODUCT_OVERHEAD = 1500.0
+PRODUCT_ENTRY = {True: 0.4, False: 0.2}  # by n < REAL_DENSITY_SIZE
+
+
+def _diagonals_pay(count: int, products: int, n: int) -> bool:
+    """Whether `count` diagonals beat the structured kernel's `products` (at
+    least one: its elementwise work)."""
+    entry = PRODUCT_ENTRY[n < REAL_DENSITY_SIZE]
+    return count * n * n <= max(products, 1) * (PRODUCT_OVERHEAD + entry * n**3)
+
+
+def _structured_products(parts: StructuredParts) -> int:
+    """The n x n matrix products an order of `structured_density_terms` takes."""
+    count = 2 * len(parts.sandwiches)
+    if parts.left is not None and not parts.fixed_diagonal:
+        count += 2
+    count += 2 * sum(not d for d in parts.sided_diagonal)
+    count += sum(not d for ds in parts.varying_diagonal for d in ds) * 2
+    return count
+
+
 def _diagonal_parts(
-    constant: np.ndarray,
-    operators: list[np.ndarray],
-    sources: list[tuple[Any, ...]],
+    hamiltonian: list[Term],
+    jumps: list[list[Term]],
     n: int,
+    structured: StructuredParts | None,
 ) -> VectorisedParts | None:
     """`VectorisedParts` with the real superoperators held by their nonzero
-    diagonals (`Diagonals`), in NumPy, when they are few: at most
-    `MAX_DIAGONALS`, and at most (1 + P) n^2, where an entry of a diagonal
-    (about 0.2 ns) beats the (1 + P) 2n^2 entries of a dense row (0.1 ns each) and
-    the structured kernel's dozen small products an order (a quarter of that for
-    n <= `VECTORISED_SIZE`, where the dense product is small and one operation).
+    diagonals (`Diagonals`), assembled in NumPy from the diagonals of the terms'
+    own matrices (`_kron_superoperators`: O(count n^2) memory, never the
+    $(1 + P)\\, 4 n^4$ entries of the dense superoperators), when they are few: at
+    most `MAX_DIAGONALS`; for n <= `VECTORISED_SIZE` at most (1 + P) n^2 / 4,
+    where an entry of a diagonal (about 0.2 ns) beats the (1 + P) 2n^2 entries of a
+    dense row (0.1 ns each) with room for the dense product's single operation;
+    above, when they beat the `structured` kernel's products (`_diagonals_pay`).
     Measured on the open transmon pair (n = 9, 4 jump operators, 2 drives): 25
     diagonals, a step 384 -> 112-140 us (the structured kernel's, and 296 us with
     dense superoperators). `None` when they do not pay."""
-    blocks = [
-        Diagonals.from_matrix(real_embedding(x, np)) for x in [constant, *operators]
-    ]
-    count = sum(block.count for block in blocks)
-    # Small dense superoperators cost little and compile to one product.
-    share = 4 if n <= VECTORISED_SIZE else 1
-    if count > MAX_DIAGONALS or share * count > len(blocks) * n * n:
+    superoperators = _kron_superoperators(hamiltonian, jumps, n)
+    if superoperators is None:
+        return None
+    constant, operators, sources = superoperators
+    blocks = [constant, *operators]
+    # The embedded count is at least the complex one (each complex diagonal
+    # keeps an offset of its own): refused before any n^2 array is formed.
+    if structured is None:
+
+        def pays(count: int) -> bool:
+            return 4 * count <= len(blocks) * n * n
+    else:
+        products = _structured_products(structured)
+
+        def pays(count: int) -> bool:
+            return _diagonals_pay(count, products, n)
+
+    def refused(count: int) -> bool:
+        return count > MAX_DIAGONALS or not pays(count)
+
+    if refused(sum(len(_kron_offsets(block, n)) for block in blocks)):
+        return None
+    sums = [_kron_sum(block, n) for block in blocks]
+    embedded = [_embedded_diagonals(block, n * n, False) for block in sums]
+    if refused(sum(block.count for block in embedded)):
         return None
     return VectorisedParts(
-        stacked=side_by_side(blocks),
-        rotated=tuple(
-            Diagonals.from_matrix(real_embedding(1j * x, np)) for x in operators
-        ),
+        stacked=side_by_side(embedded),
+        rotated=tuple(_embedded_diagonals(block, n * n, True) for block in sums[1:]),
         sources=tuple(sources),
     )
 

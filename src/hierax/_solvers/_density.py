@@ -201,7 +201,8 @@ def density_step_terms(
             operators = (hamiltonian, *jump_operators)
             parts = traced_density_parts(operators, h, jumps, dtype)
         rho = rho.astype(dtype)
-        # Small systems on vec(rho): one product per order beats a dozen tiny ones.
+        # On vec(rho) (small systems, or superoperators with few diagonals at any
+        # size): one product per order beats a dozen n x n ones.
         if isinstance(parts, VectorisedParts):
             return vectorised_density_terms(parts, h, jumps, step, rho, order, adjoint)
         return structured_density_terms(parts, h, jumps, step, rho, order)
