@@ -265,10 +265,12 @@ def series_loop(
     # table of every order's window, (K+1)^2 numbers a row gathered every step,
     # cost a batch of steps under `jax.vmap` most of its time: 256 detunings of a
     # qubit under a Gaussian pulse, K = 28, 641-673 -> 235-239 us a step, K = 12
-    # 130 -> 68 us; one solve alone ties, 7.5-8.7 against 6.8-9.0 us.) A dense
-    # series' window is a slice the same way. A constant row needs only its value
-    # times v_j (in a window, a row of zeros but one: a step's constant Hamiltonian
-    # and a drive spent half the window's work on it).
+    # 130 -> 68 us, its gradient 43-46 -> 34-35 ms; alone, one such solve ties
+    # (7.5-8.7 against 6.8-9.0 us a step) and the lab-frame transmon's sesolve
+    # gains, 3.4-3.5 -> 2.8 ms.) A dense series' window is a slice the same way. A
+    # constant row needs only its value times v_j (in a window, a row of zeros but
+    # one: a step's constant Hamiltonian and a drive spent half the window's work on
+    # it).
     inverse = (1 / np.arange(1, order + 2, dtype=rdtype)).astype(rdtype)
     dense_padded = None if dense is None else reversed_padded(dense, axis=0)
     arrays, rows_of = [], []
