@@ -2,8 +2,9 @@
 QuTiP at matched final error, and what bounds hierax's step.
 
     .venv/bin/python benchmarks/bench_open_systems.py [--quick] [--out PATH]
+        [--n N] [--sizes 20,25,30] [--steps STEPS]
 
-The system (float64/complex128, CPU), n Fock levels (30; `--quick`: 20):
+The system (float64/complex128, CPU), n Fock levels (30; `--quick`: 20; `--n`):
 $H = \\Delta a^\\dagger a + \\frac{K}{2} a^{\\dagger 2} a^2
 + \\epsilon(t)(a + a^\\dagger)$, $\\Delta = -1$, $K = 0.6$, a drive switched on as
 $\\epsilon(t) = 1.5\\,(1 - e^{-t})$; jump operators $\\sqrt{0.1}\\, a$ (one-photon
@@ -32,10 +33,10 @@ is printed. Errors are Frobenius norms of the final rho's difference.
    a fixed step), steps and time against the order K, and the rounding of a step
    $m$ times longer: one step of order 160 against `expm` of the Liouvillian;
    and the scale left in the frame of the Liouvillian's diagonal (exact phases).
-3. Cost per step against n (fixed steps): hierax `mesolve` (whose kernel
-   changes at n = 24, `_kernels/density.py`: vec(rho) with the superoperators
-   held by their diagonals up to there, a structured kernel of n x n products
-   above), the vec(rho) layout on diagonals written out here (`DiagonalSteps`) at
+3. Cost per step against n (fixed steps): hierax `mesolve` (vec(rho) with the
+   superoperators held by their diagonals where they beat the structured
+   kernel's n x n products, `_kernels/density.py`; up to n = 24 only before issue
+   52), the vec(rho) layout on diagonals written out here (`DiagonalSteps`) at
    every n, and the time of one n x n complex product.
 
 Importing dynamiqs sets JAX's default matmul precision to "highest" for the whole
@@ -548,10 +549,10 @@ def sparse_diagonals(matrix) -> tuple[tuple[int, ...], np.ndarray]:
 
 class DiagonalSteps:
     """The Taylor step on vec(rho), the Liouvillian's superoperators held by their
-    nonzero diagonals in real arithmetic: the layout the library takes for
-    n <= 24 (`_kernels/density.py`, `DIAGONAL_SIZE`), written out here for any n
-    from the description there, to price it where the library takes its
-    structured kernel. $v_{j+1} = \\frac{h}{j+1} (C v_j + S \\sum_{i \\le j}
+    nonzero diagonals in real arithmetic: the layout the library takes where the
+    diagonals are few (`_kernels/density.py`; before issue 52 only for n <= 24),
+    written out here for any n from the description there, as a check of its
+    price. $v_{j+1} = \\frac{h}{j+1} (C v_j + S \\sum_{i \\le j}
     c_{j-i} v_i)$ with C and S the real embeddings of the constant superoperator
     and of the drive's, and c the drive's series at scale h; `steps` fixed steps of
     order `order` from `rho0` over the span."""
@@ -619,9 +620,9 @@ class DiagonalSteps:
 
 def step_cost(sizes, steps, calls) -> list:
     """At each n, `steps` fixed steps (order 28) of hierax `mesolve` (the library's
-    kernel for that n: the vec(rho) one on diagonals up to n = 24, the structured
-    one above), of `DiagonalSteps` (that vec(rho) layout at any n), and one n x n
-    complex128 product (a chain of `PRODUCTS` in one call); all taking turns. The
+    kernel for that n: for this oscillator the vec(rho) one on diagonals at every
+    n, since issue 52), of `DiagonalSteps` (that vec(rho) layout at any n), and one
+    n x n complex128 product (a chain of `PRODUCTS` in one call); all taking turns. The
     two steps' final states are compared."""
     out = []
     for n in sizes:
@@ -709,6 +710,13 @@ def main():
     parser = argparse.ArgumentParser(description="hierax mesolve of an open oscillator")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--n", type=int, default=None, help="levels of the ladders")
+    parser.add_argument(
+        "--sizes", default=None, help="levels of the cost per step, e.g. 20,25,30"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="fixed steps of the cost per step"
+    )
     ns = parser.parse_args()
     warm_up()
     load = [list(os.getloadavg())]
@@ -727,6 +735,10 @@ def main():
         system = Oscillator(30, 10.0)
         rtols, repeats = [10.0**-k for k in range(2, 13)], 5
         orders, sizes = (12, 16, 20, 28, 40, 56), (16, 20, 24, 25, 30, 32, 40, 50)
+    if ns.n is not None:
+        system = Oscillator(ns.n, system.span)
+    if ns.sizes is not None:
+        sizes = tuple(int(n) for n in ns.sizes.split(","))
     clock = Stopwatch()
     reference = system.reference()
     check = hierax.mesolve(
@@ -767,7 +779,8 @@ def main():
         repeats,
     )
     load.append(list(os.getloadavg()))
-    cost = step_cost(sizes, 20 if ns.quick else 50, repeats)
+    steps = ns.steps if ns.steps is not None else 20 if ns.quick else 50
+    cost = step_cost(sizes, steps, repeats)
     load.append(list(os.getloadavg()))
     print(f"load after: {load[-1]}")
     emit(result_rows(system, ladders, targets, bound, cost))
