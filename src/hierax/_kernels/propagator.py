@@ -676,8 +676,8 @@ class EmbeddedParts(eqx.Module):
 
 class DenseEmbedding(eqx.Module):
     """The real embeddings of each $-iH_a$ (`lowered`) and of each $H_a$
-    (`raised`, for complex coefficients), `(A, 2n, 2n)` each, assembled once
-    before compiling for a tiny state (2n <= `SMALL_EMBEDDED_SIZE`), whose step
+    (`raised`, for complex coefficients), `(A, 2n, 2n)` each, formed once in the
+    solve's program for a tiny state (2n <= `SMALL_EMBEDDED_SIZE`), whose step
     takes them dense: formed in every step, they cost it a few operations more
     than the step's own arithmetic."""
 
@@ -686,23 +686,22 @@ class DenseEmbedding(eqx.Module):
 
 
 def dense_embedding(matrices: Any, xp: ModuleType = jnp) -> DenseEmbedding:
-    """The `DenseEmbedding` of `(A, n, n)` matrices, in `xp` (NumPy before
-    compiling, JAX inside the program)."""
+    """The `DenseEmbedding` of `(A, n, n)` matrices, in `xp` (JAX inside the
+    program; NumPy for a reference)."""
     p, q = xp.real(matrices), xp.imag(matrices)
     # -iH = Q - iP: formed from the parts (no product with -1j).
     return DenseEmbedding(_embedding(q, -p, xp), _embedding(p, q, xp))
 
 
-def embedded_parts(matrices: np.ndarray) -> "EmbeddedParts | DenseEmbedding | None":
-    """The parts of `_embedded_series` for known `(A, n, n)` matrices, in NumPy: a
-    `DenseEmbedding` for a tiny state; else `EmbeddedParts` when the diagonals pay:
+def embedded_parts(matrices: np.ndarray) -> "EmbeddedParts | None":
+    """The parts of `_embedded_series` for known `(A, n, n)` matrices of a state
+    above the tiny size (whose dense embeddings the solve forms in its program),
+    in NumPy: `EmbeddedParts` when the diagonals pay:
     at most `MAX_DIAGONALS` and at most A n / 2 in all, where an
     entry of a diagonal (about 0.2 ns) beats the A 2n entries of a row of the
     dense stacked matrix (0.1 ns each) with room to spare. Spin chains and a few
     coupled modes have a few dozen, whatever n (the driven 6-site XXZ chain: 46
     against a dense row of 256); a random dense H has 4n - 2 per term."""
-    if 2 * matrices.shape[-1] <= SMALL_EMBEDDED_SIZE:
-        return dense_embedding(matrices, np)
     lowered = [Diagonals.from_matrix(real_embedding(-1j * m, np)) for m in matrices]
     count = sum(d.count for d in lowered)
     if count > MAX_DIAGONALS or 2 * count > len(matrices) * matrices.shape[-1]:
