@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
-from jaxtyping import Array, ArrayLike, Inexact
+from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
 from .._core import (
     OperatorSeries,
@@ -44,6 +44,7 @@ from .._data import (
     result_dtype,
     scalar_cauchy_product,
 )
+from .._taylor import function_name
 from .._time import (
     AbstractTimeFunction,
     Constant,
@@ -484,19 +485,42 @@ class CallableOperator(AbstractTimeOperator):
     The function may be a plain Python function or an Equinox module (so that its
     parameters are trained with the rest of a model). Its Taylor coefficients are
     exact, computed by [`hierax.taylor`][]'s transform.
+
+    An operator built with `takes_args=True` is called as `fn(t, args)`, as a
+    diffrax vector field is: `args` is a field of this object (dynamic, so a new
+    value never retraces), and [`hierax.SchrodingerTerm`][] and
+    [`hierax.LindbladTerm`][] replace it with the `args` given to
+    `diffrax.diffeqsolve`. The series is in $t$ alone: `args` are held fixed.
     """
 
-    fn: Callable[[Array], Array]
+    fn: Callable[..., Array]
+    args: PyTree
     n: int = eqx.field(static=True)
+    takes_args: bool = eqx.field(static=True)
 
-    def __init__(self, fn: Callable[[Array], Array]):
+    def __init__(
+        self,
+        fn: Callable[..., Array],
+        *,
+        takes_args: bool = False,
+        args: PyTree = None,
+    ):
         """**Arguments:**
 
-        - `fn`: a callable taking a scalar time array and returning an `(n, n)`
-            numeric array.
+        - `fn`: a callable taking a scalar time array (and `args`, with
+            `takes_args=True`) and returning an `(n, n)` numeric array.
+        - `takes_args`: whether `fn` is called as `fn(t, args)` rather than `fn(t)`.
+        - `args`: with `takes_args=True`, the `args` passed to `fn`: an example
+            pytree, required, with which `fn` is checked here (and its size $n$
+            read) and which a direct call (`H(t)`, `H.taylor(t, K)`) uses; a
+            diffrax solve of a hierax term passes its own `args` instead. `None`
+            (and refused) otherwise.
         """
+        api = "hierax.CallableOperator"
+        self.takes_args = _check_takes_args(takes_args, args, api)
         self.fn = fn
-        self.n = check_callable_operator(fn, "fn", "hierax.CallableOperator")
+        self.args = args
+        self.n = check_callable_operator(self._function_of_time(api), "fn", api)
 
     @property
     def size(self) -> int:
@@ -506,16 +530,73 @@ class CallableOperator(AbstractTimeOperator):
     def is_constant(self) -> bool:
         return False
 
+    def with_args(self, args: PyTree) -> "CallableOperator":
+        """The operator with `args` in place of its own (for `takes_args=True`).
+
+        **Arguments:**
+
+        - `args`: the pytree passed to `fn` as its second argument.
+
+        **Returns:** a new `hierax.CallableOperator`.
+        """
+        if not self.takes_args:
+            raise TypeError(
+                "`hierax.CallableOperator.with_args`: this operator's `fn` takes no "
+                "`args` (built with `takes_args=False`)."
+            )
+        return eqx.tree_at(lambda f: f.args, self, args, is_leaf=lambda x: x is None)
+
+    def _function_of_time(self, api: str) -> Callable[[Array], Array]:
+        """`fn` as a function of time alone, with `args` bound where it takes them
+        (named as `fn`, for the Taylor transform's messages)."""
+        if not self.takes_args:
+            return self.fn
+        if self.args is None:
+            raise ValueError(
+                f"`{api}`: `fn` takes `args` (`takes_args=True`) but none are set; "
+                "set them with `.with_args(args)`, or pass `args=` to "
+                "`diffrax.diffeqsolve` with a `hierax.SchrodingerTerm` or "
+                "`hierax.LindbladTerm`."
+            )
+        fn, args = self.fn, self.args
+
+        def bound(t: Any) -> Any:
+            return fn(t, args)
+
+        bound.__name__ = function_name(fn)
+        return bound
+
     def term_series(self, t, order, time_scale):
-        dense = callable_series(
-            self.fn, t, order, time_scale, "hierax.CallableOperator"
-        )
+        api = "hierax.CallableOperator"
+        dense = callable_series(self._function_of_time(api), t, order, time_scale, api)
         dtype = dense.dtype
         return TermSeries(
             jnp.zeros((0, order + 1), dtype),
             jnp.zeros((0, self.n, self.n), dtype),
             dense,
         )
+
+
+def _check_takes_args(takes_args: Any, args: PyTree, api: str) -> bool:
+    """`takes_args` checked to be a bool, with the example `args` a callable that
+    takes them needs (and none for one that does not)."""
+    if not isinstance(takes_args, bool):
+        raise TypeError(
+            f"`{api}(takes_args=...)` must be a bool, got {type(takes_args).__name__}."
+        )
+    if takes_args and args is None:
+        raise ValueError(
+            f"`{api}(takes_args=True)` needs an example `args=` (the pytree "
+            "`fn(t, args)` reads, such as `{'w': 1.0}`): `fn` is checked with it, "
+            "and a direct call uses it; a diffrax solve of a hierax term passes "
+            "its own `args` in its place."
+        )
+    if not takes_args and args is not None:
+        raise ValueError(
+            f"`{api}`: `args=` is only read by a `fn` built with `takes_args=True` "
+            "(called as `fn(t, args)`)."
+        )
+    return takes_args
 
 
 def _checked_time(operator: AbstractTimeOperator, t: Array, method: str) -> Array:

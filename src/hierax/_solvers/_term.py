@@ -26,6 +26,7 @@ from .._kernels.propagator import (
 )
 from .._operators import (
     AbstractTimeOperator,
+    CallableOperator,
     OperatorSum,
     TimeOperator,
     as_time_operator,
@@ -38,6 +39,7 @@ from .._operators import (
     time_operators,
     to_operator,
 )
+from .._time import CallableTimeFunction
 from ._density import density_step_terms, program_density_parts
 
 
@@ -82,8 +84,9 @@ class AbstractTaylorTerm(_TimeControl):
         """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of the state's
         series for a step $h$ = `step` of either sign from $y(t) = $ `y0`, shape
         `(order + 1, *y0.shape)`, and the rate $r$ of an exact phase $e^{r}$
-        applied to their sum (zero when there is none). `args`: diffrax's, which
-        the step never reads (what it needs is in the term's fields).
+        applied to their sum (zero when there is none). `args`: diffrax's, the
+        user's, passed to the operators' callables built with `takes_args=True`
+        (`_with_args`); what the step needs is in the term's fields.
         `adjoint`: reverse mode differentiates the recursion by its adjoint
         recursion, and forward mode is refused (see `TaylorSolver`)."""
 
@@ -124,7 +127,9 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
     What the step needs assembled once (`parts`: the terms' real embeddings) is a
     field of the term, which [`hierax.sesolve`][] fills; a term built here steps
-    without it. diffrax's `args` are the user's: the step never reads them.
+    without it. diffrax's `args` are the user's: the term passes them to the
+    callables of $H$ built with `takes_args=True` ([`hierax.CallableOperator`][],
+    [`hierax.CallableTimeFunction`][]) and reads nothing else from them.
     """
 
     hamiltonian: AbstractTimeOperator
@@ -154,9 +159,8 @@ class SchrodingerTerm(AbstractTaylorTerm):
         return (self.hamiltonian,)
 
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
-        del args
         v = _schrodinger_terms(
-            self.hamiltonian, t, step, y0, order, self.parts, adjoint
+            _with_args(self.hamiltonian, args), t, step, y0, order, self.parts, adjoint
         )
         # The energy shift, exactly, as the phase e^{-i c h}.
         return v, (-1j * step * self.energy_shift).astype(v.dtype)
@@ -172,8 +176,7 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
     @on_backend("hierax.SchrodingerTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
-        del args
-        hy = self.hamiltonian.apply(t, y)  # sparse terms stay sparse
+        hy = _with_args(self.hamiltonian, args).apply(t, y)  # sparse terms stay sparse
         dtype = jnp.result_type(y, hy, self.energy_shift, 1j)
         y = y.astype(dtype)
         return -1j * (hy.astype(dtype) + self.energy_shift.astype(dtype) * y)
@@ -390,8 +393,10 @@ class LindbladTerm(AbstractTaylorTerm):
 
     What the step needs assembled once (`parts`: the generator's step-independent
     parts) is a field of the term, which [`hierax.mesolve`][] fills; a term built
-    here steps without it. diffrax's `args` are the user's: the step never reads
-    them.
+    here steps without it. diffrax's `args` are the user's: the term passes them
+    to the callables of its operators built with `takes_args=True`
+    ([`hierax.CallableOperator`][], [`hierax.CallableTimeFunction`][]) and reads
+    nothing else from them.
     """
 
     hamiltonian: AbstractTimeOperator
@@ -430,10 +435,9 @@ class LindbladTerm(AbstractTaylorTerm):
 
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
         # Without parts (`None`) the step assembles its own.
-        del args
         v = _lindblad_terms(
-            self.hamiltonian,
-            self.jump_operators,
+            _with_args(self.hamiltonian, args),
+            _with_args(self.jump_operators, args),
             t,
             step,
             y0,
@@ -458,9 +462,8 @@ class LindbladTerm(AbstractTaylorTerm):
 
     @on_backend("hierax.LindbladTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
-        del args
-        matrix = self.hamiltonian(t)
-        jumps = [op(t) for op in self.jump_operators]
+        matrix = _with_args(self.hamiltonian, args)(t)
+        jumps = [op(t) for op in _with_args(self.jump_operators, args)]
         dtype = jnp.result_type(y, matrix, *jumps, 1j)
         y = y.astype(dtype)
         h = matrix.astype(dtype)
@@ -474,6 +477,26 @@ class LindbladTerm(AbstractTaylorTerm):
 
 
 _Term = TypeVar("_Term", SchrodingerTerm, LindbladTerm)
+_Operators = TypeVar("_Operators")
+
+
+def _takes_args(x: Any) -> bool:
+    return isinstance(x, (CallableOperator, CallableTimeFunction)) and x.takes_args
+
+
+def _with_args(operators: _Operators, args: PyTree) -> _Operators:
+    """`operators` (an operator or a tuple of them) with diffrax's `args` in place
+    of the `args` of every callable in them built with `takes_args=True`
+    ([`hierax.CallableOperator`][], [`hierax.CallableTimeFunction`][]): how a
+    user's `args` reach their callables. `None` changes nothing; known matrices and
+    a term's assembled parts are untouched."""
+    if args is None:
+        return operators
+    return jax.tree.map(
+        lambda x: x.with_args(args) if _takes_args(x) else x,
+        operators,
+        is_leaf=_takes_args,
+    )
 
 
 def with_parts(term: _Term, parts: PyTree) -> _Term:

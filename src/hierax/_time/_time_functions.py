@@ -15,7 +15,7 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Inexact
+from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
 from .._core import (
     OrderLike,
@@ -42,6 +42,7 @@ from .._data import (
     times_exp,
     two_product,
 )
+from .._taylor import function_name
 from ._function_series import callable_series
 
 
@@ -681,18 +682,41 @@ class CallableTimeFunction(AbstractTimeFunction):
     are then trained with the rest of a model. Its series is exact, computed by
     [`hierax.taylor`][]'s transform.
 
+    A function built with `takes_args=True` is called as `fn(t, args)`, as a
+    diffrax vector field is: `args` is a field of this object (dynamic, so a new
+    value never retraces), and [`hierax.SchrodingerTerm`][] and
+    [`hierax.LindbladTerm`][] replace it with the `args` given to
+    `diffrax.diffeqsolve`. The series is in $t$ alone: `args` are held fixed.
+
     """
 
-    fn: Callable[[Array], Array]
+    fn: Callable[..., Array]
+    args: PyTree
+    takes_args: bool = eqx.field(static=True)
 
-    def __init__(self, fn: Callable[[Array], Array]):
+    def __init__(
+        self,
+        fn: Callable[..., Array],
+        *,
+        takes_args: bool = False,
+        args: PyTree = None,
+    ):
         """**Arguments:**
 
-        - `fn`: a callable taking a scalar time array and returning a float or
-            complex scalar (a 0-d array, or a 1-element array).
+        - `fn`: a callable taking a scalar time array (and `args`, with
+            `takes_args=True`) and returning a float or complex scalar (a 0-d
+            array, or a 1-element array).
+        - `takes_args`: whether `fn` is called as `fn(t, args)` rather than `fn(t)`.
+        - `args`: with `takes_args=True`, the `args` passed to `fn`: an example
+            pytree, required, with which `fn` is checked here and which a direct
+            call (`f(t)`, `f.taylor(t, K)`) uses; a diffrax solve of a hierax term
+            passes its own `args` instead. `None` (and refused) otherwise.
         """
         api = "hierax.CallableTimeFunction"
-        out = trace_callable(fn, "fn", api)
+        self.takes_args = _check_takes_args(takes_args, args, api)
+        self.fn = fn
+        self.args = args
+        out = trace_callable(self._function_of_time(api), "fn", api)
         if not isinstance(out, jax.ShapeDtypeStruct) or out.shape not in ((), (1,)):
             raise ValueError(
                 f"`{api}`: `fn` must return a scalar, got "
@@ -706,13 +730,77 @@ class CallableTimeFunction(AbstractTimeFunction):
                 f"`{api}`: `fn` must return float32/64 or complex64/128, got "
                 f"{out.dtype}."
             )
-        self.fn = fn
 
     @property
     def is_constant(self) -> bool:
         return False
 
+    def with_args(self, args: PyTree) -> "CallableTimeFunction":
+        """The function with `args` in place of its own (for `takes_args=True`).
+
+        **Arguments:**
+
+        - `args`: the pytree passed to `fn` as its second argument.
+
+        **Returns:** a new `hierax.CallableTimeFunction`.
+        """
+        api = "hierax.CallableTimeFunction.with_args"
+        if not self.takes_args:
+            raise TypeError(
+                f"`{api}`: this function's `fn` takes no `args` (built with "
+                "`takes_args=False`)."
+            )
+        return eqx.tree_at(lambda f: f.args, self, args, is_leaf=lambda x: x is None)
+
+    def _function_of_time(self, api: str) -> Callable[[Array], Array]:
+        """`fn` as a function of time alone, with `args` bound where it takes them."""
+        return _bound_args(self.fn, self.takes_args, self.args, api)
+
     def series(self, t, order, time_scale):
         api = "hierax.CallableTimeFunction"
-        out = callable_series(self.fn, t, order, time_scale, api)
+        fn = self._function_of_time(api)
+        out = callable_series(fn, t, order, time_scale, api)
         return out.reshape(order + 1)
+
+
+def _check_takes_args(takes_args: Any, args: PyTree, api: str) -> bool:
+    """`takes_args` checked to be a bool, with the example `args` a callable that
+    takes them needs (and none for one that does not)."""
+    if not isinstance(takes_args, bool):
+        raise TypeError(
+            f"`{api}(takes_args=...)` must be a bool, got {type(takes_args).__name__}."
+        )
+    if takes_args and args is None:
+        raise ValueError(
+            f"`{api}(takes_args=True)` needs an example `args=` (the pytree "
+            "`fn(t, args)` reads, such as `{'w': 1.0}`): `fn` is checked with it, "
+            "and a direct call uses it; a diffrax solve of a hierax term passes "
+            "its own `args` in its place."
+        )
+    if not takes_args and args is not None:
+        raise ValueError(
+            f"`{api}`: `args=` is only read by a `fn` built with `takes_args=True` "
+            "(called as `fn(t, args)`)."
+        )
+    return takes_args
+
+
+def _bound_args(
+    fn: Callable[..., Array], takes_args: bool, args: PyTree, api: str
+) -> Callable[[Array], Array]:
+    """`fn` as a function of time alone: `t -> fn(t, args)` where it takes `args`
+    (named as `fn`, for the Taylor transform's messages), `fn` itself otherwise."""
+    if not takes_args:
+        return fn
+    if args is None:
+        raise ValueError(
+            f"`{api}`: `fn` takes `args` (`takes_args=True`) but none are set; set "
+            "them with `.with_args(args)`, or pass `args=` to `diffrax.diffeqsolve` "
+            "with a `hierax.SchrodingerTerm` or `hierax.LindbladTerm`."
+        )
+
+    def bound(t: Any) -> Any:
+        return fn(t, args)
+
+    bound.__name__ = function_name(fn)
+    return bound
