@@ -61,7 +61,8 @@ _FOREIGN_NAMES = {
     "psi0": "`state`, the second positional argument",
     "rho0": "`rho`, the third positional argument",
     "args": "the parameters inside the operators (e.g. `hierax.Cos(w) * sx`, with "
-    "`w` an array: changing it never recompiles)",
+    "`w` an array: changing it never recompiles; a callable built with "
+    "`takes_args=True` takes its `args` by `.with_args(args)`)",
     "method": "`order=` (hierax always steps with the Taylor method)",
     "gradient": "`adjoint=`, a diffrax adjoint (`diffrax.ForwardMode()` for "
     "forward mode)",
