@@ -44,14 +44,15 @@ from .._data import (
     result_dtype,
     scalar_cauchy_product,
 )
-from .._taylor import function_name
 from .._time import (
     AbstractTimeFunction,
     Constant,
     TimeFunctionProduct,
     TimeFunctionSum,
     as_time_function,
+    bound_args,
     callable_series,
+    check_takes_args,
     register_operator_product,
 )
 from ._term_matrices import (
@@ -517,7 +518,7 @@ class CallableOperator(AbstractTimeOperator):
             (and refused) otherwise.
         """
         api = "hierax.CallableOperator"
-        self.takes_args = _check_takes_args(takes_args, args, api)
+        self.takes_args = check_takes_args(takes_args, args, api)
         self.fn = fn
         self.args = args
         self.n = check_callable_operator(self._function_of_time(api), "fn", api)
@@ -549,22 +550,7 @@ class CallableOperator(AbstractTimeOperator):
     def _function_of_time(self, api: str) -> Callable[[Array], Array]:
         """`fn` as a function of time alone, with `args` bound where it takes them
         (named as `fn`, for the Taylor transform's messages)."""
-        if not self.takes_args:
-            return self.fn
-        if self.args is None:
-            raise ValueError(
-                f"`{api}`: `fn` takes `args` (`takes_args=True`) but none are set; "
-                "set them with `.with_args(args)`, or pass `args=` to "
-                "`diffrax.diffeqsolve` with a `hierax.SchrodingerTerm` or "
-                "`hierax.LindbladTerm`."
-            )
-        fn, args = self.fn, self.args
-
-        def bound(t: Any) -> Any:
-            return fn(t, args)
-
-        bound.__name__ = function_name(fn)
-        return bound
+        return bound_args(self.fn, self.takes_args, self.args, api)
 
     def term_series(self, t, order, time_scale):
         api = "hierax.CallableOperator"
@@ -575,28 +561,6 @@ class CallableOperator(AbstractTimeOperator):
             jnp.zeros((0, self.n, self.n), dtype),
             dense,
         )
-
-
-def _check_takes_args(takes_args: Any, args: PyTree, api: str) -> bool:
-    """`takes_args` checked to be a bool, with the example `args` a callable that
-    takes them needs (and none for one that does not)."""
-    if not isinstance(takes_args, bool):
-        raise TypeError(
-            f"`{api}(takes_args=...)` must be a bool, got {type(takes_args).__name__}."
-        )
-    if takes_args and args is None:
-        raise ValueError(
-            f"`{api}(takes_args=True)` needs an example `args=` (the pytree "
-            "`fn(t, args)` reads, such as `{'w': 1.0}`): `fn` is checked with it, "
-            "and a direct call uses it; a diffrax solve of a hierax term passes "
-            "its own `args` in its place."
-        )
-    if not takes_args and args is not None:
-        raise ValueError(
-            f"`{api}`: `args=` is only read by a `fn` built with `takes_args=True` "
-            "(called as `fn(t, args)`)."
-        )
-    return takes_args
 
 
 def _checked_time(operator: AbstractTimeOperator, t: Array, method: str) -> Array:

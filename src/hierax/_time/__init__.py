@@ -20,5 +20,7 @@ from ._time_functions import (
     TimeFunctionProduct as TimeFunctionProduct,
     TimeFunctionSum as TimeFunctionSum,
     as_time_function as as_time_function,
+    bound_args as bound_args,
+    check_takes_args as check_takes_args,
     register_operator_product as register_operator_product,
 )

@@ -713,7 +713,7 @@ class CallableTimeFunction(AbstractTimeFunction):
             passes its own `args` instead. `None` (and refused) otherwise.
         """
         api = "hierax.CallableTimeFunction"
-        self.takes_args = _check_takes_args(takes_args, args, api)
+        self.takes_args = check_takes_args(takes_args, args, api)
         self.fn = fn
         self.args = args
         out = trace_callable(self._function_of_time(api), "fn", api)
@@ -754,7 +754,7 @@ class CallableTimeFunction(AbstractTimeFunction):
 
     def _function_of_time(self, api: str) -> Callable[[Array], Array]:
         """`fn` as a function of time alone, with `args` bound where it takes them."""
-        return _bound_args(self.fn, self.takes_args, self.args, api)
+        return bound_args(self.fn, self.takes_args, self.args, api)
 
     def series(self, t, order, time_scale):
         api = "hierax.CallableTimeFunction"
@@ -763,7 +763,7 @@ class CallableTimeFunction(AbstractTimeFunction):
         return out.reshape(order + 1)
 
 
-def _check_takes_args(takes_args: Any, args: PyTree, api: str) -> bool:
+def check_takes_args(takes_args: Any, args: PyTree, api: str) -> bool:
     """`takes_args` checked to be a bool, with the example `args` a callable that
     takes them needs (and none for one that does not)."""
     if not isinstance(takes_args, bool):
@@ -785,7 +785,7 @@ def _check_takes_args(takes_args: Any, args: PyTree, api: str) -> bool:
     return takes_args
 
 
-def _bound_args(
+def bound_args(
     fn: Callable[..., Array], takes_args: bool, args: PyTree, api: str
 ) -> Callable[[Array], Array]:
     """`fn` as a function of time alone: `t -> fn(t, args)` where it takes `args`
