@@ -39,6 +39,7 @@ from ._time_operators import (
     TimeOperator as TimeOperator,
     as_operator as as_operator,
     as_time_operator as as_time_operator,
+    bind_args as bind_args,
     check_jump_operators as check_jump_operators,
     summands as summands,
     time_operators as time_operators,

@@ -46,6 +46,7 @@ from .._data import (
 )
 from .._time import (
     AbstractTimeFunction,
+    CallableTimeFunction,
     Constant,
     TimeFunctionProduct,
     TimeFunctionSum,
@@ -561,6 +562,25 @@ class CallableOperator(AbstractTimeOperator):
             jnp.zeros((0, self.n, self.n), dtype),
             dense,
         )
+
+
+def _takes_args(x: Any) -> bool:
+    return isinstance(x, (CallableOperator, CallableTimeFunction)) and x.takes_args
+
+
+def bind_args(operators: _T, args: Any) -> _T:
+    """`operators` (an operator, or a tuple of them) with diffrax's `args` in place
+    of the `args` of every callable in them built with `takes_args=True`
+    ([`hierax.CallableOperator`][], [`hierax.CallableTimeFunction`][]): how a
+    user's `args` reach their callables. `None` changes nothing; known matrices and
+    a term's assembled parts are untouched."""
+    if args is None:
+        return operators
+    return jax.tree.map(
+        lambda x: x.with_args(args) if _takes_args(x) else x,
+        operators,
+        is_leaf=_takes_args,
+    )
 
 
 def _checked_time(operator: AbstractTimeOperator, t: Array, method: str) -> Array:

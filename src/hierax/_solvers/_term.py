@@ -26,10 +26,10 @@ from .._kernels.propagator import (
 )
 from .._operators import (
     AbstractTimeOperator,
-    CallableOperator,
     OperatorSum,
     TimeOperator,
     as_time_operator,
+    bind_args,
     check_jump_operators,
     merge_equal_terms,
     operator_bound,
@@ -39,7 +39,6 @@ from .._operators import (
     time_operators,
     to_operator,
 )
-from .._time import CallableTimeFunction
 from ._density import density_step_terms, program_density_parts
 
 
@@ -86,7 +85,7 @@ class AbstractTaylorTerm(_TimeControl):
         `(order + 1, *y0.shape)`, and the rate $r$ of an exact phase $e^{r}$
         applied to their sum (zero when there is none). `args`: diffrax's, the
         user's, passed to the operators' callables built with `takes_args=True`
-        (`_with_args`); what the step needs is in the term's fields.
+        (`bind_args`); what the step needs is in the term's fields.
         `adjoint`: reverse mode differentiates the recursion by its adjoint
         recursion, and forward mode is refused (see `TaylorSolver`)."""
 
@@ -160,7 +159,7 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
         v = _schrodinger_terms(
-            _with_args(self.hamiltonian, args), t, step, y0, order, self.parts, adjoint
+            bind_args(self.hamiltonian, args), t, step, y0, order, self.parts, adjoint
         )
         # The energy shift, exactly, as the phase e^{-i c h}.
         return v, (-1j * step * self.energy_shift).astype(v.dtype)
@@ -176,7 +175,7 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
     @on_backend("hierax.SchrodingerTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
-        hy = _with_args(self.hamiltonian, args).apply(t, y)  # sparse terms stay sparse
+        hy = bind_args(self.hamiltonian, args).apply(t, y)  # sparse terms stay sparse
         dtype = jnp.result_type(y, hy, self.energy_shift, 1j)
         y = y.astype(dtype)
         return -1j * (hy.astype(dtype) + self.energy_shift.astype(dtype) * y)
@@ -436,8 +435,8 @@ class LindbladTerm(AbstractTaylorTerm):
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
         # Without parts (`None`) the step assembles its own.
         v = _lindblad_terms(
-            _with_args(self.hamiltonian, args),
-            _with_args(self.jump_operators, args),
+            bind_args(self.hamiltonian, args),
+            bind_args(self.jump_operators, args),
             t,
             step,
             y0,
@@ -462,8 +461,8 @@ class LindbladTerm(AbstractTaylorTerm):
 
     @on_backend("hierax.LindbladTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
-        matrix = _with_args(self.hamiltonian, args)(t)
-        jumps = [op(t) for op in _with_args(self.jump_operators, args)]
+        matrix = bind_args(self.hamiltonian, args)(t)
+        jumps = [op(t) for op in bind_args(self.jump_operators, args)]
         dtype = jnp.result_type(y, matrix, *jumps, 1j)
         y = y.astype(dtype)
         h = matrix.astype(dtype)
@@ -477,26 +476,6 @@ class LindbladTerm(AbstractTaylorTerm):
 
 
 _Term = TypeVar("_Term", SchrodingerTerm, LindbladTerm)
-_Operators = TypeVar("_Operators")
-
-
-def _takes_args(x: Any) -> bool:
-    return isinstance(x, (CallableOperator, CallableTimeFunction)) and x.takes_args
-
-
-def _with_args(operators: _Operators, args: PyTree) -> _Operators:
-    """`operators` (an operator or a tuple of them) with diffrax's `args` in place
-    of the `args` of every callable in them built with `takes_args=True`
-    ([`hierax.CallableOperator`][], [`hierax.CallableTimeFunction`][]): how a
-    user's `args` reach their callables. `None` changes nothing; known matrices and
-    a term's assembled parts are untouched."""
-    if args is None:
-        return operators
-    return jax.tree.map(
-        lambda x: x.with_args(args) if _takes_args(x) else x,
-        operators,
-        is_leaf=_takes_args,
-    )
 
 
 def with_parts(term: _Term, parts: PyTree) -> _Term:
