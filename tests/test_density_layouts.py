@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.sparse
+import scipy.special
 from scipy.integrate import solve_ivp
 
 import hierax
@@ -236,3 +237,41 @@ def test_gradient_through_the_diagonal_layout():
     structured = jax.jit(jax.value_and_grad(lambda x: population(x, True)))(0.4)
     assert abs(float(value) - float(structured[0])) <= 1e-10
     assert float(slope) == pytest.approx(float(structured[1]), rel=1e-8)
+
+
+def test_diagonal_layout_invariances_and_zeros():
+    """On the diagonal layout (n = 30): a shift H -> H + cI leaves rho unchanged
+    (it drops out of the commutator); with H exactly zero and one jump a, the
+    populations decay in closed form, p_k(t) = sum_{m >= k} C(m, k) e^{-kappa k t}
+    (1 - e^{-kappa t})^{m-k} p_m(0), and coherences that start at exact zero stay
+    exactly zero."""
+    n = 30
+    h0, h1, jumps, rho = _oscillator(n)
+    hamiltonian = h0 + h1
+    times = np.array([0.0, 0.8])
+    shifted = hamiltonian + 37.5 * np.eye(n)
+    assert _layout(hamiltonian, jumps) == _layout(shifted, jumps) == "diagonals"
+    base = mesolve(hamiltonian, jumps, rho, times, rtol=1e-10, atol=1e-12)
+    moved = mesolve(shifted, jumps, rho, times, rtol=1e-10, atol=1e-12)
+    assert _error(moved.states, base.states) <= 1e-9
+
+    kappa = RATES[0]
+    a = _ladder(n)
+    populations = np.exp(-0.4 * np.arange(n))
+    populations /= populations.sum()
+    start = np.diag(populations).astype(complex)
+    zero = np.zeros((n, n), complex)
+    assert _layout(zero, [np.sqrt(kappa) * a]) == "diagonals"
+    out = mesolve(zero, [np.sqrt(kappa) * a], start, times, rtol=1e-10, atol=1e-14)
+    final = np.asarray(out.states[-1])
+    t = times[-1]
+    stay, leave = np.exp(-kappa * t), 1 - np.exp(-kappa * t)
+    expected = [
+        sum(
+            scipy.special.comb(m, k) * stay**k * leave ** (m - k) * populations[m]
+            for m in range(k, n)
+        )
+        for k in range(n)
+    ]
+    np.testing.assert_allclose(np.diag(final).real, expected, rtol=1e-8, atol=1e-13)
+    assert np.all(final[~np.eye(n, dtype=bool)] == 0)
