@@ -273,5 +273,5 @@ def test_diagonal_layout_invariances_and_zeros():
         )
         for k in range(n)
     ]
-    np.testing.assert_allclose(np.diag(final).real, expected, rtol=1e-8, atol=1e-13)
+    np.testing.assert_allclose(np.real(np.diag(final)), expected, rtol=1e-8, atol=1e-13)
     assert np.all(final[~np.eye(n, dtype=bool)] == 0)
