@@ -25,6 +25,7 @@ from ._cache import (
     VERIFIED_PERIODS as VERIFIED_PERIODS,
     content_key as content_key,
 )
+from ._choices import backend_choices as backend_choices
 from ._custom_types import (
     OperatorSeries as OperatorSeries,
     OrderLike as OrderLike,

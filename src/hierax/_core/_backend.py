@@ -29,6 +29,7 @@ import equinox as eqx
 import jax
 from jax.core import Tracer
 
+from . import _choices
 from ._cache import BACKENDS_PRESENT
 
 
@@ -107,12 +108,7 @@ def _platform(args: tuple) -> str:
                     return next(iter(leaf.sharding.device_set)).platform
                 except Exception:  # a deleted or donated array: decide by default
                     break
-    device = jax.config.jax_default_device  # pyright: ignore[reportAttributeAccessIssue]
-    if isinstance(device, str):
-        return device
-    if device is not None:
-        return device.platform
-    return jax.default_backend()
+    return _choices.default_platform()
 
 
 def _tpu_in_process() -> bool:

@@ -43,6 +43,8 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
+from . import _choices
+
 
 def content_key(x: np.ndarray) -> tuple[str, tuple[int, ...], bytes]:
     """A key for a C-contiguous NumPy array's content: its dtype, shape and a
@@ -250,14 +252,15 @@ class TermCache:
         if not all(_immutable(x) for x in operators):
             return build(operators)
         # The key is the whole input: every operator (by identity or by leaves),
-        # how many there are, and x64 (which sets the dtypes a term is built in).
-        x64 = bool(jax.config.read("jax_enable_x64"))
+        # how many there are, x64 (which sets the dtypes a term is built in) and
+        # the backend (whose choices set its structure, `_choices`).
+        setting = (bool(jax.config.read("jax_enable_x64")), _choices.default_platform())
         hit = self.by_identity.get(operators[0])
-        if hit is not None and hit[2] == x64 and len(hit[0]) == len(operators):
+        if hit is not None and hit[2] == setting and len(hit[0]) == len(operators):
             if all(a is b for a, b in zip(hit[0], operators, strict=True)):
                 return hit[1]
         key, held = _leaves_key(operators)
-        key = None if key is None else (x64, key)
+        key = None if key is None else (setting, key)
         found = None if key is None else self.by_leaves.get(key)
         if found is not None:
             self.by_leaves.move_to_end(key)
@@ -271,7 +274,7 @@ class TermCache:
                     self.held_bytes > _LEAVES_BYTES and len(self.by_leaves) > 1
                 ):
                     self.held_bytes -= _nbytes(self.by_leaves.popitem(last=False)[1][0])
-        self.by_identity.put(operators[0], (operators, value, x64))
+        self.by_identity.put(operators[0], (operators, value, setting))
         return value
 
     def clear(self) -> None:

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from .._core import backend_choices
 from .._data import TermSeries, frobenius, real_dtype, scalar_cauchy_product
 from .heisenberg import scaled_generator
 from .lindblad import cast_series, dagger, number_series, scaled_series, two_sided
@@ -692,33 +693,13 @@ def _kron_superoperators(
     return constant, operators, sources
 
 
-# The diagonal layout against the structured kernel (n > `VECTORISED_SIZE`): an
-# order costs about count x n^2 ns on diagonals (0.23-0.54 ns an entry of the
-# count x 2n^2 read, the window sums of the time-dependent rows included), and
-# about PRODUCT_OVERHEAD + PRODUCT_ENTRY n^3 ns per n x n product of the structured
-# kernel (`_structured_products`; complex products below `REAL_DENSITY_SIZE`, real
-# halves from there). Measured (x64, one step of order 28, 2 shared cores, load
-# 1-3), structured against diagonals:
-# - the driven Kerr oscillator (3 jump operators, 13 diagonals, 8 products):
-#   n = 12 342 / 52 us, 20 1581 / 133, 25 1385 / 223, 32 1232 / 305, 50 5026 / 979;
-# - every kind of banded term (`_every_kind` of the tests, 84-87 diagonals, 26-36
-#   products): n = 10 2258 / 298 us, 16 3171 / 684, 24 10419 / 2461, 32 35744 /
-#   27020, 48 87702 / 40581;
-# - a random Hamiltonian of bandwidth 4 and a drive, 2 jump operators (60
-#   diagonals, 6 products): n = 10 251 / 103 us, 24 1057 / 443, 32 1275 / 972, 48
-#   3782 / 3977 (the rule: diagonals up to n = 24 and from 48; at 32 it keeps the
-#   products, 1.3x slower).
-# The Kerr oscillator's adaptive mesolve at n = 30 (`bench_open_systems.py --quick
-# --n 30`, two runs each) went from 220-268 ms to 26.5-28.9 ms.
-PRODUCT_OVERHEAD = 1500.0
-PRODUCT_ENTRY = {True: 0.4, False: 0.2}  # by n < REAL_DENSITY_SIZE
-
-
 def _diagonals_pay(count: int, products: int, n: int) -> bool:
     """Whether `count` diagonals beat the structured kernel's `products` (at
-    least one: its elementwise work)."""
-    entry = PRODUCT_ENTRY[n < REAL_DENSITY_SIZE]
-    return count * n * n <= max(products, 1) * (PRODUCT_OVERHEAD + entry * n**3)
+    least one: its elementwise work), by the backend's costs
+    (`BackendChoices.diagonals_pay`)."""
+    return backend_choices().diagonals_pay(
+        count, max(products, 1), n, n < REAL_DENSITY_SIZE
+    )
 
 
 def _structured_products(parts: StructuredParts) -> int:

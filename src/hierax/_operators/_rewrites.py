@@ -34,21 +34,11 @@ from ._time_operators import (
 )
 
 
-# The largest share of nonzero entries with which a known dense matrix of a state's
-# step (n >= `REAL_STATE_SIZE`) is applied by its nonzeros (`real_terms` with
-# `sparse`). A dense product reads all n^2 entries for every order; a sparse one
-# reads the nonzeros with a gather. Measured (`sesolve` of one ket, x64, 2 cores, a
-# constant and a driven term): n = 256 at 1-10% 6.4-2.5x faster, at 18-27%
-# 1.6-2.4x; n = 1024 at 1-10% 8.6-3.6x (complex 13-3.2x at 2-19%), at 28%
-# 0.6-0.9x; the driven 8-site XXZ chain 23 -> 2.9 ms, 10 sites 253 -> 10 ms.
-SPARSE_DENSITY = 0.1
-
-
 def real_terms(
     operator: AbstractTimeOperator,
     diagonal: bool = False,
     split: bool = True,
-    sparse: bool = False,
+    sparse: float | None = None,
 ) -> AbstractTimeOperator:
     """The same operator with every dense term's matrix in real arithmetic: a known
     (not traced) complex matrix $M = R + iI$ becomes the terms $f R$ and $(if) I$,
@@ -58,8 +48,9 @@ def real_terms(
     Pauli and ladder operators) steps in half the work, and no product costs more.
     With `diagonal`, known diagonal matrices become diagonal `SparseMatrix` terms
     (gathered into a second `TimeOperator`), which the density kernel applies
-    elementwise. With `sparse`, each known matrix (after the split, and not placed
-    on a device) with at most `SPARSE_DENSITY` nonzero entries becomes a
+    elementwise. With `sparse` (a share of entries, the backend's choice:
+    `_core._choices`), each known matrix (after the split, and not placed on a
+    device) with at most that share of nonzero entries becomes a
     `SparseMatrix` term, also inside a scaled operator $f(t) H$ (a traced scale of
     a known H, under `jax.grad`): a many-body Hamiltonian given as NumPy arrays has
     a few nonzeros per row. Its structure is read from the values, so a matrix
@@ -74,7 +65,7 @@ def real_terms(
     sparse_functions, sparse_matrices = [], []
     rescaled = False
     for op in summands(operator):
-        if sparse and isinstance(op, ScaledOperator):
+        if sparse is not None and isinstance(op, ScaledOperator):
             inner = real_terms(op.operator, diagonal, split, sparse)
             rescaled = rescaled or inner is not op.operator
             rest.append(
@@ -89,12 +80,14 @@ def real_terms(
         op = terms
         n = stacked.shape[-1]
         off_diagonal = ~np.eye(n, dtype=bool)
-        by_nonzeros = sparse and not placed(op.matrices)
+        # The share of nonzeros up to which a matrix is applied by its nonzeros
+        # (-1: none is).
+        share = -1.0 if sparse is None or placed(op.matrices) else sparse
 
         def add(
-            function: AbstractTimeFunction, matrix: np.ndarray, by_nonzeros=by_nonzeros
+            function: AbstractTimeFunction, matrix: np.ndarray, share=share
         ) -> None:
-            if by_nonzeros and np.count_nonzero(matrix) <= SPARSE_DENSITY * matrix.size:
+            if np.count_nonzero(matrix) <= share * matrix.size:
                 sparse_functions.append(function)
                 sparse_matrices.append(dense_to_sparse(matrix))
             else:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
-from .._core import by_batching, on_backend, placed, to_jax
+from .._core import backend_choices, by_batching, on_backend, placed, to_jax
 from .._data import SparseTerms, TermSeries, real_dtype
 from .._kernels.density import REAL_DENSITY_SIZE, DensityParts
 from .._kernels.propagator import (
@@ -145,10 +145,12 @@ class SchrodingerTerm(AbstractTaylorTerm):
         operator = to_operator(hamiltonian, "hamiltonian", "hierax.SchrodingerTerm")
         operator = merge_equal_terms(operator)
         # The trace first, from the known dense matrices (in NumPy), then the terms
-        # in real arithmetic, those with few nonzeros a row by their nonzeros.
+        # in real arithmetic, those with few nonzeros a row by their nonzeros where
+        # the backend's gathers pay (`backend_choices`).
         operator, self.energy_shift = split_constant_trace(operator)
         if operator.size >= REAL_STATE_SIZE:
-            operator = real_terms(operator, sparse=True)
+            sparse = backend_choices().applies_sparse(operator.size)
+            operator = real_terms(operator, sparse=sparse)
         self.hamiltonian = operator
         # The terms' real embeddings: `sesolve` sets them (`with_parts`).
         self.parts = None

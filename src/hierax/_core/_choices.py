@@ -1,0 +1,132 @@
+"""The structure choices that depend on the backend a program runs on, each beside
+the measurement on that backend that chose it.
+
+A choice here changes how a result is computed (which products, in which layout),
+never what it is: the same call on two backends computes the same numbers up to
+rounding. One implementation of each recursion serves every backend; a backend
+chooses parameters only.
+
+The backend is the one a call with no committed arrays runs on: JAX's default
+device (`jax_default_device`, e.g. inside `with jax.default_device(...)`), else
+the default backend. What is built from these choices before compiling (a solver's
+term) is kept per backend (`_cache.TermCache`), so a program built for one backend
+is never reused on another.
+"""
+
+from typing import NamedTuple
+
+import jax
+
+
+class BackendChoices(NamedTuple):
+    """`sparse_density`: the largest share of nonzero entries with which a known
+    dense matrix of a state's step is applied by its nonzeros (a gather) rather
+    than by a dense product; `dense_up_to`: the size n up to which known matrices
+    are applied dense whatever their nonzeros. The costs of an order of the
+    Lindblad step (`mesolve`), in ns: `diagonal_entry` per entry of its
+    superoperators' diagonals (count x n^2 of them, the diagonal layout: the first
+    while they take at most `diagonal_cache` bytes in x64, real and imaginary
+    parts, the second past it), and per
+    n x n product of the structured kernel `product` + `product_entry` n^3
+    (`product_entry`: complex products below `REAL_DENSITY_SIZE`, real halves from
+    there)."""
+
+    sparse_density: float
+    dense_up_to: int
+    diagonal_entry: tuple[float, float]  # (in cache, past it)
+    diagonal_cache: int
+    product: float
+    product_entry: tuple[float, float]  # (real halves, complex)
+
+    def applies_sparse(self, n: int) -> float | None:
+        """The share of nonzeros at or below which a known n x n matrix is applied
+        by its nonzeros, or `None` where every known matrix is applied dense."""
+        return None if n <= self.dense_up_to else self.sparse_density
+
+    def diagonals_pay(self, count: int, products: int, n: int, complex_: bool) -> bool:
+        """Whether an order on `count` diagonals of n^2 entries costs no more than
+        `products` n x n products."""
+        entries = count * n * n
+        diagonal = self.diagonal_entry[16 * entries > self.diagonal_cache]
+        entry = self.product_entry[complex_]
+        return diagonal * entries <= products * (self.product + entry * n**3)
+
+
+# The CPU.
+# - Sparse: a dense product reads all n^2 entries for every order; a sparse one
+#   reads the nonzeros with a gather. Measured (`sesolve` of one ket, x64, 2 cores,
+#   a constant and a driven term): n = 256 at 1-10% 6.4-2.5x faster sparse, at
+#   18-27% 1.6-2.4x; n = 1024 at 1-10% 8.6-3.6x (complex 13-3.2x at 2-19%), at 28%
+#   0.6-0.9x; the driven 8-site XXZ chain 23 -> 2.9 ms, 10 sites 253 -> 10 ms.
+# - The Lindblad step's layout (n > `VECTORISED_SIZE`): an order costs about
+#   count x n^2 ns on diagonals (0.23-0.54 ns an entry of the count x 2n^2 read,
+#   the window sums of the time-dependent rows included), and about 1500 + 0.4 n^3
+#   ns (complex) or 1500 + 0.2 n^3 ns (real halves) per product of the structured
+#   kernel. Measured (x64, one step of order 28, 2 shared cores, load 1-3),
+#   structured against diagonals:
+#   - the driven Kerr oscillator (3 jump operators, 13 diagonals, 8 products):
+#     n = 12 342 / 52 us, 20 1581 / 133, 25 1385 / 223, 32 1232 / 305, 50 5026 /
+#     979;
+#   - every kind of banded term (`_every_kind` of the tests, 84-87 diagonals, 26-36
+#     products): n = 10 2258 / 298 us, 16 3171 / 684, 24 10419 / 2461, 32 35744 /
+#     27020, 48 87702 / 40581;
+#   - a random Hamiltonian of bandwidth 4 and a drive, 2 jump operators (60
+#     diagonals, 6 products): n = 10 251 / 103 us, 24 1057 / 443, 32 1275 / 972,
+#     48 3782 / 3977 (the rule: diagonals up to n = 24 and from 48; at 32 it keeps
+#     the products, 1.3x slower).
+#   The Kerr oscillator's adaptive mesolve at n = 30 (`bench_open_systems.py
+#   --quick --n 30`, two runs each) went from 220-268 ms to 26.5-28.9 ms.
+#   Past the caches the diagonals cost more: the open XXZ chain (`systems.open_xxz`,
+#   6 jumps, x64, mesolve at rtol 1e-8, 377 orders) at n = 64 with 97 diagonals
+#   (6.4 MB) 893 us an order (2.25 ns an entry) against 483 us for 16 structured
+#   products (337 against 182 ms in all); at n = 32 with 80 diagonals (1.3 MB)
+#   0.62 ns an entry, diagonals 17.6 against 25.1 ms. The bound of 2 MiB lies
+#   between.
+CPU = BackendChoices(
+    sparse_density=0.1,
+    dense_up_to=0,
+    diagonal_entry=(1.0, 2.25),
+    diagonal_cache=2 << 20,
+    product=1500.0,
+    product_entry=(0.2, 0.4),
+)
+
+# A TPU (v5e), measured 2026-12-06 (complex64, highest precision).
+# - Sparse: a gather is slow there and a dense product nearly free at these sizes.
+#   A loop of 1000 dependent products (two float32 columns, 12 nonzeros a row):
+#   dense / gather per product n = 256 1.8 / 7.9 us, n = 1024 11.6 / 27 us,
+#   n = 4096 100 / 105 us. The driven XXZ chain at rtol 1e-6, sparse -> dense:
+#   8 sites 24.5 -> 4.2 ms, 10 sites 78 -> 8.1 ms, the same steps. Past n = 4096
+#   a dense product grows as n^2 and the gather as n: the CPU's rule.
+# - The Lindblad step's layout: an order on diagonals took about 0.14 ns an entry
+#   (55 us for 97 diagonals at n = 64), a structured product about 0.7-1.4 us
+#   whatever n up to 64 (a kernel's fixed latency). mesolve at rtol 1e-4,
+#   diagonals / structured: the open 6-site XXZ chain (n = 64, 6 jumps,
+#   `systems.open_xxz`) 15.0 / 5.5 ms, the Kerr oscillator at n = 30 (3 jumps)
+#   14.4 / 28.9 ms; the rule below picks the faster of each.
+TPU = BackendChoices(
+    sparse_density=0.1,
+    dense_up_to=4096,
+    diagonal_entry=(0.14, 0.14),
+    diagonal_cache=0,
+    product=1000.0,
+    product_entry=(0.002, 0.002),
+)
+
+# GPUs: not measured yet; the CPU's choices.
+_BY_PLATFORM = {"cpu": CPU, "tpu": TPU}
+
+
+def default_platform() -> str:
+    """The platform of the device a call with no committed arrays runs on."""
+    device = jax.config.jax_default_device  # pyright: ignore[reportAttributeAccessIssue]
+    if isinstance(device, str):
+        return device
+    if device is not None:
+        return device.platform
+    return jax.default_backend()
+
+
+def backend_choices(platform: str | None = None) -> BackendChoices:
+    """The choices for `platform` (default: `default_platform()`)."""
+    return _BY_PLATFORM.get(platform or default_platform(), CPU)
