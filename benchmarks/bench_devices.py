@@ -2,7 +2,7 @@
 against x64 references, and its speed against diffrax and dynamiqs at matched error.
 
     python benchmarks/bench_devices.py [--precision x32|x64] [--matmul highest|default]
-        [--sections accuracy,chains,batch,floquet,lanczos] [--sites 8,10]
+        [--sections accuracy,chains,open_chain,batch,floquet,lanczos] [--sites 8,10]
         [--batch 64] [--quick] [--reference ref.npz] [--out results.json]
 
 Nothing is configured at import: `--precision` (default x32) sets `jax_enable_x64`
@@ -40,6 +40,13 @@ Sections:
   Each method's time at a common final error (x32: 1e-5, x64: 1e-8) is
   interpolated log-log between the ladder points around the last crossing
   (`timing.time_at`); the ratio best peer / hierax, and the first-call times.
+- `open_chain`: `mesolve` of the XXZ chain of `chains` at 6 sites (`--quick`: 4),
+  open: each site decays, jump operators sqrt(0.1) sigma^-_k (n = 64, vec(rho) of
+  4096 entries), from the Neel state, T = 3: hierax from Python and inside a user's
+  `jax.jit`, and dynamiqs `mesolve` (Dopri8), on the same ladder of rtol, against
+  dynamiqs Dopri8 in x64 on the CPU at rtol 1e-12, atol 1e-14 (diffrax has no
+  `mesolve`; a hand-written Dopri8 on the 4096 x 4096 Liouvillian is not a fair
+  peer). Time at the common final error and the ratio, as for `chains`.
 - `batch`: `jax.vmap` over `--batch` random initial states (`--quick`: 8) at the
   smallest chain, hierax and Dopri8 (dynamiqs batches the states itself) at rtol
   1e-6 (x64: 1e-9), atol rtol / 100: first and median times, and each final
@@ -76,7 +83,7 @@ import jax.numpy as jnp
 import numpy as np
 from peers import diffrax_final, dynamiqs_final, real_embedding
 from rows import emit, row
-from systems import System, xxz
+from systems import System, open_xxz, xxz
 from timing import Stopwatch, first_and_median, time_at
 
 import hierax
@@ -85,7 +92,7 @@ import hierax
 warnings.filterwarnings("ignore", message=".*[Cc]omplex.*")
 warnings.filterwarnings("ignore", message=".*[Ee]xplicitly requested dtype.*")
 
-SECTIONS = ("accuracy", "chains", "batch", "floquet", "lanczos")
+SECTIONS = ("accuracy", "chains", "open_chain", "batch", "floquet", "lanczos")
 SPAN = 3.0
 LADDERS = {"x32": (1e-4, 1e-5, 1e-6, 1e-7), "x64": (1e-6, 1e-7, 1e-8, 1e-9, 1e-10)}
 TARGETS = {"x32": 1e-5, "x64": 1e-8}
@@ -143,6 +150,16 @@ def seed_levels() -> np.ndarray:
 
 def chain(sites: int) -> System:
     return xxz(span=SPAN, sites=sites)
+
+
+def open_chain(sites: int) -> System:
+    return open_xxz(span=SPAN, sites=sites)
+
+
+def open_reference(sites: int) -> np.ndarray:
+    system = open_chain(sites)
+    final = jax.jit(dynamiqs_final(system, "dopri8", "double"))
+    return np.asarray(final(jnp.asarray(system.state), *REFERENCE_TOLS))
 
 
 def hamiltonian_of(system: System) -> Any:
@@ -233,6 +250,8 @@ def reference_keys(args) -> list[str]:
         keys += ["heisenberg", "propagator", "seed", f"chain_{_accuracy_sites(args)}"]
     if "chains" in sections:
         keys += [f"chain_{s}" for s in _sites(args)]
+    if "open_chain" in sections:
+        keys.append(f"open_{_open_sites(args)}")
     if "floquet" in sections:
         keys.append(f"floquet_{_batch(args)}")
     if "lanczos" in sections:
@@ -252,6 +271,8 @@ def compute_reference(key: str) -> np.ndarray:
         return chain_reference(int(arg))
     if name == "floquet":
         return floquet_reference(int(arg))
+    if name == "open":
+        return open_reference(int(arg))
     return lanczos_b(arg == "quick")
 
 
@@ -343,6 +364,10 @@ def _batch(args) -> int:
     return 8 if args.quick and args.batch == 64 else args.batch
 
 
+def _open_sites(args) -> int:
+    return 4 if args.quick else 6
+
+
 def _accuracy_sites(args) -> int:
     return 6 if args.quick else 10
 
@@ -419,9 +444,16 @@ def chain_methods(system: System, precision: str) -> dict[str, Callable]:
         "hierax in jit": lambda tol: in_jit(psi, jnp.asarray(tol, rdtype)),
         "diffrax Dopri8": lambda tol: dopri8(psi, tol, tol * 1e-2),
     }
+    return with_dynamiqs(methods, system, precision, psi)
+
+
+def with_dynamiqs(
+    methods: dict[str, Callable], system: System, precision: str, start: Any
+) -> dict[str, Callable]:
+    """`methods` with dynamiqs' solve (Dopri8) from `start`, where installed."""
     try:
         dynamiqs = dynamiqs_final(system, "dopri8", _dq_precision(precision))
-        methods["dynamiqs Dopri8"] = lambda tol: dynamiqs(psi, tol, tol * 1e-2)
+        methods["dynamiqs Dopri8"] = lambda tol: dynamiqs(start, tol, tol * 1e-2)
     except ImportError as e:
         print(f"dynamiqs not installed ({e})")
     return methods
@@ -442,44 +474,52 @@ def run_ladder(solve: Callable, reference: np.ndarray, tols, slow: float) -> lis
     return points
 
 
-def section_chains(args, refs) -> dict:
+def compare_at_error(
+    row: dict, methods: dict[str, Callable], reference: np.ndarray, args, label: str
+) -> dict:
+    """`row` with each method's ladder of (rtol, final error, time), its time at the
+    common final error (`time_at`) and the best peer's ratio to hierax's."""
     target = TARGETS[args.precision]
-    tols = LADDERS[args.precision]
-    rows = []
-    for sites in _sites(args):
-        jax.clear_caches()
-        system = chain(sites)
-        reference = refs[f"chain_{sites}"]
-        row: dict = dict(sites=sites, n=system.size, ladders={}, errors={})
-        for name, solve in chain_methods(system, args.precision).items():
-            try:
-                points = run_ladder(solve, reference, tols, 5.0 if args.quick else 30.0)
-            except Exception as e:  # a peer that fails on this device
-                row["errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
-                print(f"  {sites} sites, {name}: failed ({row['errors'][name]})")
-                continue
-            row["ladders"][name] = points
-            text = ", ".join(
-                "({tol:.0e}, {error:.1e}, {seconds:.2e} s)".format(**p) for p in points
+    row.update(ladders={}, errors={})
+    for name, solve in methods.items():
+        try:
+            points = run_ladder(
+                solve, reference, LADDERS[args.precision], 5.0 if args.quick else 30.0
             )
-            print(f"  {sites} sites, {name}: (rtol, error, s) {text}", flush=True)
-        row["at"] = {n: time_at(p, target) for n, p in row["ladders"].items()}
-        peers = [
-            (entry[0], name)
-            for name, entry in row["at"].items()
-            if not name.startswith("hierax") and entry is not None
-        ]
-        row["best_peer"] = min(peers) if peers else None
-        for ours in ("hierax", "hierax in jit"):
-            base = row["at"].get(ours)
-            row[f"ratio {ours}"] = (
-                row["best_peer"][0] / base[0] if base and row["best_peer"] else None
-            )
-        rows.append(row)
+        except Exception as e:  # a peer that fails on this device
+            row["errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"  {label}, {name}: failed ({row['errors'][name]})")
+            continue
+        row["ladders"][name] = points
+        text = ", ".join(
+            "({tol:.0e}, {error:.1e}, {seconds:.2e} s)".format(**p) for p in points
+        )
+        print(f"  {label}, {name}: (rtol, error, s) {text}", flush=True)
+    row["at"] = {n: time_at(p, target) for n, p in row["ladders"].items()}
+    peers = [
+        (entry[0], name)
+        for name, entry in row["at"].items()
+        if not name.startswith("hierax") and entry is not None
+    ]
+    row["best_peer"] = min(peers) if peers else None
+    for ours in ("hierax", "hierax in jit"):
+        base = row["at"].get(ours)
+        row[f"ratio {ours}"] = (
+            row["best_peer"][0] / base[0] if base and row["best_peer"] else None
+        )
+    return row
+
+
+def print_table(rows: list[dict], target: float, keys: tuple[str, ...]) -> None:
+    """The rows' times at the common error as a Markdown table, led by `keys`."""
     print(f"\ntime at final error {target:g} (first call: compile + one solve)")
     names = list(dict.fromkeys(n for r in rows for n in r["ladders"]))
-    print("| sites | n | " + " | ".join(names) + " | best peer / hierax (in jit) |")
-    print("|---:|---:|" + "---:|" * len(names) + "---:|")
+    print(
+        f"| {' | '.join(keys)} | "
+        + " | ".join(names)
+        + " | best peer / hierax (in jit) |"
+    )
+    print("|" + "---:|" * (len(keys) + len(names) + 1))
     for r in rows:
         cells = []
         for name in names:
@@ -502,10 +542,62 @@ def section_chains(args, refs) -> dict:
             if ratio_jit is not None
             else f"{ratio:.2f}"
         )
-        print(
-            f"| {r['sites']} | {r['n']} | " + " | ".join(cells) + f" | {ratio_text} |"
-        )
-    return dict(target=target, tols=list(tols), rows=rows)
+        lead = " | ".join(str(r[k]) for k in keys)
+        print(f"| {lead} | " + " | ".join(cells) + f" | {ratio_text} |")
+
+
+def section_chains(args, refs) -> dict:
+    rows = []
+    for sites in _sites(args):
+        jax.clear_caches()
+        system = chain(sites)
+        methods = chain_methods(system, args.precision)
+        row = dict(sites=sites, n=system.size)
+        reference = refs[f"chain_{sites}"]
+        rows.append(compare_at_error(row, methods, reference, args, f"{sites} sites"))
+    print_table(rows, TARGETS[args.precision], ("sites", "n"))
+    target = TARGETS[args.precision]
+    return dict(target=target, tols=list(LADDERS[args.precision]), rows=rows)
+
+
+def open_chain_methods(system: System, precision: str) -> dict[str, Callable]:
+    """Each method as solve(tol) -> final density matrix of the open chain."""
+    c = _cdtype()
+    hamiltonian = hamiltonian_of(system)
+    jumps = [np.asarray(j, c) for j in system.jumps]
+    times = jnp.asarray(system.times)
+    rho = jnp.asarray(system.state, c)
+    rdtype = np.float64 if precision == "x64" else np.float32
+
+    def solve(start, rtol):
+        return hierax.mesolve(
+            hamiltonian,
+            jumps,
+            start,
+            times,
+            rtol=rtol,
+            atol=rtol * 1e-2,
+            max_steps=10**6,
+        ).final_state
+
+    in_jit = jax.jit(solve)
+    methods = {
+        "hierax": lambda tol: solve(rho, tol),
+        "hierax in jit": lambda tol: in_jit(rho, jnp.asarray(tol, rdtype)),
+    }
+    return with_dynamiqs(methods, system, precision, rho)
+
+
+def section_open_chain(args, refs) -> dict:
+    sites = _open_sites(args)
+    system = open_chain(sites)
+    methods = open_chain_methods(system, args.precision)
+    row = dict(sites=sites, n=system.size, jumps=len(system.jumps))
+    reference = refs[f"open_{sites}"]
+    row = compare_at_error(row, methods, reference, args, f"open, {sites} sites")
+    print_table([row], TARGETS[args.precision], ("sites", "n", "jumps"))
+    target = TARGETS[args.precision]
+    return dict(target=target, tols=list(LADDERS[args.precision]), rows=[row])
 
 
 def section_batch(args, refs) -> dict:
@@ -642,6 +734,7 @@ def section_lanczos(args, refs) -> dict:
 RUNNERS = {
     "accuracy": section_accuracy,
     "chains": section_chains,
+    "open_chain": section_open_chain,
     "batch": section_batch,
     "floquet": section_floquet,
     "lanczos": section_lanczos,
@@ -669,6 +762,20 @@ def result_rows(record: dict) -> list[dict]:
                 entry = r["at"].get(name)
                 seconds = entry[0] if entry else None
                 out.append(row(case, name, "seconds", seconds, **setting))
+                first = points[0]["first"] if points else None
+                out.append(row(case, name, "first_call_seconds", first, **setting))
+    open_section = sections.get("open_chain")
+    if open_section:
+        for r in open_section["rows"]:
+            case = (
+                f"open XXZ chain, {r['sites']} sites, {r['jumps']} jumps, error "
+                f"{open_section['target']:g}"
+            )
+            for name, points in r["ladders"].items():
+                entry = r["at"].get(name)
+                out.append(
+                    row(case, name, "seconds", entry[0] if entry else None, **setting)
+                )
                 first = points[0]["first"] if points else None
                 out.append(row(case, name, "first_call_seconds", first, **setting))
     for key, label in (("batch", "vmap over states"), ("floquet", "floquet sweep")):

@@ -401,6 +401,27 @@ def xxz(quick: bool = False, span: float | None = None, sites: int = 6) -> Syste
     )
 
 
+def open_xxz(span: float = 3.0, sites: int = 6, rate: float = 0.1) -> System:
+    """The driven XXZ chain of `xxz`, open: every site decays, with jump operators
+    sqrt(rate) sigma^-_k, sigma^- = |0><1| (here |1> is the excited state of Z = -1),
+    from the Neel state's density matrix."""
+    closed = xxz(span=span, sites=sites)
+    lower = np.array([[0, 1], [0, 0]], complex)
+    jumps = tuple(
+        np.sqrt(rate) * _kron(np.eye(2**k), lower, np.eye(2 ** (sites - k - 1)))
+        for k in range(sites)
+    )
+    psi = closed.state
+    return dataclasses.replace(
+        closed,
+        key="open_xxz",
+        name=f"open XXZ chain, {sites} sites (n = {2**sites}, {sites} jumps, "
+        f"T = {closed.span:g})",
+        state=np.outer(psi, psi.conj()),
+        jumps=jumps,
+    )
+
+
 def open_pair(quick: bool = False, span: float | None = None) -> System:
     """The transmon pair of `pair` (n = 9) in the frame rotating at w_1 for both,
     driven on the first transmon at the second's frequency (cross resonance):
