@@ -427,20 +427,15 @@ def chain_methods(system: System, precision: str) -> dict[str, Callable]:
     psi = jnp.asarray(system.state, _cdtype())
     rdtype = np.float64 if precision == "x64" else np.float32
 
-    def eager(tol):
-        return hierax.sesolve(
-            hamiltonian, psi, times, rtol=tol, atol=tol * 1e-2, max_steps=10**6
-        ).final_state
-
-    @jax.jit
-    def in_jit(start, rtol):
+    def solve(start, rtol):
         return hierax.sesolve(
             hamiltonian, start, times, rtol=rtol, atol=rtol * 1e-2, max_steps=10**6
         ).final_state
 
+    in_jit = jax.jit(solve)
     dopri8 = jax.jit(diffrax_final(system))
     methods = {
-        "hierax": eager,
+        "hierax": lambda tol: solve(psi, tol),
         "hierax in jit": lambda tol: in_jit(psi, jnp.asarray(tol, rdtype)),
         "diffrax Dopri8": lambda tol: dopri8(psi, tol, tol * 1e-2),
     }
@@ -546,6 +541,13 @@ def print_table(rows: list[dict], target: float, keys: tuple[str, ...]) -> None:
         print(f"| {lead} | " + " | ".join(cells) + f" | {ratio_text} |")
 
 
+def ladder_section(rows: list[dict], args, keys: tuple[str, ...]) -> dict:
+    """The section's record, its table printed."""
+    target = TARGETS[args.precision]
+    print_table(rows, target, keys)
+    return dict(target=target, tols=list(LADDERS[args.precision]), rows=rows)
+
+
 def section_chains(args, refs) -> dict:
     rows = []
     for sites in _sites(args):
@@ -555,9 +557,7 @@ def section_chains(args, refs) -> dict:
         row = dict(sites=sites, n=system.size)
         reference = refs[f"chain_{sites}"]
         rows.append(compare_at_error(row, methods, reference, args, f"{sites} sites"))
-    print_table(rows, TARGETS[args.precision], ("sites", "n"))
-    target = TARGETS[args.precision]
-    return dict(target=target, tols=list(LADDERS[args.precision]), rows=rows)
+    return ladder_section(rows, args, ("sites", "n"))
 
 
 def open_chain_methods(system: System, precision: str) -> dict[str, Callable]:
@@ -595,9 +595,7 @@ def section_open_chain(args, refs) -> dict:
     row = dict(sites=sites, n=system.size, jumps=len(system.jumps))
     reference = refs[f"open_{sites}"]
     row = compare_at_error(row, methods, reference, args, f"open, {sites} sites")
-    print_table([row], TARGETS[args.precision], ("sites", "n", "jumps"))
-    target = TARGETS[args.precision]
-    return dict(target=target, tols=list(LADDERS[args.precision]), rows=[row])
+    return ladder_section([row], args, ("sites", "n", "jumps"))
 
 
 def section_batch(args, refs) -> dict:
@@ -754,28 +752,20 @@ def result_rows(record: dict) -> list[dict]:
     sections = record["sections"]
     for r in sections.get("accuracy", {}).get("rows", []):
         out.append(row(r["name"], "hierax", "error", r["max"], **setting))
-    chains = sections.get("chains")
-    if chains:
-        for r in chains["rows"]:
-            case = f"XXZ chain, {r['sites']} sites, error {chains['target']:g}"
+    cases = {
+        "chains": lambda r, t: f"XXZ chain, {r['sites']} sites, error {t:g}",
+        "open_chain": lambda r, t: (
+            f"open XXZ chain, {r['sites']} sites, {r['jumps']} jumps, error {t:g}"
+        ),
+    }
+    for key, case_of in cases.items():
+        section = sections.get(key)
+        for r in section["rows"] if section else ():
+            case = case_of(r, section["target"])
             for name, points in r["ladders"].items():
                 entry = r["at"].get(name)
                 seconds = entry[0] if entry else None
                 out.append(row(case, name, "seconds", seconds, **setting))
-                first = points[0]["first"] if points else None
-                out.append(row(case, name, "first_call_seconds", first, **setting))
-    open_section = sections.get("open_chain")
-    if open_section:
-        for r in open_section["rows"]:
-            case = (
-                f"open XXZ chain, {r['sites']} sites, {r['jumps']} jumps, error "
-                f"{open_section['target']:g}"
-            )
-            for name, points in r["ladders"].items():
-                entry = r["at"].get(name)
-                out.append(
-                    row(case, name, "seconds", entry[0] if entry else None, **setting)
-                )
                 first = points[0]["first"] if points else None
                 out.append(row(case, name, "first_call_seconds", first, **setting))
     for key, label in (("batch", "vmap over states"), ("floquet", "floquet sweep")):
