@@ -151,3 +151,43 @@ def test_mesolve_under_each_backends_choices_is_exact(on):
             h, jumps, rho, jnp.array([0.0, 0.5]), rtol=1e-10, atol=1e-12
         )
         np.testing.assert_allclose(solution.final_state, exact, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "dtype, tolerance", [(np.complex128, 1e-9), (np.complex64, 2e-5)]
+)
+def test_a_tpus_dense_step_keeps_the_invariances(on, dtype, tolerance):
+    # Under the TPU's choices: H -> H + c I only multiplies the state by
+    # e^{-i c t}, an exact zero amplitude (a conserved sector) stays zero, and
+    # complex64 keeps its dtype.
+    on("tpu")
+    h = _chain(8)
+    n = h.shape[0]
+    # The field is dropped so that the magnetisation is conserved: a ket of one
+    # sector never leaves it.
+    magnetisation = np.array(
+        [sum(1 - 2 * ((k >> s) & 1) for s in range(8)) for k in range(n)]
+    )
+    h = h - 0.3 * sum(
+        np.kron(
+            np.kron(np.eye(2**k), np.array([[0, 1], [1, 0]])), np.eye(2 ** (8 - k - 1))
+        )
+        for k in range(8)
+    )
+    psi = np.zeros(n, complex)
+    psi[0b01010101] = 1.0
+    times = np.array([0.0, 0.9], np.float32 if dtype == np.complex64 else np.float64)
+    c = 37.5
+    rtol = 1e-6 if dtype == np.complex64 else 1e-11
+    plain = hierax.sesolve(h, psi.astype(dtype), times, rtol=rtol, atol=rtol * 1e-2)
+    shifted = hierax.sesolve(
+        h + c * np.eye(n), psi.astype(dtype), times, rtol=rtol, atol=rtol * 1e-2
+    )
+    assert plain.final_state.dtype == dtype
+    exact = scipy.linalg.expm(-0.9j * h) @ psi
+    np.testing.assert_allclose(plain.final_state, exact, atol=tolerance)
+    np.testing.assert_allclose(
+        shifted.final_state, np.exp(-1j * c * 0.9) * exact, atol=tolerance
+    )
+    other_sector = magnetisation != 0  # the Neel state: magnetisation zero
+    assert np.all(np.asarray(plain.final_state)[other_sector] == 0)
