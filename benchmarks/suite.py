@@ -54,6 +54,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("open_systems", "bench_open_systems.py", ("--quick",), "file"),
         Benchmark("overhead", "bench_overhead.py", ("--calls", "30")),
         Benchmark("pauli", "bench_pauli.py", ("--quick",), "file"),
+        Benchmark("pulse_gradients", "bench_pulse_gradients.py", ("--quick",), "file"),
         Benchmark("seed_calls", "bench_seed_calls.py", ("--rounds", "1")),
         Benchmark("sesolve", "bench_sesolve.py", ("--quick",), "file"),
         Benchmark("sweeps", "bench_sweeps.py", ("--quick",), "file"),
