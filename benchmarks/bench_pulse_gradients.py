@@ -80,8 +80,8 @@ from rows import emit, row  # noqa: E402
 from timing import (  # noqa: E402
     Stopwatch,
     alternating_times,
+    at_targets,
     compile_phases,
-    time_at,
     time_call,
     warm_up,
 )
@@ -419,22 +419,6 @@ def run_ladder(calls, params, reference, rtols, repeats):
     return out
 
 
-def at_targets(points) -> dict:
-    # time_at wants the loose end first, errors falling; a failed solve (past
-    # diffrax's max_steps) has no error to interpolate and is left out.
-    points = sorted((p for p in points if not p["failed"]), key=lambda p: -p["rtol"])
-    result = {}
-    for target in TARGETS:
-        hit = time_at(points, target)
-        met = [p for p in points if p["error"] <= target]
-        result[f"{target:.0e}"] = dict(
-            seconds=None if hit is None else hit[0],
-            bound=None if hit is None else hit[1],
-            loosest_met=None if not met else met[0],
-        )
-    return result
-
-
 def bench_problem(problem: PulseProblem, rtols, repeats, hierax_first: bool) -> dict:
     print(f"\n== {problem.name}", flush=True)
     clock = Stopwatch()
@@ -468,7 +452,7 @@ def bench_problem(problem: PulseProblem, rtols, repeats, hierax_first: bool) -> 
                 f"loss error {p['loss_error']:.1e}, {p['steps']} steps, "
                 f"{p['seconds'] * 1e3:.2f} ms"
             )
-    targets = {name: at_targets(points) for name, points in ladder.items()}
+    targets = {name: at_targets(points, TARGETS) for name, points in ladder.items()}
     for target in TARGETS:
         key = f"{target:.0e}"
         words = []

@@ -55,8 +55,8 @@ from rows import emit, row  # noqa: E402
 from timing import (  # noqa: E402
     Stopwatch,
     alternating_times,
+    at_targets,
     call_times,
-    time_at,
     warm_up,
 )
 
@@ -298,20 +298,6 @@ def run_ladder(methods, params, reference, rtols, repeats):
     return out
 
 
-def at_targets(points) -> dict:
-    # time_at wants the loose end first, errors falling.
-    points = sorted(points, key=lambda p: -p["rtol"])
-    result = {}
-    for target in TARGETS:
-        hit = time_at(points, target)
-        met = [p for p in points if p["error"] <= target]
-        result[f"{target:.0e}"] = dict(
-            seconds=None if hit is None else hit[0],
-            loosest_met=None if not met else met[0],
-        )
-    return result
-
-
 def describe(targets: dict) -> str:
     """`at_targets`' result in words: the time and the steps at each target."""
     words = []
@@ -441,7 +427,7 @@ def bench_sweep(sweep, rtols, repeats, orders, extra=None) -> dict:
                 f"steps {s['min']}/{s['median']:.0f}/{s['max']}, "
                 f"{p['seconds'] * 1e3:.2f} ms"
             )
-    targets = {name: at_targets(points) for name, points in ladder.items()}
+    targets = {name: at_targets(points, TARGETS) for name, points in ladder.items()}
     for target in TARGETS:
         key = f"{target:.0e}"
         at = {n: t[key]["seconds"] for n, t in targets.items()}
@@ -469,7 +455,9 @@ def bench_sweep(sweep, rtols, repeats, orders, extra=None) -> dict:
         by_order[order] = run_ladder(
             {f"order {order}": f}, sweep.params, reference, rtols, repeats
         )[f"order {order}"]
-        print(f"hierax order {order}: " + describe(at_targets(by_order[order])))
+        print(
+            f"hierax order {order}: " + describe(at_targets(by_order[order], TARGETS))
+        )
     # Per-step cost and op counts at rtol 1e-8.
     rtol = 1e-8
     steps = {

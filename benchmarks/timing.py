@@ -181,3 +181,23 @@ def time_at(points, target):
         math.log(b["seconds"]) - math.log(a["seconds"])
     )
     return math.exp(log_seconds), False
+
+
+def at_targets(points, targets) -> dict:
+    """For each target final error (keyed `f"{target:.0e}"`): the time read off a
+    ladder of points (dicts with "rtol", "error", "seconds"; a point marked
+    "failed" has no error and is left out) by `time_at`, whether the loosest
+    tolerance already met it (`bound`), and the loosest point that met it."""
+    points = sorted(
+        (p for p in points if not p.get("failed", False)), key=lambda p: -p["rtol"]
+    )
+    result = {}
+    for target in targets:
+        hit = time_at(points, target)
+        met = [p for p in points if p["error"] <= target]
+        result[f"{target:.0e}"] = dict(
+            seconds=None if hit is None else hit[0],
+            bound=None if hit is None else hit[1],
+            loosest_met=None if not met else met[0],
+        )
+    return result
