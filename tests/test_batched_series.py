@@ -1,8 +1,8 @@
-"""`sesolve` under `jax.vmap`, where the series kernel takes each order's window of
-the drive's series as a slice: a sweep of detunings of a qubit under a Gaussian
-pulse against scipy's DOP853 per element, batched against one element at a time,
-its gradient against finite differences, and one trace for every set of
-detunings."""
+"""`sesolve` under `jax.vmap`, where the batch steps in lockstep and the series
+kernel takes each order's window of the drive's series as a slice: a sweep of
+detunings of a qubit under a Gaussian pulse against scipy's DOP853 per element,
+batched against one element at a time, its gradient against finite differences,
+and one trace for every set of detunings."""
 
 import equinox as eqx
 import jax
@@ -71,9 +71,11 @@ def test_batched_sweep_against_scipy(batched):
 
 
 def test_batched_equals_one_at_a_time(batched):
+    """The batch steps together (one step size for all, `_lockstep`): each element
+    agrees with its solve alone to the tolerance, not to the last digit."""
     one = jax.jit(_final)
     for delta, state in zip(DETUNINGS, batched):
-        assert np.max(np.abs(state - np.asarray(one(jnp.asarray(delta))))) < 1e-13
+        assert np.max(np.abs(state - np.asarray(one(jnp.asarray(delta))))) < 1e-10
 
 
 def test_batched_low_order_against_scipy():

@@ -49,6 +49,13 @@ def _embedding(p: Any, q: Any, xp: ModuleType) -> Any:
     return xp.concatenate([top, bottom], axis=-2)
 
 
+def _along_orders(factor: Array, coefficients: Array) -> Array:
+    """`factor` (one number per order, `(K+1,)`) shaped to scale `coefficients`
+    along their orders: `(A, K+1)`, or `(A, K+1, m)` with one series per column of
+    the state (a batch stepped together: `hierax.sesolve` under `jax.vmap`)."""
+    return factor.reshape((1, -1) + (1,) * (coefficients.ndim - 2))
+
+
 def lagged_weights(coefficients: Array) -> Array:
     """`weights[a, j, i]` $= c_{a, j-i} / (j+1)$ for $i \\le j$, else 0: the Cauchy
     products of a recursion $v_{j+1} = \\frac{1}{j+1} \\sum_a M_a \\sum_{i \\le j}
@@ -147,7 +154,9 @@ def state_series(
         # (A, n, n) -> (n, A n): the products of all terms as one matrix product.
         count = part.coefficients.shape[0]
         stacked = jnp.transpose(part.matrices.astype(matrix_dtype), (1, 0, 2))
-        coefficients = part.coefficients.astype(dtype) * complex_factor[None, :]
+        coefficients = part.coefficients.astype(dtype) * _along_orders(
+            complex_factor, part.coefficients
+        )
         parts.append(
             (coefficients, stacked.reshape(n, count * n), part.constant_flags())
         )
@@ -279,7 +288,11 @@ def series_loop(
         rows = range(coefficients.shape[0])
         fixed = np.asarray([a for a in rows if flags and flags[a]], dtype=int)
         varying = np.asarray([a for a in rows if not (flags and flags[a])], dtype=int)
-        window = reversed_padded(coefficients[varying]) if varying.size else None
+        # Per-column coefficients (`(A, K+1, m)`, a batch in lockstep) differ
+        # between columns in their constant rows only: the time-dependent rows'
+        # windows are any column's.
+        shared = coefficients if coefficients.ndim == 2 else coefficients[..., 0]
+        window = reversed_padded(shared[varying]) if varying.size else None
         values = coefficients[fixed, 0] if fixed.size else None
         arrays.append((window, values, stacked))
         rows_of.append((fixed, varying))
@@ -297,8 +310,15 @@ def series_loop(
                 else current
             )
             scale = (1 / (j + 1)).astype(rdtype)
-            shape = (-1,) + (1,) * vj.ndim
-            scaled = (values * scale).reshape(shape) * vj[None]
+            if values.ndim == 1:
+                shape = (-1,) + (1,) * vj.ndim
+                scaled = (values * scale).reshape(shape) * vj[None]
+            else:
+                # One value per column, against the columns of v_j.
+                rows_ = vj.reshape((vj.shape[0], columns))
+                scaled = ((values * scale)[:, None, :] * rows_[None]).reshape(
+                    (values.shape[0],) + vj.shape
+                )
         return _in_term_order(rows, summed, scaled)
 
     def body(arrays, sparse, j, v, current):
@@ -344,7 +364,9 @@ def series_loop(
         v, last = lax.fori_loop(0, order, carried, (v, v[0]))
         return lax.dynamic_update_index_in_dim(v, last, order, 0)
 
-    if adjoint and dense is None:
+    # (Per-column coefficients are stepped forward only: `hierax.sesolve`
+    # differentiates a batch element by element.)
+    if adjoint and dense is None and all(c.ndim == 2 for c, _, _ in parts):
         return _by_adjoint(loop, arrays, rows_of, sparse, y0, order)
     return loop(arrays, sparse, y0)
 
@@ -736,13 +758,17 @@ def _embedded_series(
     rdtype = real_dtype(dtype)
     n = y0.shape[0]
     rotated = jnp.iscomplexobj(series.coefficients)
-    coefficients = [series.coefficients.real.astype(rdtype) * factor[None, :]]
+    along = _along_orders(factor, series.coefficients)
+    coefficients = [series.coefficients.real.astype(rdtype) * along]
     if rotated:
-        coefficients.append(series.coefficients.imag.astype(rdtype) * factor[None, :])
+        coefficients.append(series.coefficients.imag.astype(rdtype) * along)
     flags = series.constant_flags()
     varying = (1 + rotated) * sum(not flag for flag in flags)
     count = series.matrices.shape[0]
+    # (Per-column coefficients take the term-by-term loop: the summed generator
+    # would be one per column.)
     tiny = 2 * n <= SMALL_EMBEDDED_SIZE and varying >= 2
+    tiny = tiny and series.coefficients.ndim == 2
     y = y0.astype(dtype)
     start = jnp.concatenate([y.real, y.imag])
 

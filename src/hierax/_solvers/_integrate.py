@@ -30,6 +30,7 @@ from .._core import (
 )
 from .._data import available_memory
 from .._operators import TermNorms, jump_times, term_norms
+from ._lockstep import batched_in_lockstep, is_forward
 from ._options import (
     DEFAULT_ATOL,
     DEFAULT_MAX_STEPS,
@@ -42,7 +43,7 @@ from ._options import (
 )
 from ._solution import Solution
 from ._solver import TaylorSolver, default_order
-from ._term import AbstractTaylorTerm, UnitTimeTerm
+from ._term import AbstractTaylorTerm, SchrodingerTerm, UnitTimeTerm
 
 
 # What QuTiP and dynamiqs users pass to their solvers, and what hierax calls it. One
@@ -324,6 +325,56 @@ def _solve_impl(
     expectation: Callable[[Array, Array], Array],
     checks: tuple[str, ...] = (),
 ) -> Solution:
+    settings: dict[str, Any] = dict(
+        order=order,
+        max_steps=max_steps,
+        control=control,
+        progress=progress,
+        dense=dense,
+        adjoint=adjoint,
+        api=api,
+        expectation=expectation,
+        checks=checks,
+    )
+    inputs = (term, state, times, rtol, atol, dt, exp_ops, norms)
+    if dense or not isinstance(term, SchrodingerTerm):
+        return _steps(*inputs, **settings)
+    # Under `jax.vmap`, a batch that shares its matrices, times and tolerances is
+    # stepped in lockstep (`_lockstep`); alone, or differentiated, element by
+    # element.
+    arrays, static = eqx.partition(inputs, eqx.is_array)
+    solve = functools.partial(_steps, **settings)
+    return batched_in_lockstep(
+        lambda arrays: solve(*eqx.combine(arrays, static)),
+        arrays,
+        static,
+        solve,
+        is_forward(adjoint.value),
+    )
+
+
+def _steps(
+    term: AbstractTaylorTerm,
+    state: Array,
+    times: Array,
+    rtol: Array,
+    atol: Array,
+    dt: Array | None,
+    exp_ops: Array | None,
+    norms: tuple[TermNorms | None, ...] | None,
+    *,
+    order: int,
+    max_steps: int,
+    control: tuple[float, float, float, float],
+    progress: bool,
+    dense: bool,
+    adjoint: "_Static",
+    api: str,
+    expectation: Callable[[Array, Array], Array],
+    checks: tuple[str, ...] = (),
+) -> Solution:
+    """The solve of `_solve_impl`, element by element (or a `ColumnsTerm`'s batch
+    as the columns of its state)."""
     times, state = _checked(times, state, exp_ops, rtol, atol, dt, api, checks)
     # JAX arrays given as they are, cast here (no eager operation, no transfer).
     if not jnp.issubdtype(times.dtype, jnp.floating):

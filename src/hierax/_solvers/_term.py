@@ -210,7 +210,7 @@ def schrodinger_terms(
     """
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
-    real, series = _real_and_other_series(
+    real, series = real_and_other_series(
         hamiltonian, t, order, scale, y0.shape[0] >= REAL_STATE_SIZE
     )
     factor = step_signs(step, order) * step
@@ -343,7 +343,7 @@ def program_embedded_parts(
     return jax.tree.map(lambda x: x.astype(real_dtype(dtype)), embedding)
 
 
-def _real_and_other_series(
+def real_and_other_series(
     hamiltonian: AbstractTimeOperator,
     t: Array,
     order: int,

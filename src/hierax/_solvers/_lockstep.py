@@ -1,0 +1,310 @@
+"""A batch of Schrodinger solves stepped together: what `hierax.sesolve` does under
+`jax.vmap` when the batch shares its matrices, times and tolerances.
+
+Mapped element by element, every element takes its own steps, so each computes its
+time functions' series and their Cauchy products with its state at its own times,
+and a step of the batch runs dozens of small kernels per order whose dispatch, not
+their arithmetic, sets the cost. Stepped together, the elements are the columns of
+one state: one step size for all (the smallest any element needs: the step's error
+is the largest over the batch), time functions evaluated once where they do not
+depend on the batched parameters, and each order one product of the shared
+matrices with every column. Measured on 2 CPU cores (x64, 256 detunings of a qubit
+under a Gaussian pulse, rtol 1e-6): 7.5 ms element by element, 3.1 ms as a
+block-diagonal system in lockstep.
+
+The batching rule is JAX's public one (`jax.custom_batching.custom_vmap`). Its
+derivatives are those of the solve element by element: reverse mode through a
+`jax.custom_vjp` (the default adjoint), forward mode through a `jax.custom_jvp`
+(`diffrax.ForwardMode`), so a gradient of a batch is the batch of the elements'
+gradients.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.extend
+import jax.numpy as jnp
+from jax.core import Tracer
+from jaxtyping import Array, PyTree
+
+from .._kernels.propagator import REAL_STATE_SIZE, state_series, step_signs
+from .._operators import bind_args, jump_times, operator_bound, time_operators
+from ._solution import Solution
+from ._term import (
+    AbstractTaylorTerm,
+    SchrodingerTerm,
+    real_and_other_series,
+)
+
+
+class ColumnsTerm(AbstractTaylorTerm):
+    """The Schrodinger equation of a batch of Hamiltonians that share their
+    matrices, for a state whose columns are the batch's elements: `term`'s
+    Hamiltonian has a leading batch axis on the leaves that `axes` marks (0; `None`
+    for shared leaves), and each column steps with its own element's time
+    functions."""
+
+    term: SchrodingerTerm
+    axes: Any = eqx.field(static=True)
+
+    @property
+    def operators(self):
+        return self.term.operators
+
+    def _series(self, t: Array, order: int, scale: Array, use_real: bool, args):
+        """The step's `(real, other)` term series, their coefficients one series
+        per column: `(A, K+1, m)`."""
+        hamiltonian = bind_args(self.term.hamiltonian, args)
+
+        def coefficients(h):
+            parts = real_and_other_series(h, t, order, scale, use_real)
+            return tuple(None if p is None else p.coefficients for p in parts)
+
+        columns = jax.vmap(coefficients, in_axes=(self.axes,))(hamiltonian)
+        shared = real_and_other_series(
+            _element(hamiltonian, self.axes), t, order, scale, use_real
+        )
+        return tuple(
+            None
+            if p is None or c is None
+            else p._replace(coefficients=jnp.moveaxis(c, 0, -1))
+            for p, c in zip(shared, columns)
+        )
+
+    def taylor_terms(self, t, step, y0, order, args, adjoint=False):
+        del adjoint  # stepped forward only: derivatives go element by element
+        size = jnp.abs(step)
+        scale = jnp.where(size > 0, size, 1)
+        real, series = self._series(
+            t, order, scale, y0.shape[0] >= REAL_STATE_SIZE, args
+        )
+        factor = step_signs(step, order) * step
+        v = state_series(real, series, factor, y0, order, self.term.parts)
+        # One shift per column (batched offsets), as a row over the columns.
+        shift = jnp.reshape(self.term.energy_shift, (1,) * (y0.ndim - 1) + (-1,))
+        if jnp.ndim(self.term.energy_shift) == 0:
+            shift = self.term.energy_shift
+        return v, (-1j * step * shift).astype(v.dtype)
+
+    def with_program_parts(self, t, dtype):
+        return ColumnsTerm(self.term.with_program_parts(t, dtype), self.axes)
+
+    def generator_bound(self, t, norms):
+        bound = lambda h: operator_bound(h, t, norms[0])  # noqa: E731
+        return jnp.max(jax.vmap(bound, in_axes=(self.axes,))(self.term.hamiltonian))
+
+    def vf(self, t, y, args):
+        def one(term, column):
+            return term.vf(t, column, args)
+
+        axes = eqx.tree_at(
+            lambda s: (s.hamiltonian, s.energy_shift),
+            _none_like(self.term),
+            replace=(self.axes, 0 if jnp.ndim(self.term.energy_shift) else None),
+            is_leaf=lambda x: x is None,
+        )
+        return jax.vmap(one, in_axes=(axes, -1), out_axes=-1)(self.term, y)
+
+
+def _batched_outputs(
+    plain: Callable[[PyTree], Any], arrays: PyTree, flags: PyTree, size: int
+) -> PyTree:
+    """Which outputs of `plain(arrays)` `jax.vmap` batches, given which inputs
+    it batches (`flags`): read off JAX's own batching of the traced program (not
+    run) by an identity whose batching rule records what it is given."""
+    seen: list = []
+
+    @jax.custom_batching.custom_vmap
+    def probe(x):
+        return x
+
+    @probe.def_vmap
+    def record(axis_size, in_batched, x):
+        del axis_size
+        seen.append(in_batched[0])
+        return x, in_batched[0]
+
+    jax.eval_shape(
+        jax.vmap(lambda a: probe(plain(a)), in_axes=(_axes(flags),), axis_size=size),
+        arrays,
+    )
+    return seen[0]
+
+
+def _first(tree: PyTree) -> PyTree:
+    """Element 0 of every leaf (of a batch whose leaves all have the batch axis)."""
+    return jax.tree.map(lambda x: x[0], tree)
+
+
+def _element(tree: PyTree, axes: PyTree) -> PyTree:
+    """The first element of a batch: index 0 of the batched leaves."""
+    return jax.tree.map(
+        lambda a, x: x if a is None else x[0], axes, tree, is_leaf=lambda a: a is None
+    )
+
+
+def _none_like(tree: PyTree) -> PyTree:
+    return jax.tree.map(lambda _: None, tree)
+
+
+def _axes(flags: PyTree) -> PyTree:
+    return jax.tree.map(lambda b: 0 if b else None, flags)
+
+
+def _differs_in_constants_only(hamiltonian: Any, flags: Any) -> bool:
+    """Whether a batch of Hamiltonians (`flags`: which of its leaves are batched)
+    shares its matrices and its time-dependent functions, differing only in
+    constant coefficients (detunings, couplings): then each order's window of the
+    Cauchy product serves every column (`series_loop`). Dense term matrices only
+    (sparse ones are gathered per column)."""
+    ops, op_flags = time_operators(hamiltonian), time_operators(flags)
+    if ops is None or op_flags is None:
+        return False
+    for op, op_flag in zip(ops, op_flags, strict=True):
+        if op.is_sparse or any(jax.tree.leaves(op_flag.term_matrices)):
+            return False
+        for function, batched in zip(op.functions, op_flag.functions, strict=True):
+            if any(jax.tree.leaves(batched)) and not function.is_constant:
+                return False
+    return True
+
+
+def batched_in_lockstep(
+    single: Callable[[PyTree], Solution],
+    arrays: PyTree,
+    static: PyTree,
+    solve_columns: Callable[..., Solution],
+    forward: bool,
+) -> Solution:
+    """`single(arrays)` (one solve, its inputs `eqx.combine(arrays, static)`: the
+    term, state, times, rtol, atol, dt, observables and norms), stepped in
+    lockstep when mapped by `jax.vmap` (see the module's docstring) where the batch
+    allows it, element by element otherwise. `solve_columns(term, state, times,
+    rtol, atol, dt, exp_ops, norms)` solves a `ColumnsTerm`. `forward`: the
+    solve's adjoint is forward mode."""
+
+    # Traced once: the batching rule's fallback and the derivatives run this
+    # program, not `single` traced again (a second trace of the whole solve under
+    # `jax.grad` or `jax.jvp`).
+    leaves, tree = jax.tree.flatten(arrays)
+    closed, shapes = jax.make_jaxpr(
+        lambda *leaves: single(jax.tree.unflatten(tree, leaves)), return_shape=True
+    )(*leaves)
+    program = jax.extend.core.jaxpr_as_fun(closed)
+    out_tree = jax.tree.structure(shapes)
+
+    def plain(arrays: PyTree) -> Solution:
+        return jax.tree.unflatten(out_tree, program(*jax.tree.leaves(arrays)))
+
+    if any(isinstance(c, Tracer) for c in closed.consts):
+        # Values of an enclosing trace inside the solve (a callable closing over a
+        # traced parameter): they may be batched, and a batching rule's inputs
+        # must be explicit. Mapped, such a solve goes element by element.
+        return plain(arrays)
+
+    def rule(axis_size: int, in_batched: Any, arrays: PyTree) -> Any:
+        (flags,) = in_batched
+        # Which outputs `jax.vmap` of the solve batches: the rule batches the
+        # same, as the derivatives (the solve mapped) will.
+        batched = _batched_outputs(plain, arrays, flags, axis_size)
+        out = _in_lockstep(arrays, flags, static, solve_columns, axis_size)
+        if out is not None:
+            out = jax.tree.map(
+                lambda x, b, one: x if b else one, out, batched, _first(out)
+            )
+        else:
+            out_axes = jax.tree.map(lambda b: 0 if b else None, batched)
+            out = jax.vmap(
+                plain, in_axes=(_axes(flags),), out_axes=out_axes, axis_size=axis_size
+            )(arrays)
+        return out, batched
+
+    @jax.custom_batching.custom_vmap
+    def mapped(arrays):
+        return plain(arrays)
+
+    mapped.def_vmap(rule)
+
+    if forward:
+
+        @jax.custom_jvp
+        def call(arrays):
+            return mapped(arrays)
+
+        @call.defjvp
+        def derivative(primals, tangents):
+            return jax.jvp(plain, primals, tangents)
+
+        return call(arrays)
+
+    @jax.custom_vjp
+    def call_(arrays):
+        return mapped(arrays)
+
+    # Differentiated, the batch goes element by element: the derivative's forward
+    # pass is the solve's own (no second solve), its residuals a pytree.
+    def forward_pass(arrays):
+        return jax.vjp(plain, arrays)
+
+    def backward_pass(pullback, cotangent):
+        return pullback(cotangent)
+
+    call_.defvjp(forward_pass, backward_pass)
+    return call_(arrays)
+
+
+def _in_lockstep(
+    arrays: PyTree,
+    flags: PyTree,
+    static: PyTree,
+    solve_columns: Callable[..., Solution],
+    size: int,
+) -> Solution | None:
+    """The batch's solution stepped in lockstep, or `None` where it cannot be: the
+    Hamiltonians must differ only in their time functions and energy shifts, and
+    the batch share its times, tolerances, step, observables and matrices; each
+    state a vector (or shared); no sampled pulses (their knots are the steps'
+    bounds), no dense output (one interpolation per element)."""
+    term, state, times, rtol, atol, dt, exp_ops, norms = eqx.combine(arrays, static)
+    (
+        term_flags,
+        state_flag,
+        *rest_flags,
+    ) = flags
+    if any(jax.tree.leaves(rest_flags)) or not isinstance(term, SchrodingerTerm):
+        return None
+    if state.ndim != 1 + bool(state_flag):
+        return None
+    rest = eqx.tree_at(
+        lambda s: (s.hamiltonian, s.energy_shift), term_flags, replace=(None, None)
+    )
+    if any(jax.tree.leaves(rest)) or jump_times(term.hamiltonian) is not None:
+        return None
+    if not _differs_in_constants_only(term.hamiltonian, term_flags.hamiltonian):
+        return None
+    axes = _axes(term_flags.hamiltonian)
+    if state_flag:
+        columns = state.T
+    else:
+        columns = jnp.broadcast_to(state[:, None], state.shape + (size,))
+    # A shared Hamiltonian steps the batch as the columns of one state as it is.
+    shared = not any(jax.tree.leaves(term_flags))
+    stepped = term if shared else ColumnsTerm(term, axes)
+    solution = solve_columns(stepped, columns, times, rtol, atol, dt, exp_ops, norms)
+    batch = lambda x: jnp.broadcast_to(x, (size,) + jnp.shape(x))  # noqa: E731
+    return Solution(
+        batch(solution.times),
+        jnp.moveaxis(solution.states, -1, 0),
+        None if solution.expects is None else jnp.moveaxis(solution.expects, -1, 0),
+        {k: batch(v) for k, v in solution.stats.items()},
+        solution.order,
+        None,
+        final_state=jnp.moveaxis(solution.final_state, -1, 0),
+    )
+
+
+def is_forward(adjoint: diffrax.AbstractAdjoint) -> bool:
+    return isinstance(adjoint, diffrax.ForwardMode)

@@ -1,0 +1,217 @@
+"""`sesolve` under `jax.vmap`: a batch that differs only in constant coefficients
+and states steps in lockstep (one step size, the elements as the columns of one
+state); any other batch element by element. Both against an independent reference
+(scipy's DOP853), against the solve of each element alone, and differentiated."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hierax
+from hierax._solvers import _lockstep
+
+from .helpers import compile_count, propagate, recorded_returns
+
+
+SX = np.array([[0, 1], [1, 0]], complex)
+SZ = np.diag([1.0, -1.0]).astype(complex)
+TIMES = jnp.array([0.0, 4.0])
+PULSE = (2.0, 0.8, 0.9)  # mean, width, amplitude of the Gaussian drive
+DETUNINGS = jnp.linspace(-1.5, 9.0, 7)
+START = jnp.array([1.0, 0.0], complex)
+
+
+def _hamiltonian(detuning, amplitude=PULSE[2]):
+    return hierax.TimeOperator(
+        [hierax.Constant(detuning / 2), hierax.Gaussian(*PULSE[:2], amplitude / 2)],
+        [SZ, SX],
+    )
+
+
+def _matrix(detuning, amplitude=PULSE[2]):
+    mean, width, _ = PULSE
+
+    def h(t):
+        pulse = amplitude / 2 * np.exp(-((t - mean) ** 2) / (2 * width**2))
+        return detuning / 2 * SZ + pulse * SX
+
+    return h
+
+
+def _reference(detuning, state=START, amplitude=PULSE[2]):
+    return propagate(_matrix(float(detuning), amplitude), 0.0, 4.0, np.asarray(state))
+
+
+def _solve(detuning, state=START, rtol=1e-10, **options):
+    solution = hierax.sesolve(
+        _hamiltonian(detuning), state, TIMES, rtol=rtol, atol=rtol / 100, **options
+    )
+    return solution.final_state, solution.stats["num_steps"]
+
+
+def _error(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+def test_a_sweep_of_detunings_steps_in_lockstep(monkeypatch):
+    """One step count for the whole batch, at least the largest any element takes
+    alone, and every element within the tolerance of scipy's solve."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    finals, steps = jax.jit(jax.vmap(_solve))(DETUNINGS)
+    assert stepped and all(s is not None for s in stepped)
+    alone = [int(_solve(d)[1]) for d in DETUNINGS]
+    assert len(set(alone)) > 1  # the elements alone take different steps
+    assert set(np.asarray(steps).tolist()) == {int(steps[0])} and steps[0] >= max(alone)
+    for d, final in zip(DETUNINGS, finals):
+        assert _error(final, _reference(d)) <= 1e-9
+
+
+def test_a_sweep_of_states_and_of_both(monkeypatch):
+    """States mapped with one Hamiltonian (its own columns) and states with
+    detunings, expectation values included, equal the elements solved alone."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    rng = np.random.default_rng(0)
+    kets = rng.normal(size=(5, 2)) + 1j * rng.normal(size=(5, 2))
+    kets = jnp.asarray(kets / np.linalg.norm(kets, axis=1, keepdims=True))
+    times = jnp.linspace(0.0, 4.0, 3)
+
+    def solve(detuning, state):
+        return hierax.sesolve(
+            _hamiltonian(detuning), state, times, rtol=1e-10, atol=1e-12, exp_ops=[SZ]
+        )
+
+    for mapped in (
+        jax.vmap(solve, in_axes=(None, 0))(0.4, kets),
+        jax.vmap(solve)(DETUNINGS[:5], kets),
+    ):
+        assert mapped.states.shape == (5, 3, 2) and mapped.expects is not None
+        assert mapped.expects.shape == (5, 1, 3) and mapped.times.shape == (5, 3)
+        assert mapped.final_state.shape == (5, 2)
+    assert len(stepped) == 2 and all(s is not None for s in stepped)
+    for k in range(5):
+        alone = solve(DETUNINGS[k], kets[k])
+        assert _error(mapped.states[k], alone.states) <= 1e-9
+        assert _error(mapped.expects[k], alone.expects) <= 1e-9
+        assert _error(mapped.final_state[k], _reference(DETUNINGS[k], kets[k])) <= 1e-9
+
+
+def test_other_batches_go_element_by_element(monkeypatch):
+    """A batched drive amplitude (a time-dependent term), batched times or a
+    batched tolerance: each element steps alone, as it would unmapped."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    amplitudes = jnp.array([0.5, 0.9, 1.7])
+
+    def by_amplitude(a):
+        h = _hamiltonian(0.3, a)
+        return hierax.sesolve(h, START, TIMES, rtol=1e-10, atol=1e-12).final_state
+
+    def by_end(end):
+        times = jnp.stack([0.0, end])
+        return hierax.sesolve(_hamiltonian(0.3), START, times, rtol=1e-10).final_state
+
+    def by_rtol(rtol):
+        return _solve(0.3, rtol=rtol)[0]
+
+    mapped = jax.vmap(by_amplitude)(amplitudes)
+    for a, final in zip(amplitudes, mapped):
+        assert _error(final, _reference(0.3, amplitude=float(a))) <= 1e-9
+        assert _error(final, by_amplitude(a)) <= 1e-14
+    ends = jax.vmap(by_end)(jnp.array([2.0, 4.0]))
+    assert _error(ends[1], _reference(0.3)) <= 1e-9
+    rtols = jax.vmap(by_rtol)(jnp.array([1e-6, 1e-10]))
+    assert _error(rtols[1], _reference(0.3)) <= 1e-9
+    assert len(stepped) == 3 and all(s is None for s in stepped)
+
+
+def test_gradients_of_a_batch_are_the_elements_gradients():
+    """Reverse mode of the mapped solve and the map of reverse mode equal the
+    elements' own gradients and a central difference; forward mode
+    (`diffrax.ForwardMode`) under `jax.vmap` too."""
+
+    def population(detuning, adjoint=None):
+        final, _ = _solve(detuning, adjoint=adjoint)
+        return jnp.abs(final[1]) ** 2
+
+    detunings = DETUNINGS[:4]
+    alone = np.array([float(jax.grad(population)(d)) for d in detunings])
+    step = 1e-5
+    central = np.array(
+        [(population(d + step) - population(d - step)) / (2 * step) for d in detunings]
+    )
+    assert np.allclose(alone, central, rtol=1e-6, atol=1e-10)
+    of_sum = jax.grad(lambda d: jnp.sum(jax.vmap(population)(d)))(detunings)
+    mapped = jax.vmap(jax.grad(population))(detunings)
+    forward = jax.vmap(jax.jacfwd(lambda d: population(d, diffrax.ForwardMode())))(
+        detunings
+    )
+    for g in (of_sum, mapped, forward):
+        assert _error(g, alone) <= 1e-10
+
+
+def test_a_new_tolerance_or_detuning_never_recompiles():
+    @jax.jit
+    def sweep(detunings, rtol):
+        return jax.vmap(lambda d: _solve(d, rtol=rtol)[0])(detunings)
+
+    shifted = DETUNINGS + 0.01  # (an eager operation compiles: before counting)
+    first = sweep(DETUNINGS, 1e-8)
+    before = compile_count()
+    again = sweep(shifted, 1e-9)
+    assert compile_count() == before
+    assert _error(first[2], _reference(DETUNINGS[2])) <= 1e-7
+    assert _error(again[2], _reference(shifted[2])) <= 1e-8
+
+
+def test_batched_energy_shifts_and_complex64():
+    """An offset c I per element is its exact phase; a complex64 batch keeps its
+    dtype and its accuracy."""
+
+    def shifted(detuning, offset):
+        h = hierax.TimeOperator(
+            [
+                hierax.Constant(detuning / 2),
+                hierax.Constant(offset),
+                hierax.Gaussian(*PULSE),
+            ],
+            [SZ, np.eye(2), SX / 2],
+        )
+        return hierax.sesolve(h, START, TIMES, rtol=1e-10, atol=1e-12).final_state
+
+    offsets = jnp.array([0.0, 3.0, 250.0])
+    finals = jax.vmap(shifted)(DETUNINGS[:3], offsets)
+    for d, c, final in zip(DETUNINGS[:3], offsets, finals):
+        assert _error(final, np.exp(-4j * float(c)) * _reference(d)) <= 1e-9
+
+    low = jax.vmap(
+        lambda d: (
+            hierax.sesolve(
+                _hamiltonian(d), START.astype(jnp.complex64), TIMES.astype(jnp.float32)
+            ).final_state
+        )
+    )(DETUNINGS.astype(jnp.float32))
+    assert low.dtype == jnp.complex64
+    for d, final in zip(DETUNINGS, low):
+        assert _error(final, _reference(d)) <= 1e-4
+
+
+@pytest.mark.parametrize("order", [5, 16])
+def test_orders_and_a_larger_system(order):
+    """Any order, and a 4-level system whose constant term is a batched sum."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(4, 4)) + 1j * rng.normal(size=(4, 4))
+    h0, v = (a + a.conj().T) / 4, np.diag([1.0, 0.5, -0.5, -1.0]).astype(complex)
+    state = jnp.asarray(np.eye(4)[0], complex)
+
+    def solve(g):
+        h = hierax.TimeOperator(
+            [hierax.Constant(g), hierax.Cos(1.7, 0.0, 0.4)], [h0, v]
+        )
+        return hierax.sesolve(h, state, TIMES, rtol=1e-10, order=order).final_state
+
+    couplings = jnp.array([0.3, 1.0, 2.0])
+    finals = jax.vmap(solve)(couplings)
+    for g, final in zip(couplings, finals):
+        h = lambda t, g=float(g): g * h0 + 0.4 * np.cos(1.7 * t) * v  # noqa: E731
+        assert _error(final, propagate(h, 0.0, 4.0, np.asarray(state))) <= 1e-9
