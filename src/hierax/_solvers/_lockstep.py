@@ -28,6 +28,7 @@ import jax
 import jax.extend
 import jax.numpy as jnp
 from jax.core import Tracer
+from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, PyTree
 
 from .._kernels.propagator import REAL_STATE_SIZE, state_series, step_signs
@@ -228,32 +229,77 @@ def batched_in_lockstep(
 
     mapped.def_vmap(rule)
 
+    # Differentiated, the batch goes element by element, and only with respect to
+    # the inputs that are (symbolic zeros: derivatives with respect to the times or
+    # the matrices, say, would cost loops of their own).
     if forward:
 
         @jax.custom_jvp
         def call(arrays):
             return mapped(arrays)
 
-        @call.defjvp
         def derivative(primals, tangents):
-            return jax.jvp(plain, primals, tangents)
+            (values,), (given,) = primals, tangents
+            leaves, tree = jax.tree.flatten(values)
+            moved = [
+                not isinstance(t, SymbolicZero)
+                for t in jax.tree.leaves(
+                    given, is_leaf=lambda t: isinstance(t, SymbolicZero)
+                )
+            ]
+            chosen = [t for t, m in zip(jax.tree.leaves(given), moved) if m]
+            of_moved = _of_chosen(plain, leaves, tree, moved)
+            return jax.jvp(
+                of_moved, tuple(v for v, m in zip(leaves, moved) if m), tuple(chosen)
+            )
 
+        call.defjvp(derivative, symbolic_zeros=True)
         return call(arrays)
 
     @jax.custom_vjp
     def call_(arrays):
         return mapped(arrays)
 
-    # Differentiated, the batch goes element by element: the derivative's forward
-    # pass is the solve's own (no second solve), its residuals a pytree.
+    held: dict[str, Any] = {}
+
     def forward_pass(arrays):
-        return jax.vjp(plain, arrays)
+        primals, tree = jax.tree.flatten(arrays)
+        values = [p.value for p in primals]
+        held["moved"], held["tree"] = [p.perturbed for p in primals], tree
+        of_moved = _of_chosen(plain, values, tree, held["moved"])
+        return jax.vjp(of_moved, *[v for v, m in zip(values, held["moved"]) if m])
 
     def backward_pass(pullback, cotangent):
-        return pullback(cotangent)
+        cotangent = jax.tree.map(
+            lambda c: _zeros(c) if isinstance(c, SymbolicZero) else c,
+            cotangent,
+            is_leaf=lambda c: isinstance(c, SymbolicZero),
+        )
+        given = iter(pullback(cotangent))
+        leaves = [next(given) if m else None for m in held["moved"]]
+        return (jax.tree.unflatten(held["tree"], leaves),)
 
-    call_.defvjp(forward_pass, backward_pass)
+    call_.defvjp(forward_pass, backward_pass, symbolic_zeros=True)
     return call_(arrays)
+
+
+def _of_chosen(
+    fn: Callable[[PyTree], Any], values: list, tree: Any, chosen: list[bool]
+) -> Callable[..., Any]:
+    """`fn` of the leaves marked `chosen` alone, the others held at `values`."""
+
+    def of_chosen(*leaves: Any) -> Any:
+        given = iter(leaves)
+        full = [next(given) if c else v for v, c in zip(values, chosen)]
+        return fn(jax.tree.unflatten(tree, full))
+
+    return of_chosen
+
+
+def _zeros(zero: "SymbolicZero") -> Array:
+    """The array of a symbolic zero cotangent (`float0` for an integer primal)."""
+    aval = zero.aval
+    return jnp.zeros(aval.shape, aval.dtype)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _in_lockstep(
