@@ -215,3 +215,55 @@ def test_orders_and_a_larger_system(order):
     for g, final in zip(couplings, finals):
         h = lambda t, g=float(g): g * h0 + 0.4 * np.cos(1.7 * t) * v  # noqa: E731
         assert _error(final, propagate(h, 0.0, 4.0, np.asarray(state))) <= 1e-9
+
+
+def _chain(sites):
+    """The XY chain's hopping and its staggered field, as NumPy matrices."""
+    x, y = SX, np.array([[0, -1j], [1j, 0]])
+    z = SZ
+
+    def at(op, k, width=1):
+        return np.kron(np.kron(np.eye(2**k), op), np.eye(2 ** (sites - k - width)))
+
+    hopping = sum(at(np.kron(x, x) + np.kron(y, y), k, 2) for k in range(sites - 1))
+    field = sum((-1) ** k * at(z, k) for k in range(sites))
+    drive = sum(at(x, k) for k in range(sites))
+    return hopping, field, drive
+
+
+def test_a_chain_held_by_its_diagonals_and_nested_maps(monkeypatch):
+    """A 6-site chain (n = 64, terms held by their diagonals) swept over its field
+    strength and kets, nested `jax.vmap`s and a batch of one, against each element
+    solved alone (and that against scipy)."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    hopping, field, drive = _chain(6)
+    neel = jnp.asarray(np.eye(64)[int("010101", 2)], complex)
+    rng = np.random.default_rng(4)
+    kets = rng.normal(size=(2, 64)) + 1j * rng.normal(size=(2, 64))
+    kets = jnp.asarray(kets / np.linalg.norm(kets, axis=1, keepdims=True))
+    times = jnp.array([0.0, 1.5])
+
+    def solve(strength, state):
+        h = hierax.TimeOperator(
+            [hierax.Constant(1.0), hierax.Constant(strength), hierax.Cos(2.0, 0, 0.3)],
+            [hopping, field, drive],
+        )
+        return hierax.sesolve(h, state, times, rtol=1e-10, atol=1e-12).final_state
+
+    strengths = jnp.array([0.2, 1.3, 2.5])
+    nested = jax.jit(jax.vmap(jax.vmap(solve, in_axes=(None, 0)), in_axes=(0, None)))(
+        strengths, kets
+    )
+    one = jax.vmap(solve)(strengths[:1], neel[None])
+    assert nested.shape == (3, 2, 64) and one.shape == (1, 64)
+    assert stepped and all(s is not None for s in stepped)
+    for i, g in enumerate(strengths):
+        for k in range(2):
+            assert _error(nested[i, k], solve(g, kets[k])) <= 1e-9
+    alone = solve(strengths[0], neel)
+    assert _error(one[0], alone) <= 1e-9
+
+    def h(t):
+        return hopping + 0.2 * field + 0.3 * np.cos(2.0 * t) * drive
+
+    assert _error(alone, propagate(h, 0.0, 1.5, np.asarray(neel))) <= 1e-9
