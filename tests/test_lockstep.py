@@ -267,3 +267,21 @@ def test_a_chain_held_by_its_diagonals_and_nested_maps(monkeypatch):
         return hopping + 0.2 * field + 0.3 * np.cos(2.0 * t) * drive
 
     assert _error(alone, propagate(h, 0.0, 1.5, np.asarray(neel))) <= 1e-9
+
+
+def test_one_hamiltonian_with_a_sampled_pulse_maps_its_kets(monkeypatch):
+    """One Hamiltonian for the whole batch steps its kets as columns, whatever its
+    structure (here a piecewise-constant pulse, whose knots bound the steps)."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    knots = jnp.linspace(0.0, 4.0, 9)
+    pulse = hierax.PiecewiseConstant(knots, jnp.linspace(0.2, 1.0, 8))
+    h = hierax.TimeOperator([hierax.Constant(0.4), pulse], [SZ, SX])
+    kets = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8j]], complex)
+
+    def solve(ket):
+        return hierax.sesolve(h, ket, TIMES, rtol=1e-10, atol=1e-12).final_state
+
+    mapped = jax.vmap(solve)(kets)
+    assert len(stepped) == 1 and stepped[0] is not None
+    for ket, final in zip(kets, mapped):
+        assert _error(final, solve(ket)) <= 1e-10

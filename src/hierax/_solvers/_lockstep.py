@@ -310,10 +310,11 @@ def _in_lockstep(
     size: int,
 ) -> Solution | None:
     """The batch's solution stepped in lockstep, or `None` where it cannot be: the
-    Hamiltonians must differ only in their time functions and energy shifts, and
-    the batch share its times, tolerances, step, observables and matrices; each
-    state a vector (or shared); no sampled pulses (their knots are the steps'
-    bounds), no dense output (one interpolation per element)."""
+    batch shares its times, tolerances, step and observables, each state is a
+    vector (or shared), and the Hamiltonians are one, or differ only in constant
+    coefficients and energy shifts (dense terms, no sampled pulses: their knots
+    bound the steps). (Dense output is never stepped here: one interpolation per
+    element.)"""
     term, state, times, rtol, atol, dt, exp_ops, norms = eqx.combine(arrays, static)
     (
         term_flags,
@@ -324,21 +325,22 @@ def _in_lockstep(
         return None
     if state.ndim != 1 + bool(state_flag):
         return None
-    rest = eqx.tree_at(
-        lambda s: (s.hamiltonian, s.energy_shift), term_flags, replace=(None, None)
-    )
-    if any(jax.tree.leaves(rest)) or jump_times(term.hamiltonian) is not None:
-        return None
-    if not _differs_in_constants_only(term.hamiltonian, term_flags.hamiltonian):
-        return None
-    axes = _axes(term_flags.hamiltonian)
+    # A shared Hamiltonian steps the batch as the columns of one state as it is
+    # (any structure: sparse terms, sampled pulses).
+    shared = not any(jax.tree.leaves(term_flags))
+    if not shared:
+        rest = eqx.tree_at(
+            lambda s: (s.hamiltonian, s.energy_shift), term_flags, replace=(None, None)
+        )
+        if any(jax.tree.leaves(rest)) or jump_times(term.hamiltonian) is not None:
+            return None
+        if not _differs_in_constants_only(term.hamiltonian, term_flags.hamiltonian):
+            return None
     if state_flag:
         columns = state.T
     else:
         columns = jnp.broadcast_to(state[:, None], state.shape + (size,))
-    # A shared Hamiltonian steps the batch as the columns of one state as it is.
-    shared = not any(jax.tree.leaves(term_flags))
-    stepped = term if shared else ColumnsTerm(term, axes)
+    stepped = term if shared else ColumnsTerm(term, _axes(term_flags.hamiltonian))
     solution = solve_columns(stepped, columns, times, rtol, atol, dt, exp_ops, norms)
     batch = lambda x: jnp.broadcast_to(x, (size,) + jnp.shape(x))  # noqa: E731
     return Solution(
