@@ -314,30 +314,12 @@ def _solve_impl(
     dt: Array | None,
     exp_ops: Array | None,
     norms: tuple[TermNorms | None, ...] | None,
-    *,
-    order: int,
-    max_steps: int,
-    control: tuple[float, float, float, float],
-    progress: bool,
-    dense: bool,
-    adjoint: "_Static",
-    api: str,
-    expectation: Callable[[Array, Array], Array],
-    checks: tuple[str, ...] = (),
+    **settings: Any,
 ) -> Solution:
-    settings: dict[str, Any] = dict(
-        order=order,
-        max_steps=max_steps,
-        control=control,
-        progress=progress,
-        dense=dense,
-        adjoint=adjoint,
-        api=api,
-        expectation=expectation,
-        checks=checks,
-    )
+    """The compiled solve: `_steps` with its static `settings`, a `sesolve` batch
+    under `jax.vmap` in lockstep where it can be."""
     inputs = (term, state, times, rtol, atol, dt, exp_ops, norms)
-    if dense or not isinstance(term, SchrodingerTerm):
+    if settings["dense"] or not isinstance(term, SchrodingerTerm):
         return _steps(*inputs, **settings)
     # Under `jax.vmap`, a batch that shares its matrices, times and tolerances is
     # stepped in lockstep (`_lockstep`); alone, or differentiated, element by
@@ -349,7 +331,7 @@ def _solve_impl(
         arrays,
         static,
         solve,
-        is_forward(adjoint.value),
+        is_forward(settings["adjoint"].value),
     )
 
 

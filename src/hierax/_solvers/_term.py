@@ -493,8 +493,8 @@ def with_parts(term: _Term, parts: PyTree) -> _Term:
 class UnitTimeTerm(_TimeControl):
     """A term on $[t_0, t_1]$ seen on $s \\in [0, 1]$, $t = t_0 + s\\,(t_1 - t_0)$:
     how `sesolve` and `mesolve` hand their equation to diffrax, so that diffrax's
-    bounds are constants (see `_solve_impl`). [`hierax.TaylorSolver`][] steps the
-    wrapped term in physical time."""
+    bounds are constants (see `_steps` in `_integrate`). [`hierax.TaylorSolver`][]
+    steps the wrapped term in physical time."""
 
     term: AbstractTaylorTerm
     start: Array
