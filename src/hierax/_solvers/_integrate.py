@@ -319,11 +319,12 @@ def _solve_impl(
     """The compiled solve: `_steps` with its static `settings`, a `sesolve` batch
     under `jax.vmap` in lockstep where it can be."""
     inputs = (term, state, times, rtol, atol, dt, exp_ops, norms)
-    if settings["dense"] or not isinstance(term, SchrodingerTerm):
+    if settings["dense"] or not isinstance(term, SchrodingerTerm) or state.ndim != 1:
         return _steps(*inputs, **settings)
-    # Under `jax.vmap`, a batch that shares its matrices, times and tolerances is
-    # stepped in lockstep (`_lockstep`); alone, or differentiated, element by
-    # element.
+    # Under `jax.vmap`, a batch of kets that shares its matrices, times and
+    # tolerances is stepped in lockstep (`_lockstep`); alone, or differentiated,
+    # element by element. (Columns and propagators never are: `floquet` maps
+    # those, and its first call would pay the batching rule's traces for nothing.)
     arrays, static = eqx.partition(inputs, eqx.is_array)
     solve = functools.partial(_steps, **settings)
     return batched_in_lockstep(

@@ -323,8 +323,6 @@ def _in_lockstep(
     ) = flags
     if any(jax.tree.leaves(rest_flags)) or not isinstance(term, SchrodingerTerm):
         return None
-    if state.ndim != 1 + bool(state_flag):
-        return None
     # A shared Hamiltonian steps the batch as the columns of one state as it is
     # (any structure: sparse terms, sampled pulses).
     shared = not any(jax.tree.leaves(term_flags))
