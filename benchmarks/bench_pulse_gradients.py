@@ -58,7 +58,6 @@ results.
 """
 
 import argparse
-import json
 import math
 import os
 import warnings
@@ -76,7 +75,7 @@ import scipy.integrate  # noqa: E402
 import scipy.interpolate  # noqa: E402
 import scipy.linalg  # noqa: E402
 from peers import real_embedding  # noqa: E402
-from rows import emit, row  # noqa: E402
+from rows import emit, row, save  # noqa: E402
 from timing import (  # noqa: E402
     Stopwatch,
     alternating_times,
@@ -529,11 +528,8 @@ def main():
         )
         load.append(list(os.getloadavg()))
     results["load"] = load
-    print(f"load after: {load[-1]}")
     emit(result_rows(results))
-    if ns.out:
-        with open(ns.out, "w") as file:
-            json.dump(results, file, indent=1, default=float)
+    save(results, ns.out)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ methods taking turns, median of 3. `os.getloadavg()` goes with the results.
 
 import argparse
 import collections
-import json
 import os
 import re
 import statistics
@@ -51,7 +50,7 @@ import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
-from rows import emit, row  # noqa: E402
+from rows import emit, row, save  # noqa: E402
 from timing import (  # noqa: E402
     Stopwatch,
     alternating_times,
@@ -635,11 +634,8 @@ def main():
         results["first_call"] = first_calls(1 if ns.quick else 3)
     load.append(list(os.getloadavg()))
     results["load"] = load
-    print(f"load after: {load[-1]}")
     emit(result_rows(results))
-    if ns.out:
-        with open(ns.out, "w") as file:
-            json.dump(results, file, indent=1, default=float)
+    save(results, ns.out)
 
 
 if __name__ == "__main__":

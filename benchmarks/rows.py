@@ -76,3 +76,12 @@ def emit(rows: list[dict[str, Any]]) -> None:
         with open(path, "w", encoding="utf-8") as file:
             json.dump(rows, file, indent=1)
         print(f"{len(rows)} result rows -> {path}")
+
+
+def save(results: dict[str, Any], out: str | None) -> None:
+    """The end of a script's run: the load after it (`results["load"]`, a list the
+    script filled) printed, and `results` written as JSON to `out` when given."""
+    print(f"load after: {results['load'][-1]}")
+    if out:
+        with open(out, "w", encoding="utf-8") as file:
+            json.dump(results, file, indent=1, default=float)
