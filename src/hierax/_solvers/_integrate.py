@@ -30,7 +30,7 @@ from .._core import (
 )
 from .._data import available_memory
 from .._operators import TermNorms, jump_times, term_norms
-from ._lockstep import batched_in_lockstep, is_forward
+from ._lockstep import batched_in_lockstep
 from ._options import (
     DEFAULT_ATOL,
     DEFAULT_MAX_STEPS,
@@ -332,7 +332,7 @@ def _solve_impl(
         arrays,
         static,
         solve,
-        is_forward(settings["adjoint"].value),
+        isinstance(settings["adjoint"].value, diffrax.ForwardMode),
     )
 
 

@@ -22,7 +22,6 @@ gradients.
 from collections.abc import Callable
 from typing import Any
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.extend
@@ -31,13 +30,14 @@ from jax.core import Tracer
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, PyTree
 
-from .._kernels.propagator import REAL_STATE_SIZE, state_series, step_signs
+from .._data import TermSeries
 from .._operators import bind_args, jump_times, operator_bound, time_operators
 from ._solution import Solution
 from ._term import (
     AbstractTaylorTerm,
     SchrodingerTerm,
     real_and_other_series,
+    schrodinger_terms,
 )
 
 
@@ -55,39 +55,38 @@ class ColumnsTerm(AbstractTaylorTerm):
     def operators(self):
         return self.term.operators
 
-    def _series(self, t: Array, order: int, scale: Array, use_real: bool, args):
-        """The step's `(real, other)` term series, their coefficients one series
-        per column: `(A, K+1, m)`."""
-        hamiltonian = bind_args(self.term.hamiltonian, args)
+    def _series(
+        self, hamiltonian, t, order, scale, use_real
+    ) -> tuple[TermSeries | None, TermSeries | None]:
+        """The step's `(real, other)` term series (`real_and_other_series`), their
+        coefficients one series per column: `(A, K+1, m)`."""
 
         def coefficients(h):
             parts = real_and_other_series(h, t, order, scale, use_real)
             return tuple(None if p is None else p.coefficients for p in parts)
 
         columns = jax.vmap(coefficients, in_axes=(self.axes,))(hamiltonian)
-        shared = real_and_other_series(
+        real, other = real_and_other_series(
             _element(hamiltonian, self.axes), t, order, scale, use_real
         )
-        return tuple(
-            None
-            if p is None or c is None
-            else p._replace(coefficients=jnp.moveaxis(c, 0, -1))
-            for p, c in zip(shared, columns)
-        )
+
+        def per_column(part: TermSeries | None, c: Array | None):
+            if part is None or c is None:
+                return None
+            return part._replace(coefficients=jnp.moveaxis(c, 0, -1))
+
+        return per_column(real, columns[0]), per_column(other, columns[1])
 
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
         del adjoint  # stepped forward only: derivatives go element by element
-        size = jnp.abs(step)
-        scale = jnp.where(size > 0, size, 1)
-        real, series = self._series(
-            t, order, scale, y0.shape[0] >= REAL_STATE_SIZE, args
+        hamiltonian = bind_args(self.term.hamiltonian, args)
+        v = schrodinger_terms(
+            hamiltonian, t, step, y0, order, self.term.parts, series_of=self._series
         )
-        factor = step_signs(step, order) * step
-        v = state_series(real, series, factor, y0, order, self.term.parts)
-        # One shift per column (batched offsets), as a row over the columns.
-        shift = jnp.reshape(self.term.energy_shift, (1,) * (y0.ndim - 1) + (-1,))
-        if jnp.ndim(self.term.energy_shift) == 0:
-            shift = self.term.energy_shift
+        # One shift per column (batched offsets): a row over the columns.
+        shift = self.term.energy_shift
+        if jnp.ndim(shift):
+            shift = shift.reshape(1, -1)
         return v, (-1j * step * shift).astype(v.dtype)
 
     def with_program_parts(self, t, dtype):
@@ -133,11 +132,6 @@ def _batched_outputs(
         arrays,
     )
     return seen[0]
-
-
-def _first(tree: PyTree) -> PyTree:
-    """Element 0 of every leaf (of a batch whose leaves all have the batch axis)."""
-    return jax.tree.map(lambda x: x[0], tree)
 
 
 def _element(tree: PyTree, axes: PyTree) -> PyTree:
@@ -213,9 +207,8 @@ def batched_in_lockstep(
         batched = _batched_outputs(plain, arrays, flags, axis_size)
         out = _in_lockstep(arrays, flags, static, solve_columns, axis_size)
         if out is not None:
-            out = jax.tree.map(
-                lambda x, b, one: x if b else one, out, batched, _first(out)
-            )
+            # (Shared outputs, the times and `max_steps`, unbatched.)
+            out = jax.tree.map(lambda x, b: x if b else x[0], out, batched)
         else:
             out_axes = jax.tree.map(lambda b: 0 if b else None, batched)
             out = jax.vmap(
@@ -350,7 +343,3 @@ def _in_lockstep(
         None,
         final_state=jnp.moveaxis(solution.final_state, -1, 0),
     )
-
-
-def is_forward(adjoint: diffrax.AbstractAdjoint) -> bool:
-    return isinstance(adjoint, diffrax.ForwardMode)

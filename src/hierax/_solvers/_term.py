@@ -2,6 +2,7 @@
 steps through one method, `AbstractTaylorTerm.taylor_terms`."""
 
 import abc
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import diffrax
@@ -191,6 +192,7 @@ def schrodinger_terms(
     order: int,
     parts: EmbeddedParts | DenseEmbedding | None = None,
     adjoint: bool = False,
+    series_of: Callable[..., tuple[TermSeries | None, TermSeries | None]] | None = None,
 ) -> Array:
     """The terms $v_j = y^{(j)}(t)\\, h^j / j!$, $j = 0..K$, of $\\dot y = -iH y$,
     $y(t) = y_0$, for a step $h$ of either sign: shape `(order + 1, *y0.shape)`.
@@ -207,10 +209,13 @@ def schrodinger_terms(
     a few nonzeros per row (`_is_wide`: known dense matrices made sparse by
     `real_terms`) are applied dense to a state of several columns, and to states
     mapped by `jax.vmap` (`by_batching`). `adjoint`: see `series_loop`.
+    `series_of(hamiltonian, t, order, scale, use_real)`: the step's `(real, other)`
+    term series (`real_and_other_series` by default; a batch in lockstep gives one
+    series per column).
     """
     size = jnp.abs(step)
     scale = jnp.where(size > 0, size, 1)
-    real, series = real_and_other_series(
+    real, series = (series_of or real_and_other_series)(
         hamiltonian, t, order, scale, y0.shape[0] >= REAL_STATE_SIZE
     )
     factor = step_signs(step, order) * step
