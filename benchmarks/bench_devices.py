@@ -2,7 +2,8 @@
 against x64 references, and its speed against diffrax and dynamiqs at matched error.
 
     python benchmarks/bench_devices.py [--precision x32|x64] [--matmul highest|default]
-        [--sections accuracy,chains,open_chain,batch,floquet,lanczos] [--sites 8,10]
+        [--sections accuracy,chains,open_chain,batch,sweep,floquet,lanczos]
+        [--sites 8,10]
         [--batch 64] [--quick] [--reference ref.npz] [--out results.json]
 
 Nothing is configured at import: `--precision` (default x32) sets `jax_enable_x64`
@@ -47,10 +48,17 @@ Sections:
   dynamiqs Dopri8 in x64 on the CPU at rtol 1e-12, atol 1e-14 (diffrax has no
   `mesolve`; a hand-written Dopri8 on the 4096 x 4096 Liouvillian is not a fair
   peer). Time at the common final error and the ratio, as for `chains`.
-- `batch`: `jax.vmap` over `--batch` random initial states (`--quick`: 8) at the
-  smallest chain, hierax and Dopri8 (dynamiqs batches the states itself) at rtol
-  1e-6 (x64: 1e-9), atol rtol / 100: first and median times, and each final
-  batch's relative difference to hierax's.
+- `batch`: `jax.vmap` over `--batch` random initial states (`--quick`: 8) of the
+  smallest chain: hierax from Python and inside a user's `jax.jit`, diffrax Dopri8
+  under the same `vmap`, dynamiqs (it batches the states itself), on the ladder of
+  rtol, against diffrax Dopri8 in x64 on the CPU at 1e-12 (sparse generators); the
+  error is the largest 2-norm distance of an element to its reference. Time at the
+  common final error and the ratio, as for `chains`.
+- `sweep`: the qubit sweep of `sweeps.py` (256 detunings, `--quick`: 32, of a
+  qubit under a Gaussian pi pulse, each a traced parameter of the Hamiltonian)
+  under `jax.vmap`: hierax from Python and inside a user's `jax.jit`, diffrax
+  Dopri8 under the same `vmap`, on the ladder of rtol, against scipy's DOP853 on the
+  whole batch in float64 (rtol 1e-13); errors and times as for `batch`.
 - `floquet`: `jax.vmap` of `hierax.floquet`'s quasienergies over `--batch`
   amplitudes A in [0, 1] of H = H0 + A cos(2 t) H1 (random 8-level Hermitian),
   rtol 1e-6 (x64: 1e-10): the time per sweep and the largest quasienergy error
@@ -83,6 +91,7 @@ import jax.numpy as jnp
 import numpy as np
 from peers import diffrax_final, dynamiqs_final, real_embedding
 from rows import emit, row
+from sweeps import QubitSweep
 from systems import System, open_xxz, xxz
 from timing import Stopwatch, first_and_median, time_at
 
@@ -92,11 +101,18 @@ import hierax
 warnings.filterwarnings("ignore", message=".*[Cc]omplex.*")
 warnings.filterwarnings("ignore", message=".*[Ee]xplicitly requested dtype.*")
 
-SECTIONS = ("accuracy", "chains", "open_chain", "batch", "floquet", "lanczos")
+SECTIONS = (
+    "accuracy",
+    "chains",
+    "open_chain",
+    "batch",
+    "sweep",
+    "floquet",
+    "lanczos",
+)
 SPAN = 3.0
 LADDERS = {"x32": (1e-4, 1e-5, 1e-6, 1e-7), "x64": (1e-6, 1e-7, 1e-8, 1e-9, 1e-10)}
 TARGETS = {"x32": 1e-5, "x64": 1e-8}
-BATCH_TOLS = {"x32": 1e-6, "x64": 1e-9}
 FLOQUET_TOLS = {"x32": 1e-6, "x64": 1e-10}
 ACCURACY_TARGET = 2e-5
 ACCURACY_T = 0.7
@@ -252,6 +268,8 @@ def reference_keys(args) -> list[str]:
         keys += [f"chain_{s}" for s in _sites(args)]
     if "open_chain" in sections:
         keys.append(f"open_{_open_sites(args)}")
+    if "batch" in sections:
+        keys.append(f"batch_{min(_sites(args))}_{_batch(args)}")
     if "floquet" in sections:
         keys.append(f"floquet_{_batch(args)}")
     if "lanczos" in sections:
@@ -273,6 +291,9 @@ def compute_reference(key: str) -> np.ndarray:
         return floquet_reference(int(arg))
     if name == "open":
         return open_reference(int(arg))
+    if name == "batch":
+        sites, count = arg.split("_")
+        return batch_reference(int(sites), int(count))
     return lanczos_b(arg == "quick")
 
 
@@ -362,6 +383,10 @@ def _sites(args) -> list[int]:
 
 def _batch(args) -> int:
     return 8 if args.quick and args.batch == 64 else args.batch
+
+
+def _sweep_count(args) -> int:
+    return 32 if args.quick else 256
 
 
 def _open_sites(args) -> int:
@@ -458,11 +483,13 @@ def _dq_precision(precision: str) -> str:
     return "double" if precision == "x64" else "single"
 
 
-def run_ladder(solve: Callable, reference: np.ndarray, tols, slow: float) -> list:
+def run_ladder(
+    solve: Callable, reference: np.ndarray, tols, slow: float, error_of: Callable
+) -> list:
     points = []
     for tol in tols:
         first, median, out = first_and_median(solve, (tol,), REPEATS)
-        error = relative_error(out, reference)
+        error = error_of(out, reference)
         points.append(dict(tol=tol, error=error, seconds=median, first=first))
         if median > slow:
             break
@@ -470,16 +497,23 @@ def run_ladder(solve: Callable, reference: np.ndarray, tols, slow: float) -> lis
 
 
 def compare_at_error(
-    row: dict, methods: dict[str, Callable], reference: np.ndarray, args, label: str
+    row: dict,
+    methods: dict[str, Callable],
+    reference: np.ndarray,
+    args,
+    label: str,
+    error_of: Callable = relative_error,
 ) -> dict:
-    """`row` with each method's ladder of (rtol, final error, time), its time at the
-    common final error (`time_at`) and the best peer's ratio to hierax's."""
+    """`row` with each method's ladder of (rtol, final error `error_of(out,
+    reference)`, time), its time at the common final error (`time_at`) and the best
+    peer's ratio to hierax's."""
     target = TARGETS[args.precision]
     row.update(ladders={}, errors={})
     for name, solve in methods.items():
         try:
+            slow = 5.0 if args.quick else 30.0
             points = run_ladder(
-                solve, reference, LADDERS[args.precision], 5.0 if args.quick else 30.0
+                solve, reference, LADDERS[args.precision], slow, error_of
             )
         except Exception as e:  # a peer that fails on this device
             row["errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -598,61 +632,83 @@ def section_open_chain(args, refs) -> dict:
     return ladder_section([row], args, ("sites", "n", "jumps"))
 
 
-def section_batch(args, refs) -> dict:
-    del refs
-    sites = min(_sites(args))
-    count = _batch(args)
-    system = chain(sites)
-    c = _cdtype()
+def batch_states(system: System, count: int) -> np.ndarray:
+    """`count` random kets of the chain (fixed seed), normalised, as rows."""
     rng = np.random.default_rng(0)
     states = rng.normal(size=(count, system.size)) + 1j * rng.normal(
         size=(count, system.size)
     )
-    states = jnp.asarray(states / np.linalg.norm(states, axis=1, keepdims=True), c)
-    rtol = BATCH_TOLS[args.precision]
-    atol = rtol * 1e-2
+    return (states / np.linalg.norm(states, axis=1, keepdims=True)).astype(_cdtype())
+
+
+def batch_reference(sites: int, count: int) -> np.ndarray:
+    system = chain(sites)
+    final = jax.jit(jax.vmap(diffrax_final(system, sparse=True), (0, None, None)))
+    return np.asarray(final(jnp.asarray(batch_states(system, count)), *REFERENCE_TOLS))
+
+
+def batch_error(states, reference) -> float:
+    """The largest 2-norm distance of an element's final state to its reference
+    (every element a unit vector)."""
+    states = np.asarray(states).reshape(reference.shape)
+    return float(np.max(np.linalg.norm(states - reference, axis=-1)))
+
+
+def section_batch(args, refs) -> dict:
+    sites, count = min(_sites(args)), _batch(args)
+    system = chain(sites)
+    states = jnp.asarray(batch_states(system, count))
     hamiltonian = hamiltonian_of(system)
     times = jnp.asarray(system.times)
+    rdtype = np.float64 if args.precision == "x64" else np.float32
 
-    def one(psi):
-        return hierax.sesolve(
-            hamiltonian, psi, times, rtol=rtol, atol=atol, max_steps=10**6
-        ).final_state
+    def sweep(kets, rtol):
+        def one(psi):
+            return hierax.sesolve(
+                hamiltonian, psi, times, rtol=rtol, atol=rtol * 1e-2, max_steps=10**6
+            ).final_state
 
-    dopri8 = diffrax_final(system)
-    calls: dict[str, Callable] = {
-        "hierax": jax.jit(jax.vmap(one)),
-        "diffrax Dopri8": jax.jit(jax.vmap(lambda psi: dopri8(psi, rtol, atol))),
+        return jax.vmap(one)(kets)
+
+    in_jit = jax.jit(sweep)
+    dopri8 = jax.jit(jax.vmap(diffrax_final(system), (0, None, None)))
+    methods = {
+        "hierax": lambda tol: sweep(states, tol),
+        "hierax in jit": lambda tol: in_jit(states, jnp.asarray(tol, rdtype)),
+        "diffrax Dopri8": lambda tol: dopri8(states, tol, tol * 1e-2),
     }
-    try:
-        dynamiqs = dynamiqs_final(system, "dopri8", _dq_precision(args.precision))
-        calls["dynamiqs Dopri8"] = lambda s: dynamiqs(s, rtol, atol)
-    except ImportError as e:
-        print(f"dynamiqs not installed ({e})")
-    row: dict = dict(sites=sites, n=system.size, batch=count, rtol=rtol)
-    outs = {}
-    for name, fn in calls.items():
-        try:
-            first, median, outs[name] = first_and_median(fn, (states,), REPEATS)
-        except Exception as e:
-            row[name] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
-            continue
-        row[name] = dict(first=first, median=median)
-        if name != "hierax" and "hierax" in outs:
-            row[name]["difference"] = relative_error(outs[name], outs["hierax"])
-    print(
-        f"vmap over {count} states, {sites} sites (n = {system.size}), rtol {rtol:g}:"
-    )
-    for name in calls:
-        r = row[name]
-        if "error" in r:
-            print(f"  {name}: failed ({r['error']})")
-            continue
-        diff = (
-            f", difference to hierax {r['difference']:.1e}" if "difference" in r else ""
-        )
-        print(f"  {name}: {_ms(r['median'])} (first {_ms(r['first'])}){diff}")
-    return row
+    # dynamiqs batches the states itself.
+    methods = with_dynamiqs(methods, system, args.precision, states)
+    row = dict(sites=sites, n=system.size, batch=count)
+    reference = refs[f"batch_{sites}_{count}"]
+    label = f"vmap over {count} states, {sites} sites"
+    row = compare_at_error(row, methods, reference, args, label, batch_error)
+    return ladder_section([row], args, ("sites", "n", "batch"))
+
+
+def section_sweep(args, refs) -> dict:
+    del refs  # scipy's DOP853 in float64, whatever JAX's precision
+    sweep = QubitSweep(_sweep_count(args))
+    reference = sweep.reference()
+    rdtype = np.float64 if args.precision == "x64" else np.float32
+    deltas = jnp.asarray(sweep.params, rdtype)
+
+    def ours(params, rtol):
+        return jax.vmap(lambda d: sweep.hierax_one(rtol)(d)[0])(params)
+
+    def theirs(params, rtol):
+        return jax.vmap(lambda d: sweep.diffrax_one(rtol)(d)[0])(params)
+
+    in_jit, dopri8 = jax.jit(ours), jax.jit(theirs)
+    methods = {
+        "hierax": lambda tol: ours(deltas, tol),
+        "hierax in jit": lambda tol: in_jit(deltas, jnp.asarray(tol, rdtype)),
+        "diffrax Dopri8": lambda tol: dopri8(deltas, jnp.asarray(tol, rdtype)),
+    }
+    row = dict(detunings=len(sweep.params), n=2)
+    label = f"vmap over {len(sweep.params)} detunings"
+    row = compare_at_error(row, methods, reference, args, label, batch_error)
+    return ladder_section([row], args, ("detunings", "n"))
 
 
 def section_floquet(args, refs) -> dict:
@@ -734,6 +790,7 @@ RUNNERS = {
     "chains": section_chains,
     "open_chain": section_open_chain,
     "batch": section_batch,
+    "sweep": section_sweep,
     "floquet": section_floquet,
     "lanczos": section_lanczos,
 }
@@ -757,6 +814,10 @@ def result_rows(record: dict) -> list[dict]:
         "open_chain": lambda r, t: (
             f"open XXZ chain, {r['sites']} sites, {r['jumps']} jumps, error {t:g}"
         ),
+        "batch": lambda r, t: (
+            f"vmap over {r['batch']} states, {r['sites']} sites, error {t:g}"
+        ),
+        "sweep": lambda r, t: f"vmap over {r['detunings']} detunings, error {t:g}",
     }
     for key, case_of in cases.items():
         section = sections.get(key)
@@ -768,11 +829,10 @@ def result_rows(record: dict) -> list[dict]:
                 out.append(row(case, name, "seconds", seconds, **setting))
                 first = points[0]["first"] if points else None
                 out.append(row(case, name, "first_call_seconds", first, **setting))
-    for key, label in (("batch", "vmap over states"), ("floquet", "floquet sweep")):
-        section = sections.get(key)
-        if not section:
-            continue
-        for name, r in section.items():
+    floquet = sections.get("floquet")
+    if floquet:
+        label = "floquet sweep"
+        for name, r in floquet.items():
             if isinstance(r, dict) and "median" in r:
                 out.append(row(label, name, "seconds", r["median"], **setting))
                 out.append(

@@ -1,0 +1,196 @@
+"""The parameter sweeps of `bench_sweeps.py` and `bench_devices.py`: each as a hierax
+solve of one element, a hand-written diffrax Dopri8 of one element (real and
+imaginary parts), and a scipy DOP853 reference of the whole batch (rtol 1e-13, in
+float64 whatever JAX's precision). Matrices are complex128 NumPy arrays; JAX takes
+them at its precision (complex64 without x64).
+"""
+
+import diffrax
+import jax.numpy as jnp
+import numpy as np
+import scipy.integrate
+from peers import real_embedding
+
+import hierax
+
+
+SX = np.array([[0, 1], [1, 0]], complex)
+SZ = np.diag([1.0, -1.0]).astype(complex)
+
+
+class QubitSweep:
+    """256 detunings of a qubit under a Gaussian pi pulse."""
+
+    name = "qubit"
+    span, mean, width = 12.0, 6.0, 1.5
+
+    def __init__(self, count: int = 256):
+        self.amplitude = np.pi / (self.width * np.sqrt(2 * np.pi))
+        self.params = np.linspace(-2.0, 2.0, count)
+        self.start = np.array([1.0, 0.0], complex)
+
+    def pulse(self, t, xp=np):
+        return self.amplitude * xp.exp(-((t - self.mean) ** 2) / (2 * self.width**2))
+
+    def hamiltonian(self, delta):
+        return hierax.TimeOperator(
+            [
+                hierax.Constant(delta / 2),
+                hierax.Gaussian(self.mean, self.width, self.amplitude / 2),
+            ],
+            [SZ, SX],
+        )
+
+    def hierax_one(self, rtol, order=None):
+        times = jnp.array([0.0, self.span])
+        start = jnp.asarray(self.start)
+
+        def one(delta):
+            s = hierax.sesolve(
+                self.hamiltonian(delta),
+                start,
+                times,
+                rtol=rtol,
+                atol=rtol / 100,
+                order=order,
+            )
+            return s.final_state, s.stats["num_steps"]
+
+        return one
+
+    def diffrax_one(self, rtol):
+        z, x = real_embedding(-1j * SZ / 2), real_embedding(-1j * SX / 2)
+        z, x = jnp.asarray(z), jnp.asarray(x)
+        y0 = jnp.concatenate([np.real(self.start), np.imag(self.start)])
+
+        def field(t, y, delta):
+            return delta * (z @ y) + self.pulse(t, jnp) * (x @ y)
+
+        def one(delta):
+            s = diffrax.diffeqsolve(
+                diffrax.ODETerm(field),
+                diffrax.Dopri8(),
+                0.0,
+                self.span,
+                None,
+                y0,
+                args=delta,
+                stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol / 100),
+                max_steps=100_000,
+            )
+            y = s.ys[-1]  # pyright: ignore[reportOptionalSubscript]
+            return y[:2] + 1j * y[2:], s.stats["num_steps"]
+
+        return one
+
+    def reference(self):
+        """All detunings as one real ODE for scipy's DOP853."""
+        b = len(self.params)
+        d = self.params
+
+        def rhs(t, y):
+            psi = (y[: 2 * b] + 1j * y[2 * b :]).reshape(b, 2)
+            w = self.pulse(t) / 2
+            out = np.empty_like(psi)
+            out[:, 0] = -1j * (d / 2 * psi[:, 0] + w * psi[:, 1])
+            out[:, 1] = -1j * (w * psi[:, 0] - d / 2 * psi[:, 1])
+            return np.concatenate([out.real.ravel(), out.imag.ravel()])
+
+        psi0 = np.tile(self.start, (b, 1)).ravel()
+        y0 = np.concatenate([np.real(psi0), np.imag(psi0)])
+        sol = scipy.integrate.solve_ivp(
+            rhs, (0, self.span), y0, "DOP853", rtol=1e-13, atol=1e-15
+        )
+        y = sol.y[:, -1]
+        return (y[: 2 * b] + 1j * y[2 * b :]).reshape(b, 2)
+
+
+class StatesSweep:
+    """64 initial kets of a driven random 32-level system."""
+
+    name = "states"
+    span, frequency, drive = 10.0, 1.3, 0.3
+
+    def __init__(self, n: int = 32, count: int = 64, seed: int = 0):
+        rng = np.random.default_rng(seed)
+
+        def hermitian():
+            m = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
+            m = (m + m.conj().T) / 2
+            return m / np.max(np.abs(np.linalg.eigvalsh(m)))
+
+        self.h0, self.v = 2 * hermitian(), hermitian()
+        kets = rng.normal(size=(count, n)) + 1j * rng.normal(size=(count, n))
+        self.params = kets / np.linalg.norm(kets, axis=1, keepdims=True)
+        self.n = n
+
+    def hamiltonian(self):
+        return hierax.TimeOperator(
+            [hierax.Constant(1.0), hierax.Cos(self.frequency, 0.0, self.drive)],
+            [self.h0, self.v],
+        )
+
+    def hierax_one(self, rtol, order=None):
+        times = jnp.array([0.0, self.span])
+        h = self.hamiltonian()
+
+        def one(ket):
+            s = hierax.sesolve(h, ket, times, rtol=rtol, atol=rtol / 100, order=order)
+            return s.final_state, s.stats["num_steps"]
+
+        return one
+
+    def hierax_columns(self, rtol):
+        """The batch as the columns of one state: no `vmap`."""
+        times = jnp.array([0.0, self.span])
+        h = self.hamiltonian()
+
+        def solve(kets):
+            s = hierax.sesolve(h, kets.T, times, rtol=rtol, atol=rtol / 100)
+            return s.final_state.T, s.stats["num_steps"]
+
+        return solve
+
+    def diffrax_one(self, rtol):
+        g0 = jnp.asarray(real_embedding(-1j * self.h0))
+        g1 = jnp.asarray(real_embedding(-1j * self.v))
+        n = self.n
+
+        def field(t, y, args):
+            del args
+            c = self.drive * jnp.cos(self.frequency * t)
+            return g0 @ y + c * (g1 @ y)
+
+        def one(ket):
+            y0 = jnp.concatenate([ket.real, ket.imag])
+            s = diffrax.diffeqsolve(
+                diffrax.ODETerm(field),
+                diffrax.Dopri8(),
+                0.0,
+                self.span,
+                None,
+                y0,
+                stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol / 100),
+                max_steps=100_000,
+            )
+            y = s.ys[-1]  # pyright: ignore[reportOptionalSubscript]
+            return y[:n] + 1j * y[n:], s.stats["num_steps"]
+
+        return one
+
+    def reference(self):
+        n, b = self.n, len(self.params)
+
+        def rhs(t, y):
+            psi = (y[: n * b] + 1j * y[n * b :]).reshape(n, b)
+            h = self.h0 + self.drive * np.cos(self.frequency * t) * self.v
+            out = -1j * (h @ psi)
+            return np.concatenate([out.real.ravel(), out.imag.ravel()])
+
+        psi0 = self.params.T.ravel()
+        y0 = np.concatenate([np.real(psi0), np.imag(psi0)])
+        sol = scipy.integrate.solve_ivp(
+            rhs, (0, self.span), y0, "DOP853", rtol=1e-13, atol=1e-15
+        )
+        y = sol.y[:, -1]
+        return (y[: n * b] + 1j * y[n * b :]).reshape(n, b).T
