@@ -627,3 +627,46 @@ def test_a_second_call_on_the_device_moves_no_data():
         np.testing.assert_allclose(
             np.asarray(modes), np.asarray(first.modes_at(t)), atol=0
         )
+
+
+@pytest.mark.parametrize(
+    "shift, dtype, tolerance",
+    [
+        (0.0, np.complex128, 1e-11),
+        (1e-7, np.complex128, 1e-11),
+        (-3e-5, np.complex128, 1e-11),
+        (2e-3, np.complex128, 1e-11),
+        (0.0, np.complex64, 2e-5),
+        (3e-4, np.complex64, 2e-5),
+    ],
+)
+def test_pairs_whose_quasienergies_sum_to_where_one_hermitian_mix_meets(
+    shift, dtype, tolerance
+):
+    """H = Q diag(E) Q^dagger, constant (periodic with any T), so the quasienergies
+    are E folded. Two of them are placed so that (e + e') T = -2 arctan c (+ a
+    shift), where one Hermitian combination of U has a double eigenvalue and its
+    `eigh` mixes their modes (with that one pass, the shifts 0 and 1e-7 failed in
+    complex128, both in complex64): every quasienergy to the tolerance and every
+    mode an eigenvector of U."""
+    rng = np.random.default_rng(5)
+    period = np.pi  # omega = 2: quasienergies in (-1, 1]
+    c = 0.6180339887498949
+    pair_sum = (-2 * np.arctan(c) + shift) / period
+    energies = np.array([0.3, pair_sum - 0.3, 0.71, -0.83, 0.05, -0.44])
+    q, _ = np.linalg.qr(rng.normal(size=(6, 6)) + 1j * rng.normal(size=(6, 6)))
+    h = (q * energies) @ q.conj().T
+    h = (h + h.conj().T) / 2
+    tight = dtype == np.complex128
+    basis = hierax.floquet(
+        h.astype(dtype),
+        np.real(np.asarray(period, dtype)),
+        rtol=1e-13 if tight else 1e-6,
+        atol=1e-15 if tight else 1e-8,
+    )
+    got = np.asarray(basis.quasienergies).astype(float)
+    np.testing.assert_allclose(got, _folded(energies, 2.0), atol=tolerance)
+    u = scipy.linalg.expm(-1j * h * period)
+    modes = np.asarray(basis.modes).astype(complex)
+    residual = u @ modes - modes * np.exp(-1j * got * period)
+    assert np.max(np.abs(residual)) < 10 * tolerance
