@@ -93,11 +93,22 @@ def segments(
 
 
 def _kth_largest(weights: Array, k: int) -> Array:
-    """The k-th largest of non-negative `weights` (k >= 1): IEEE floats of one sign
-    order as their bit patterns, which sort as integers (the fast sort)."""
+    """The k-th largest of non-negative `weights` (k >= 1), without a sort: IEEE
+    floats of one sign order as their bit patterns, and the answer is the largest
+    pattern t with at least k patterns >= t, found bit by bit from the top (one
+    count over the weights per bit). A sort of the patterns did the same: on the
+    CPU 5.7 against 0.9 ms for 147456 weights, and on a TPU each program holding
+    one took 6-10 s to compile."""
     bits = {4: jnp.uint32, 8: jnp.uint64}[weights.dtype.itemsize]
-    ranked = jnp.sort(lax.bitcast_convert_type(weights, bits))
-    return lax.bitcast_convert_type(ranked[weights.shape[0] - k], weights.dtype)
+    width = 8 * weights.dtype.itemsize
+    patterns = lax.bitcast_convert_type(weights, bits)
+
+    def take_bit(i, answer):
+        trial = answer | (jnp.ones((), bits) << (width - 1 - i).astype(bits))
+        return jnp.where(jnp.sum(patterns >= trial) >= k, trial, answer)
+
+    answer = lax.fori_loop(0, width, take_bit, jnp.zeros((), bits))
+    return lax.bitcast_convert_type(answer, weights.dtype)
 
 
 def magnitude(c: Inexact[Array, " m *series"]) -> Array:
