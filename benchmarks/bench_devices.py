@@ -68,7 +68,9 @@ Sections:
 - `lanczos`: `hierax.lanczos` of Z_0 under the Ising chain
   (`PauliSum.ising_chain(12, 1, 1.05, 0.5)`), 30 steps, capacity 4096 (`--quick`:
   8 qubits, 10 steps, capacity 256): first call and median of 3, and the largest
-  difference of the coefficients b to the x64 CPU run.
+  difference of the coefficients b to the x64 CPU run; the first call's parts
+  (trace and lower, XLA's compile) ahead of time, and XLA's compile of one sort of
+  1024, 16384 and 147456 uint32 keys (the merge of the candidates sorts them).
 
 Every section is labelled with the device (`device_kind`, platform), the
 precision, the matmul choice and the load average (`os.getloadavg()`) at its start
@@ -93,7 +95,7 @@ from peers import diffrax_final, dynamiqs_final, real_embedding
 from rows import emit, row
 from sweeps import QubitSweep
 from systems import System, open_xxz, xxz
-from timing import Stopwatch, first_and_median, time_at
+from timing import Stopwatch, compile_phases, first_and_median, time_at
 
 import hierax
 
@@ -775,6 +777,21 @@ def section_lanczos(args, refs) -> dict:
         f"difference of b to x64 {difference:.1e}",
         flush=True,
     )
+    # The first call's parts, compiled ahead of time afresh (the whole result).
+    jax.clear_caches()
+    whole = jax.jit(lambda: hierax.lanczos(h, o, steps, capacity=capacity))
+    lower, build, _ = compile_phases(whole, ())
+    print(f"  ahead of time: trace and lower {_ms(lower)}, compile {_ms(build)}")
+    # XLA's compile of one sort (the candidates' merge sorts them), by size.
+    sorts = {}
+    for size in (1 << 10, 1 << 14, 147456):
+        jax.clear_caches()
+        keys = jnp.zeros(size, jnp.uint32)
+        sorts[size] = compile_phases(jax.jit(jnp.sort), (keys,))[1]
+    print(
+        "  compile of one sort of uint32: "
+        + ", ".join(f"{size} keys {_ms(t)}" for size, t in sorts.items())
+    )
     return dict(
         qubits=qubits,
         steps=steps,
@@ -782,6 +799,9 @@ def section_lanczos(args, refs) -> dict:
         first=first,
         median=median,
         difference=difference,
+        trace_lower=lower,
+        compile=build,
+        sort_compile={str(k): v for k, v in sorts.items()},
     )
 
 
@@ -848,6 +868,9 @@ def result_rows(record: dict) -> list[dict]:
             row(case, "hierax", "first_call_seconds", lanczos["first"], **setting)
         )
         out.append(row(case, "hierax", "error", lanczos["difference"], **setting))
+        if "compile" in lanczos:
+            compile_ = lanczos["compile"]
+            out.append(row(case, "hierax", "compile_seconds", compile_, **setting))
     return out
 
 
