@@ -52,6 +52,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("interop", "bench_interop.py", ("--repeats", "20"), "folder"),
         Benchmark("mesolve", "bench_mesolve.py", ("--quick",), "file"),
         Benchmark("open_systems", "bench_open_systems.py", ("--quick",), "file"),
+        Benchmark("open_sweeps", "bench_open_sweeps.py", ("--quick",), "file"),
         Benchmark("overhead", "bench_overhead.py", ("--calls", "30")),
         Benchmark("pauli", "bench_pauli.py", ("--quick",), "file"),
         Benchmark("pulse_gradients", "bench_pulse_gradients.py", ("--quick",), "file"),
