@@ -39,8 +39,9 @@ matrix products, not the Liouvillian): independent of every method. The error of
 sweep is the largest Frobenius norm of an element's final rho minus its reference.
 
 For each method a ladder of rtol 1e-3, 1e-4 ... 1e-13 (`--quick`: 1e-4, 1e-6 ...
-1e-12), atol = rtol / 100, is timed with the methods taking turns (`timing.alternating_times`); the time at final error 1e-6 and 1e-10
-is read off the ladder (`timing.at_targets`), with whether the loosest rtol already
+1e-12), atol = rtol / 100, is timed with the methods taking turns
+(`timing.alternating_times`); the time at final error 1e-6 and 1e-10 is read off
+the ladder (`timing.at_targets`), with whether the loosest rtol already
 met it (the loosest rtol that met it is a row too). Reported besides: steps per
 element (min, median, max; the solvers' own counts) and the first call of each
 jitted sweep (build, trace, compile and run, after `timing.warm_up`): in this
