@@ -54,11 +54,12 @@ Sections:
   rtol, against diffrax Dopri8 in x64 on the CPU at 1e-12 (sparse generators); the
   error is the largest 2-norm distance of an element to its reference. Time at the
   common final error and the ratio, as for `chains`.
-- `sweep`: the qubit sweep of `sweeps.py` (256 detunings, `--quick`: 32, of a
-  qubit under a Gaussian pi pulse, each a traced parameter of the Hamiltonian)
-  under `jax.vmap`: hierax from Python and inside a user's `jax.jit`, diffrax
-  Dopri8 under the same `vmap`, on the ladder of rtol, against scipy's DOP853 on the
-  whole batch in float64 (rtol 1e-13); errors and times as for `batch`.
+- `sweep`: the qubit sweeps of `sweeps.py` (256 detunings, `--quick`: 32, of a
+  qubit under a Gaussian pi pulse, and 256 amplitudes of that pulse, each a
+  traced parameter of the Hamiltonian) under `jax.vmap`: hierax from Python and
+  inside a user's `jax.jit`, diffrax Dopri8 under the same `vmap`, on the ladder
+  of rtol, against scipy's DOP853 on the whole batch in float64 (rtol 1e-13);
+  errors and times as for `batch`.
 - `floquet`: `jax.vmap` of `hierax.floquet`'s quasienergies over `--batch`
   amplitudes A in [0, 1] of H = H0 + A cos(2 t) H1 (random 8-level Hermitian),
   rtol 1e-6 (x64: 1e-10): the time per sweep and the largest quasienergy error
@@ -93,7 +94,7 @@ import jax.numpy as jnp
 import numpy as np
 from peers import diffrax_final, dynamiqs_final, real_embedding
 from rows import emit, row
-from sweeps import QubitSweep
+from sweeps import QubitSweep, RabiSweep
 from systems import System, open_xxz, xxz
 from timing import Stopwatch, compile_phases, first_and_median, time_at
 
@@ -688,29 +689,38 @@ def section_batch(args, refs) -> dict:
     return ladder_section([row], args, ("sites", "n", "batch"))
 
 
-def section_sweep(args, refs) -> dict:
-    del refs  # scipy's DOP853 in float64, whatever JAX's precision
-    sweep = QubitSweep(_sweep_count(args))
-    reference = sweep.reference()
-    rdtype = np.float64 if args.precision == "x64" else np.float32
-    deltas = jnp.asarray(sweep.params, rdtype)
+def sweep_methods(sweep: QubitSweep, precision: str) -> dict[str, Callable]:
+    """Each method as solve(tol) -> the sweep's final states, under `jax.vmap`."""
+    rdtype = np.float64 if precision == "x64" else np.float32
+    params = jnp.asarray(sweep.params, rdtype)
 
     def ours(params, rtol):
-        return jax.vmap(lambda d: sweep.hierax_one(rtol)(d)[0])(params)
+        return jax.vmap(lambda p: sweep.hierax_one(rtol)(p)[0])(params)
 
     def theirs(params, rtol):
-        return jax.vmap(lambda d: sweep.diffrax_one(rtol)(d)[0])(params)
+        return jax.vmap(lambda p: sweep.diffrax_one(rtol)(p)[0])(params)
 
     in_jit, dopri8 = jax.jit(ours), jax.jit(theirs)
-    methods = {
-        "hierax": lambda tol: ours(deltas, tol),
-        "hierax in jit": lambda tol: in_jit(deltas, jnp.asarray(tol, rdtype)),
-        "diffrax Dopri8": lambda tol: dopri8(deltas, jnp.asarray(tol, rdtype)),
+    return {
+        "hierax": lambda tol: ours(params, tol),
+        "hierax in jit": lambda tol: in_jit(params, jnp.asarray(tol, rdtype)),
+        "diffrax Dopri8": lambda tol: dopri8(params, jnp.asarray(tol, rdtype)),
     }
-    row = dict(detunings=len(sweep.params), n=2)
-    label = f"vmap over {len(sweep.params)} detunings"
-    row = compare_at_error(row, methods, reference, args, label, batch_error)
-    return ladder_section([row], args, ("detunings", "n"))
+
+
+def section_sweep(args, refs) -> dict:
+    del refs  # scipy's DOP853 in float64, whatever JAX's precision
+    rows = []
+    for kind in (QubitSweep, RabiSweep):
+        sweep = kind(_sweep_count(args))
+        methods = sweep_methods(sweep, args.precision)
+        row = dict(sweep=sweep.name, elements=len(sweep.params), n=2)
+        label = f"vmap over {len(sweep.params)} elements ({sweep.name})"
+        row = compare_at_error(
+            row, methods, sweep.reference(), args, label, batch_error
+        )
+        rows.append(row)
+    return ladder_section(rows, args, ("sweep", "elements", "n"))
 
 
 def section_floquet(args, refs) -> dict:
@@ -837,7 +847,9 @@ def result_rows(record: dict) -> list[dict]:
         "batch": lambda r, t: (
             f"vmap over {r['batch']} states, {r['sites']} sites, error {t:g}"
         ),
-        "sweep": lambda r, t: f"vmap over {r['detunings']} detunings, error {t:g}",
+        "sweep": lambda r, t: (
+            f"vmap over {r['elements']} {r['sweep']} elements, error {t:g}"
+        ),
     }
     for key, case_of in cases.items():
         section = sections.get(key)

@@ -3,12 +3,15 @@ diffrax Dopri8 under the same `vmap`, at matched final error, and where the time
 
     .venv/bin/python benchmarks/bench_sweeps.py [--quick] [--out PATH]
 
-Two sweeps, float64/complex128, on the CPU:
+Three sweeps, float64/complex128, on the CPU:
 
 - `qubit`: a driven qubit $H = \\frac{\\Delta}{2} \\sigma_z + \\frac{\\Omega(t)}{2}
   \\sigma_x$, a Gaussian pi pulse $\\Omega(t) = A e^{-(t - 6)^2 / (2 \\cdot 1.5^2)}$
   over $t \\in [0, 12]$, swept over 256 detunings $\\Delta \\in [-2, 2]$ from
   $|0\\rangle$ (`vmap` over $\\Delta$, a traced parameter of the Hamiltonian);
+- `rabi`: the same qubit at $\\Delta = 0.3$, the pulse times 256 amplitudes
+  $s \\in [0, 4]$ (pulse areas up to $4\\pi$; `vmap` over $s$, the amplitude of
+  the `Gaussian`);
 - `states`: a random 32-level Hermitian $H_0$ (spectral radius about 2) plus
   $0.3 \\cos(1.3 t) V$ (random Hermitian V, fixed seed) over $t \\in [0, 10]$,
   64 random initial kets (`vmap` over the state; hierax also with the 64 kets as
@@ -50,7 +53,7 @@ import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from rows import emit, row, save  # noqa: E402
-from sweeps import SX, SZ, QubitSweep, StatesSweep  # noqa: E402
+from sweeps import SX, SZ, QubitSweep, RabiSweep, StatesSweep  # noqa: E402
 from timing import (  # noqa: E402
     Stopwatch,
     alternating_times,
@@ -378,7 +381,9 @@ def result_rows(results: dict) -> list:
     """The headline numbers as the runner's rows: time and steps at each target
     error, time per step batched and alone, and the first call."""
     out = []
-    for case in ("qubit", "states"):
+    for case in ("qubit", "rabi", "states"):
+        if case not in results:
+            continue
         sweep = results[case]
         name = f"{case} sweep ({sweep['elements']} under vmap)"
         for method, targets in sweep["targets"].items():
@@ -431,6 +436,8 @@ def main():
         + f"; the Cauchy product over the pulse's series: {w['window_share']:.0%} of"
         " a step at order 28"
     )
+    load.append(list(os.getloadavg()))
+    results["rabi"] = bench_sweep(RabiSweep(), rtols, repeats, ())
     load.append(list(os.getloadavg()))
     states = StatesSweep(count=16 if ns.quick else 64)
     columns = jax.jit(lambda p, rtol: states.hierax_columns(rtol)(p), static_argnums=())

@@ -32,11 +32,21 @@ class QubitSweep:
     def pulse(self, t, xp=np):
         return self.amplitude * xp.exp(-((t - self.mean) ** 2) / (2 * self.width**2))
 
-    def hamiltonian(self, delta):
+    def detuning(self, param):
+        """The detuning of the element of parameter `param` (NumPy or JAX)."""
+        return param
+
+    def scale(self, param):
+        """The factor on the pulse of the element of parameter `param`."""
+        return 1.0 + 0.0 * param
+
+    def hamiltonian(self, param):
         return hierax.TimeOperator(
             [
-                hierax.Constant(delta / 2),
-                hierax.Gaussian(self.mean, self.width, self.amplitude / 2),
+                hierax.Constant(self.detuning(param) / 2),
+                hierax.Gaussian(
+                    self.mean, self.width, self.scale(param) * self.amplitude / 2
+                ),
             ],
             [SZ, SX],
         )
@@ -63,8 +73,9 @@ class QubitSweep:
         z, x = jnp.asarray(z), jnp.asarray(x)
         y0 = jnp.concatenate([np.real(self.start), np.imag(self.start)])
 
-        def field(t, y, delta):
-            return delta * (z @ y) + self.pulse(t, jnp) * (x @ y)
+        def field(t, y, param):
+            drive = self.scale(param) * self.pulse(t, jnp)
+            return self.detuning(param) * (z @ y) + drive * (x @ y)
 
         def one(delta):
             s = diffrax.diffeqsolve(
@@ -84,13 +95,13 @@ class QubitSweep:
         return one
 
     def reference(self):
-        """All detunings as one real ODE for scipy's DOP853."""
+        """All elements as one real ODE for scipy's DOP853."""
         b = len(self.params)
-        d = self.params
+        d = self.detuning(self.params)
 
         def rhs(t, y):
             psi = (y[: 2 * b] + 1j * y[2 * b :]).reshape(b, 2)
-            w = self.pulse(t) / 2
+            w = self.scale(self.params) * self.pulse(t) / 2
             out = np.empty_like(psi)
             out[:, 0] = -1j * (d / 2 * psi[:, 0] + w * psi[:, 1])
             out[:, 1] = -1j * (w * psi[:, 0] - d / 2 * psi[:, 1])
@@ -103,6 +114,23 @@ class QubitSweep:
         )
         y = sol.y[:, -1]
         return (y[: 2 * b] + 1j * y[2 * b :]).reshape(b, 2)
+
+
+class RabiSweep(QubitSweep):
+    """256 amplitudes of the same Gaussian pulse (pulse areas 0 to 4 pi) on a qubit
+    detuned by 0.3: a Rabi sweep, the drive's amplitude a traced parameter."""
+
+    name = "rabi"
+
+    def __init__(self, count: int = 256):
+        super().__init__(count)
+        self.params = np.linspace(0.0, 4.0, count)
+
+    def detuning(self, param):
+        return 0.3 + 0.0 * param
+
+    def scale(self, param):
+        return param
 
 
 class StatesSweep:

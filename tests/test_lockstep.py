@@ -1,7 +1,8 @@
-"""`sesolve` under `jax.vmap`: a batch that differs only in constant coefficients
-and states steps in lockstep (one step size, the elements as the columns of one
-state); any other batch element by element. Both against an independent reference
-(scipy's DOP853), against the solve of each element alone, and differentiated."""
+"""`sesolve` under `jax.vmap`: a batch that differs only in constant coefficients,
+drive amplitudes and states steps in lockstep (one step size, the elements as the
+columns of one state); any other batch element by element. Both against an
+independent reference (scipy's DOP853), against the solve of each element alone,
+and differentiated."""
 
 import diffrax
 import jax
@@ -98,13 +99,23 @@ def test_a_sweep_of_states_and_of_both(monkeypatch):
 
 
 def test_other_batches_go_element_by_element(monkeypatch):
-    """A batched drive amplitude (a time-dependent term), batched times or a
-    batched tolerance: each element steps alone, as it would unmapped."""
+    """A batched pulse width (a time-dependent term's shape), a complex batched
+    amplitude, batched times or a batched tolerance: each element steps alone, as
+    it would unmapped."""
     stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
-    amplitudes = jnp.array([0.5, 0.9, 1.7])
+    mean, _, amplitude = PULSE
 
-    def by_amplitude(a):
-        h = _hamiltonian(0.3, a)
+    def by_width(width):
+        h = hierax.TimeOperator(
+            [hierax.Constant(0.15), hierax.Gaussian(mean, width, amplitude / 2)],
+            [SZ, SX],
+        )
+        return hierax.sesolve(h, START, TIMES, rtol=1e-10, atol=1e-12).final_state
+
+    def by_complex_amplitude(a):
+        h = hierax.TimeOperator(
+            [hierax.Constant(0.15), hierax.Gaussian(mean, PULSE[1], a / 2)], [SZ, SX]
+        )
         return hierax.sesolve(h, START, TIMES, rtol=1e-10, atol=1e-12).final_state
 
     def by_end(end):
@@ -114,15 +125,140 @@ def test_other_batches_go_element_by_element(monkeypatch):
     def by_rtol(rtol):
         return _solve(0.3, rtol=rtol)[0]
 
-    mapped = jax.vmap(by_amplitude)(amplitudes)
-    for a, final in zip(amplitudes, mapped):
-        assert _error(final, _reference(0.3, amplitude=float(a))) <= 1e-9
-        assert _error(final, by_amplitude(a)) <= 1e-14
+    widths = jnp.array([0.5, 0.8, 1.3])
+    mapped = jax.vmap(by_width)(widths)
+    for w, final in zip(widths, mapped):
+        h = lambda t, w=float(w): (
+            0.15 * SZ
+            + amplitude
+            / 2
+            * np.exp(  # noqa: E731
+                -((t - mean) ** 2) / (2 * w**2)
+            )
+            * SX
+        )
+        assert _error(final, propagate(h, 0.0, 4.0, np.asarray(START))) <= 1e-9
+        assert _error(final, by_width(w)) <= 1e-14
+    # (The phase of a complex amplitude rotates the drive: not a real scale.)
+    phases = jnp.exp(1j * jnp.array([0.0, 0.7]))
+    rotated = jax.vmap(by_complex_amplitude)(amplitude * phases)
+    for p, final in zip(phases, rotated):
+        assert _error(final, by_complex_amplitude(amplitude * p)) <= 1e-14
     ends = jax.vmap(by_end)(jnp.array([2.0, 4.0]))
     assert _error(ends[1], _reference(0.3)) <= 1e-9
     rtols = jax.vmap(by_rtol)(jnp.array([1e-6, 1e-10]))
     assert _error(rtols[1], _reference(0.3)) <= 1e-9
-    assert len(stepped) == 3 and all(s is None for s in stepped)
+    assert len(stepped) == 4 and all(s is None for s in stepped)
+
+
+def test_a_sweep_of_drive_amplitudes_steps_in_lockstep(monkeypatch):
+    """Real amplitudes of a time-dependent term (a Rabi sweep, amplitude 0
+    included), with the detuning swept too: one step count for the batch, every
+    element within the tolerance of scipy's solve and of its solve alone."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    amplitudes = jnp.array([0.0, 0.4, 2.5, 6.0, -1.2])
+    detunings = jnp.linspace(-1.0, 3.0, 5)
+
+    def solve(detuning, amplitude):
+        h = _hamiltonian(detuning, amplitude)
+        s = hierax.sesolve(h, START, TIMES, rtol=1e-10, atol=1e-12)
+        return s.final_state, s.stats["num_steps"]
+
+    finals, steps = jax.jit(jax.vmap(solve))(detunings, amplitudes)
+    assert stepped and all(s is not None for s in stepped)
+    alone = [solve(d, a) for d, a in zip(detunings, amplitudes)]
+    assert len({int(s) for _, s in alone}) > 1
+    assert set(np.asarray(steps).tolist()) == {int(steps[0])}
+    assert steps[0] >= max(int(s) for _, s in alone)
+    for d, a, final, (one, _) in zip(detunings, amplitudes, finals, alone):
+        assert _error(final, _reference(d, amplitude=float(a))) <= 1e-9
+        assert _error(final, one) <= 1e-9
+    # Only the amplitude mapped, the detuning shared.
+    shared = jax.vmap(lambda a: solve(0.3, a)[0])(amplitudes)
+    for a, final in zip(amplitudes, shared):
+        assert _error(final, _reference(0.3, amplitude=float(a))) <= 1e-9
+
+
+def test_amplitudes_of_complex_drives_and_of_a_large_state(monkeypatch):
+    """Swept amplitudes of a `Cos` drive on a complex matrix (sigma_y) beside a
+    `Gaussian` on a real one, on a qubit (real embedding) and on a 256-level
+    random system (real and complex parts apart): each element against its solve
+    alone, and the qubit's against scipy's."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    sy = np.array([[0, -1j], [1j, 0]])
+
+    def qubit(a, b):
+        h = hierax.TimeOperator(
+            [
+                hierax.Constant(0.4),
+                hierax.Cos(1.1, 0.3, a),
+                hierax.Gaussian(2.0, 0.8, b),
+            ],
+            [SZ, sy, SX],
+        )
+        return hierax.sesolve(h, START, TIMES, rtol=1e-10, atol=1e-12).final_state
+
+    pairs = (jnp.array([0.0, 0.5, 1.5]), jnp.array([1.0, -0.3, 2.0]))
+    finals = jax.vmap(qubit)(*pairs)
+    for a, b, final in zip(*pairs, finals):
+        a, b = float(a), float(b)
+
+        def h(t, a=a, b=b):
+            pulse = b * np.exp(-((t - 2.0) ** 2) / (2 * 0.8**2))
+            return 0.4 * SZ + a * np.cos(1.1 * t + 0.3) * sy + pulse * SX
+
+        assert _error(final, propagate(h, 0.0, 4.0, np.asarray(START))) <= 1e-9
+        assert _error(final, qubit(a, b)) <= 1e-9
+    rng = np.random.default_rng(3)
+    n = 256
+    h0 = rng.normal(size=(n, n))
+    h0 = (h0 + h0.T) / (2 * np.sqrt(n))
+    v = rng.normal(size=(n, n)) + 1j * rng.normal(size=(n, n))
+    v = (v + v.conj().T) / (2 * np.sqrt(n))
+    ket = jnp.asarray(np.eye(n)[0], complex)
+    times = jnp.array([0.0, 0.6])
+
+    def large(a):
+        h = hierax.TimeOperator(
+            [hierax.Constant(1.0), hierax.Cos(2.0, 0.0, a)], [h0, v]
+        )
+        return hierax.sesolve(h, ket, times, rtol=1e-10, atol=1e-12).final_state
+
+    amplitudes = jnp.array([0.0, 0.7, 2.0])
+    mapped = jax.vmap(large)(amplitudes)
+    for a, final in zip(amplitudes, mapped):
+        assert _error(final, large(a)) <= 1e-9
+    assert len(stepped) == 2 and all(s is not None for s in stepped)
+
+
+def test_gradients_with_respect_to_swept_amplitudes():
+    """The gradient of a mapped solve with respect to the amplitudes equals each
+    element's own gradient and a central difference; a new set of amplitudes
+    compiles nothing."""
+
+    def population(amplitude):
+        final = hierax.sesolve(
+            _hamiltonian(0.4, amplitude), START, TIMES, rtol=1e-10, atol=1e-12
+        ).final_state
+        return jnp.abs(final[1]) ** 2
+
+    amplitudes = jnp.array([0.0, 0.9, 2.3])
+    sweep = jax.jit(jax.grad(lambda a: jnp.sum(jax.vmap(population)(a))))
+    grads = sweep(amplitudes)
+    alone = np.array([float(jax.grad(population)(a)) for a in amplitudes])
+    step = 1e-5
+    central = np.array(
+        [(population(a + step) - population(a - step)) / (2 * step) for a in amplitudes]
+    )
+    assert np.allclose(alone, central, rtol=1e-6, atol=1e-10)
+    assert _error(grads, alone) <= 1e-10
+    values = jax.jit(jax.vmap(population))
+    values(amplitudes)
+    shifted = amplitudes + 0.25
+    before = compile_count()
+    values(shifted)
+    sweep(shifted)
+    assert compile_count() == before
 
 
 def test_gradients_of_a_batch_are_the_elements_gradients():

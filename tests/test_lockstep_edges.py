@@ -206,14 +206,11 @@ def test_a_zero_coupling_row_in_lockstep(monkeypatch):
 
 
 def test_a_sweep_of_pulse_amplitudes_with_zeros(monkeypatch):
-    """A Gaussian drive's amplitude swept, some exactly 0. At the time of writing
-    `_differs_in_constants_only` refuses it (the amplitude is a parameter of a
-    time-dependent function, not a constant coefficient), so the batch goes
-    element by element: each element takes its own steps and equals its solve
-    alone to the last digits. Should amplitude sweeps be stepped in lockstep, the
-    batch takes one count, at least the largest alone, and each element equals
-    its solve alone to the tolerance. Either way the zero-amplitude elements equal
-    the free evolution's closed form and the others scipy's DOP853."""
+    """A Gaussian drive's amplitude swept, some exactly 0: stepped in lockstep
+    (the window of the drive at amplitude 1, scaled per column), the batch takes
+    one count, at least the largest alone, and each element equals its solve
+    alone to the tolerance; the zero-amplitude elements equal the free
+    evolution's closed form and the others scipy's DOP853."""
     stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
     amplitudes = jnp.array([0.0, 0.9, 0.0, 2.0])
     mean, width, detuning = 2.0, 0.8, 0.6
@@ -231,12 +228,8 @@ def test_a_sweep_of_pulse_amplitudes_with_zeros(monkeypatch):
     steps = np.asarray(mapped.stats["num_steps"]).tolist()
     counts = [int(s.stats["num_steps"]) for s in alone]
     assert counts[0] == counts[2] < counts[3]  # the elements alone differ
-    if stepped[0] is None:  # element by element
-        assert steps == counts
-        digits = 1e-14
-    else:  # in lockstep
-        assert len(set(steps)) == 1 and steps[0] >= max(counts)
-        digits = 1e-9
+    assert stepped[0] is not None
+    assert len(set(steps)) == 1 and steps[0] >= max(counts)
     for a, final, single in zip(amplitudes, mapped.final_state, alone):
         a = float(a)
 
@@ -246,7 +239,7 @@ def test_a_sweep_of_pulse_amplitudes_with_zeros(monkeypatch):
 
         exact = _free(detuning, 4.0) if a == 0 else propagate(h, 0.0, 4.0, START)
         assert _error(final, exact) <= 1e-9
-        assert _error(final, single.final_state) <= digits
+        assert _error(final, single.final_state) <= 1e-9
 
 
 # --------------------------------------------------------------------------------

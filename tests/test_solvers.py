@@ -317,7 +317,7 @@ def test_diagonal_terms_are_differentiated_by_the_adjoint_or_densely(monkeypatch
     loop = propagator.series_loop
 
     def recorded(parts, *args):
-        layouts.extend(type(stacked).__name__ for _, stacked, _ in parts)
+        layouts.extend(type(part[1]).__name__ for part in parts)
         return loop(parts, *args)
 
     monkeypatch.setattr(propagator, "series_loop", recorded)
@@ -650,9 +650,11 @@ def test_gradient_with_respect_to_matrix_entries():
 
 
 def test_vmap_over_parameters_and_states_equals_loop():
-    """And `final_state` is `states[-1]`, taken inside the compiled solve: reading
-    it runs no JAX operation (indexing `states` from Python would), and under
-    `jax.vmap` it has the batch axis."""
+    """A batch of drive amplitudes and states (stepped in lockstep: each element
+    agrees with its solve alone to the tolerance, here 1e-9 at the default rtol
+    1e-8, not to the last digit). And `final_state` is `states[-1]`, taken
+    inside the compiled solve: reading it runs no JAX operation (indexing
+    `states` from Python would), and under `jax.vmap` it has the batch axis."""
     amplitudes = jnp.array([0.2, 0.7, 1.1])
     states = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], complex)
     times = jnp.linspace(0.0, 2.0, 4)
@@ -665,7 +667,7 @@ def test_vmap_over_parameters_and_states_equals_loop():
     assert batched.expects is not None and batched.expects.shape == (3, 1, 4)
     assert (
         _error(batched.expects, np.stack([np.asarray(s.expects) for s in looped]))
-        <= 1e-12
+        <= 1e-9
     )
     before = compile_count()
     finals = np.asarray(batched.final_state)
@@ -675,7 +677,7 @@ def test_vmap_over_parameters_and_states_equals_loop():
         np.asarray(looped[1].final_state), np.asarray(looped[1].states)[-1]
     )
     assert compile_count() == before
-    assert _error(finals, np.stack([s.final_state for s in looped])) <= 1e-12
+    assert _error(finals, np.stack([s.final_state for s in looped])) <= 1e-9
 
 
 class _CountingHamiltonian(eqx.Module):

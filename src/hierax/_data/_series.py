@@ -168,6 +168,11 @@ class TermSeries(NamedTuple):
         the kernels that act on states see them
         (`AbstractTimeOperator.sparse_series`); the others get a series in which
         they were made dense (`_sparse.densified`).
+    - `column_scales`: `(A, m)`, real, or `None`: a batch of series, one per column
+        of the state (a batch of solves stepped together, `hierax.sesolve` under
+        `jax.vmap`): term a's series in column b is `coefficients[a]` (or
+        `coefficients[a, :, b]` where they are `(A, K+1, m)`) times
+        `column_scales[a, b]`. Only the kernels that act on states see them.
     """
 
     coefficients: Array
@@ -175,6 +180,7 @@ class TermSeries(NamedTuple):
     dense: Array | None
     constant: tuple[bool, ...] = ()
     sparse: Any = None
+    column_scales: Array | None = None
 
     def constant_flags(self) -> tuple[bool, ...]:
         count = self.coefficients.shape[0]

@@ -158,7 +158,12 @@ def state_series(
             complex_factor, part.coefficients
         )
         parts.append(
-            (coefficients, stacked.reshape(n, count * n), part.constant_flags())
+            (
+                coefficients,
+                stacked.reshape(n, count * n),
+                part.constant_flags(),
+                part.column_scales,
+            )
         )
     dense = sparse = None
     if series is not None and series.dense is not None:
@@ -246,7 +251,7 @@ def side_by_side(matrices: list[Any]) -> Any:
 
 
 def series_loop(
-    parts: list[tuple[Array, Any, tuple[bool, ...]]],
+    parts: list[tuple[Any, ...]],
     dense: Array | None,
     sparse: Any,
     y0: Array,
@@ -255,8 +260,10 @@ def series_loop(
 ) -> Array:
     """The recursion $v_{j+1} = \\frac{1}{j+1} \\sum_m h_m v_{j-m}$, $v_0 = y_0$,
     with the step's factor already in the series: `parts` are (coefficients
-    `(A, K+1)`, matrices side by side `(n, A n)`, dense or `Diagonals`, and which
-    rows are constant: static flags, empty for none), `dense` a series
+    `(A, K+1)`, matrices side by side `(n, A n)`, dense or `Diagonals`, which
+    rows are constant: static flags, empty for none, and optionally real
+    per-column scales of the rows `(A, m)` or `None`: see
+    `TermSeries.column_scales`), `dense` a series
     `(K+1, n, n)`, `sparse` sparse terms. A loop over orders of fixed shape, so the
     traced program does not grow with K. Real matrices with a complex state are
     applied to its real and imaginary parts side by side.
@@ -282,27 +289,42 @@ def series_loop(
     # it).
     inverse = (1 / np.arange(1, order + 2, dtype=rdtype)).astype(rdtype)
     dense_padded = None if dense is None else reversed_padded(dense, axis=0)
-    arrays, rows_of = [], []
-    for coefficients, stacked, constant in parts:
+    arrays, rows_of, scales_of = [], [], []
+    for coefficients, stacked, constant, *scales in parts:
         flags = constant if len(constant) == coefficients.shape[0] else ()
         rows = range(coefficients.shape[0])
         fixed = np.asarray([a for a in rows if flags and flags[a]], dtype=int)
         varying = np.asarray([a for a in rows if not (flags and flags[a])], dtype=int)
-        # Per-column coefficients (`(A, K+1, m)`, a batch in lockstep) differ
-        # between columns in their constant rows only: the time-dependent rows'
-        # windows are any column's.
+        # Per-column series (a batch in lockstep): coefficients `(A, K+1, m)` that
+        # differ between columns in their constant rows only, and real per-column
+        # scales of the rows (`TermSeries.column_scales`): a time-dependent row's
+        # window is any column's, its product with v scaled per column.
         shared = coefficients if coefficients.ndim == 2 else coefficients[..., 0]
         window = reversed_padded(shared[varying]) if varying.size else None
         values = coefficients[fixed, 0] if fixed.size else None
+        scale = scales[0] if scales and scales[0] is not None else None
+        if scale is not None:
+            # (Complex scales only for a complex step: `_embedded_series` takes
+            # real ones.)
+            scale = scale.astype(dtype if jnp.iscomplexobj(scale) else rdtype)
+            if values is not None:
+                given = values if values.ndim == 2 else values[:, None]
+                values = given * scale[fixed]
+            scale = scale[varying] if varying.size else None
         arrays.append((window, values, stacked))
         rows_of.append((fixed, varying))
+        scales_of.append(scale)
 
-    def inner_of(window, values, rows, v, j, current):
+    def inner_of(window, values, rows, scale, v, j, current):
         """The vectors that meet the stacked matrices, row by row: `(A, n, ...)`."""
         summed = scaled = None
         if window is not None:
             weights = lagged_slice(window, j) * jnp.asarray(inverse)[j]
             summed = jnp.tensordot(weights, v, axes=(1, 0))
+            if scale is not None:
+                # One scale per row and column, against the columns of the sum.
+                rows_ = summed.reshape((summed.shape[0], n, columns))
+                summed = (rows_ * scale[:, None, :]).reshape(summed.shape)
         if values is not None:
             vj = (
                 lax.dynamic_index_in_dim(v, j, keepdims=False)
@@ -323,8 +345,8 @@ def series_loop(
 
     def body(arrays, sparse, j, v, current):
         out = jnp.zeros((n, columns), dtype)
-        for (window, values, stacked), rows in zip(arrays, rows_of):
-            inner = inner_of(window, values, rows, v, j, current)
+        for (window, values, stacked), rows, scale in zip(arrays, rows_of, scales_of):
+            inner = inner_of(window, values, rows, scale, v, j, current)
             out = out + _times(stacked, inner.reshape(-1, columns))
         out = out.reshape(y0.shape)
         if dense_padded is not None or sparse is not None:
@@ -366,7 +388,9 @@ def series_loop(
 
     # (Per-column coefficients are stepped forward only: `hierax.sesolve`
     # differentiates a batch element by element.)
-    if adjoint and dense is None and all(c.ndim == 2 for c, _, _ in parts):
+    per_column = any(s is not None for s in scales_of)
+    per_column = per_column or any(part[0].ndim == 3 for part in parts)
+    if adjoint and dense is None and not per_column:
         return _by_adjoint(loop, arrays, rows_of, sparse, y0, order)
     return loop(arrays, sparse, y0)
 
@@ -768,7 +792,11 @@ def _embedded_series(
     # (Per-column coefficients take the term-by-term loop: the summed generator
     # would be one per column.)
     tiny = 2 * n <= SMALL_EMBEDDED_SIZE and varying >= 2
-    tiny = tiny and series.coefficients.ndim == 2
+    tiny = tiny and series.coefficients.ndim == 2 and series.column_scales is None
+    # Real per-column scales scale a row's real and imaginary parts alike.
+    scales = series.column_scales
+    if scales is not None and rotated:
+        scales = jnp.concatenate([scales, scales])
     y = y0.astype(dtype)
     start = jnp.concatenate([y.real, y.imag])
 
@@ -780,7 +808,7 @@ def _embedded_series(
         return jnp.concatenate([parts.lowered, parts.raised][: 1 + rotated])
 
     def loop(coefficients: Array, stacked: Any, start: Array) -> Array:
-        parts = [(coefficients, stacked, flags * (1 + rotated))]
+        parts = [(coefficients, stacked, flags * (1 + rotated), scales)]
         return series_loop(parts, None, None, start, order, adjoint)
 
     def by_dense(coefficients: Array, matrices: Array, start: Array, parts: Any):

@@ -26,12 +26,15 @@ import equinox as eqx
 import jax
 import jax.extend
 import jax.numpy as jnp
+import numpy as np
 from jax.core import Tracer
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, PyTree
 
 from .._data import TermSeries
+from .._kernels.propagator import REAL_STATE_SIZE
 from .._operators import bind_args, jump_times, operator_bound, time_operators
+from .._time import AbstractTimeFunction, Constant
 from ._solution import Solution
 from ._term import (
     AbstractTaylorTerm,
@@ -58,24 +61,50 @@ class ColumnsTerm(AbstractTaylorTerm):
     def _series(
         self, hamiltonian, t, order, scale, use_real
     ) -> tuple[TermSeries | None, TermSeries | None]:
-        """The step's `(real, other)` term series (`real_and_other_series`), their
-        coefficients one series per column: `(A, K+1, m)`."""
+        """The step's `(real, other)` term series (`real_and_other_series`) of the
+        batch: coefficients `(A, K+1, m)`, each constant row's its column's, each
+        time-dependent row element 0's with every swept amplitude 1, and those
+        amplitudes as the rows' `column_scales` (where any is swept)."""
 
         def coefficients(h):
             parts = real_and_other_series(h, t, order, scale, use_real)
             return tuple(None if p is None else p.coefficients for p in parts)
 
         columns = jax.vmap(coefficients, in_axes=(self.axes,))(hamiltonian)
+        element = _element(hamiltonian, self.axes)
         real, other = real_and_other_series(
-            _element(hamiltonian, self.axes), t, order, scale, use_real
+            _on_functions(_unit_amplitude, self.axes, element),
+            t,
+            order,
+            scale,
+            use_real,
         )
+        scales: tuple[Array | None, ...] = (None, None)
+        if any(_is_swept(a, f) for a, f in _function_pairs(self.axes, element)):
 
-        def per_column(part: TermSeries | None, c: Array | None):
+            def amplitudes(h):
+                view = _on_functions(_amplitude_as_constant, self.axes, h)
+                parts = real_and_other_series(view, t, 0, scale, use_real)
+                return tuple(None if p is None else p.coefficients[:, 0] for p in parts)
+
+            found = jax.vmap(amplitudes, in_axes=(self.axes,))(hamiltonian)
+            scales = tuple(None if a is None else a.T for a in found)
+
+        def per_column(part: TermSeries | None, c: Array | None, s: Array | None):
             if part is None or c is None:
                 return None
-            return part._replace(coefficients=jnp.moveaxis(c, 0, -1))
+            fixed = np.asarray(part.constant_flags(), bool)[:, None, None]
+            shape = part.coefficients.shape + (c.shape[0],)
+            shared = jnp.broadcast_to(part.coefficients[..., None], shape)
+            return part._replace(
+                coefficients=jnp.where(fixed, jnp.moveaxis(c, 0, -1), shared),
+                column_scales=s,
+            )
 
-        return per_column(real, columns[0]), per_column(other, columns[1])
+        return (
+            per_column(real, columns[0], scales[0]),
+            per_column(other, columns[1], scales[1]),
+        )
 
     def taylor_terms(self, t, step, y0, order, args, adjoint=False):
         del adjoint  # stepped forward only: derivatives go element by element
@@ -149,12 +178,14 @@ def _axes(flags: PyTree) -> PyTree:
     return jax.tree.map(lambda b: 0 if b else None, flags)
 
 
-def _differs_in_constants_only(hamiltonian: Any, flags: Any) -> bool:
+def _differs_in_scales_only(hamiltonian: Any, flags: Any, size: int) -> bool:
     """Whether a batch of Hamiltonians (`flags`: which of its leaves are batched)
     shares its matrices and its time-dependent functions, differing only in
-    constant coefficients (detunings, couplings): then each order's window of the
-    Cauchy product serves every column (`series_loop`). Dense term matrices only
-    (sparse ones are gathered per column)."""
+    constant coefficients (detunings, couplings) and in the real amplitudes of
+    time functions (`_is_swept`; complex ones for a state of `size` from
+    `REAL_STATE_SIZE`, whose step takes complex scales): then each order's window
+    of the Cauchy product serves every column (`series_loop`), scaled per column.
+    Dense term matrices only (sparse ones are gathered per column)."""
     ops, op_flags = time_operators(hamiltonian), time_operators(flags)
     if ops is None or op_flags is None:
         return False
@@ -162,9 +193,67 @@ def _differs_in_constants_only(hamiltonian: Any, flags: Any) -> bool:
         if op.is_sparse or any(jax.tree.leaves(op_flag.term_matrices)):
             return False
         for function, batched in zip(op.functions, op_flag.functions, strict=True):
-            if any(jax.tree.leaves(batched)) and not function.is_constant:
+            if not any(jax.tree.leaves(batched)) or function.is_constant:
+                continue
+            if not _is_swept(_axes(batched), function, size >= REAL_STATE_SIZE):
                 return False
     return True
+
+
+def _is_swept(axes: Any, function: Any, complex_ok: bool = True) -> bool:
+    """Whether a time-dependent function is batched (`axes`: 0 or `None` per
+    leaf) in its amplitude alone (a real one unless `complex_ok`: the small
+    state's real step scales real and imaginary parts alike): its series is then
+    the amplitude times the series at amplitude 1 (a kind whose `_scaled` folds a
+    factor into its amplitude is linear in it)."""
+    amplitude = getattr(function, "amplitude", None)
+    kind = type(function)
+    if amplitude is None or kind._scaled is AbstractTimeFunction._scaled:
+        return False
+    if function.is_constant or axes.amplitude is None:
+        return False
+    if jnp.iscomplexobj(amplitude) and not complex_ok:
+        return False
+    batched = jax.tree.leaves(axes, is_leaf=lambda a: a is None)
+    return sum(a is not None for a in batched) == 1  # the amplitude alone
+
+
+def _unit_amplitude(axes: Any, function: Any) -> Any:
+    """A swept function at amplitude 1 (others as they are)."""
+    if not _is_swept(axes, function):
+        return function
+    return eqx.tree_at(
+        lambda f: f.amplitude, function, jnp.ones_like(function.amplitude)
+    )
+
+
+def _amplitude_as_constant(axes: Any, function: Any) -> Any:
+    """A swept function's amplitude as a constant function, any other function as
+    the constant 1: the per-column scale of its row."""
+    if not _is_swept(axes, function):
+        return Constant(1.0)
+    return Constant(function.amplitude)
+
+
+def _is_axes_or_function(a: Any) -> bool:
+    return a is None or isinstance(a, AbstractTimeFunction)
+
+
+def _on_functions(fn: Callable[[Any, Any], Any], axes: Any, tree: Any) -> Any:
+    """`tree` with each time function f replaced by `fn(its axes, f)`."""
+    return jax.tree.map(
+        lambda a, x: fn(a, x) if isinstance(a, AbstractTimeFunction) else x,
+        axes,
+        tree,
+        is_leaf=_is_axes_or_function,
+    )
+
+
+def _function_pairs(axes: Any, tree: Any) -> list[tuple[Any, Any]]:
+    """`(its axes, f)` for each time function f of `tree`."""
+    pairs: list[tuple[Any, Any]] = []
+    _on_functions(lambda a, f: pairs.append((a, f)) or f, axes, tree)
+    return pairs
 
 
 def batched_in_lockstep(
@@ -305,8 +394,8 @@ def _in_lockstep(
     """The batch's solution stepped in lockstep, or `None` where it cannot be: the
     batch shares its times, tolerances, step and observables, each state is a
     vector (or shared), and the Hamiltonians are one, or differ only in constant
-    coefficients and energy shifts (dense terms, no sampled pulses: their knots
-    bound the steps). (Dense output is never stepped here: one interpolation per
+    coefficients, drive amplitudes and energy shifts (dense terms, no sampled
+    pulses: their knots bound the steps). (Dense output is never stepped here: one interpolation per
     element.)"""
     term, state, times, rtol, atol, dt, exp_ops, norms = eqx.combine(arrays, static)
     (
@@ -325,7 +414,10 @@ def _in_lockstep(
         )
         if any(jax.tree.leaves(rest)) or jump_times(term.hamiltonian) is not None:
             return None
-        if not _differs_in_constants_only(term.hamiltonian, term_flags.hamiltonian):
+        levels = state.shape[-1]
+        if not _differs_in_scales_only(
+            term.hamiltonian, term_flags.hamiltonian, levels
+        ):
             return None
     if state_flag:
         columns = state.T

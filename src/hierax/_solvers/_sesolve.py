@@ -117,8 +117,9 @@ def sesolve(
 
     **Under `jax.vmap`:** a batch of vector states whose Hamiltonians share their
     matrices and time-dependent functions (they may differ in constant
-    coefficients: detunings, couplings, offsets), with shared times, tolerances
-    and observables, is stepped in lockstep: one step size for the whole batch
+    coefficients: detunings, couplings, offsets, and in the amplitudes of `Cos`,
+    `Sin`, `Exp` and `Gaussian` drives), with shared times, tolerances and
+    observables, is stepped in lockstep: one step size for the whole batch
     (the smallest any element needs) and the elements as the columns of one state.
     Each element then agrees with its solve alone to the tolerance, not to the last
     digit, and `stats` counts the batch's steps. Any other batch, and any
