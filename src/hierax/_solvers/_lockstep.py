@@ -395,8 +395,8 @@ def _in_lockstep(
     batch shares its times, tolerances, step and observables, each state is a
     vector (or shared), and the Hamiltonians are one, or differ only in constant
     coefficients, drive amplitudes and energy shifts (dense terms, no sampled
-    pulses: their knots bound the steps). (Dense output is never stepped here: one interpolation per
-    element.)"""
+    pulses: their knots bound the steps). (Dense output is never stepped here:
+    one interpolation per element.)"""
     term, state, times, rtol, atol, dt, exp_ops, norms = eqx.combine(arrays, static)
     (
         term_flags,
