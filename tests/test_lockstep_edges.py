@@ -394,5 +394,5 @@ def test_zero_kets_stay_zero(monkeypatch):
         assert np.all(np.asarray(mapped.expects[1::2]) == 0)
         for k in (0, 2):
             for t, state in zip(np.asarray(times), mapped.states[k]):
-                exact = _expm(float(swept[k]), t, state=kets[k])
+                exact = _expm(float(swept[k]), t, state=np.asarray(kets[k]))
                 assert _error(state, exact) <= 1e-9
