@@ -37,8 +37,10 @@ class QubitSweep:
         return param
 
     def scale(self, param):
-        """The factor on the pulse of the element of parameter `param`."""
-        return 1.0 + 0.0 * param
+        """The factor on the pulse of the element of parameter `param` (a constant
+        here: not a batched value, which would make the amplitude a swept one)."""
+        del param
+        return 1.0
 
     def hamiltonian(self, param):
         return hierax.TimeOperator(
@@ -127,7 +129,8 @@ class RabiSweep(QubitSweep):
         self.params = np.linspace(0.0, 4.0, count)
 
     def detuning(self, param):
-        return 0.3 + 0.0 * param
+        del param
+        return 0.3
 
     def scale(self, param):
         return param
