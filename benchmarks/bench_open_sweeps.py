@@ -71,9 +71,9 @@ import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
 from peers import real_embedding  # noqa: E402
 from rows import emit, row, save  # noqa: E402
+from sweeps import ladder_calls, print_ladder, run_ladder  # noqa: E402
 from timing import (  # noqa: E402
     Stopwatch,
-    alternating_times,
     at_targets,
     time_call,
     warm_up,
@@ -287,23 +287,10 @@ class QutritSweep:
 # --- measurements -------------------------------------------------------------------
 
 
-def ladder_calls(make):
-    """`make(rtol)`'s `one(param) -> (rho, steps)` mapped over a batch and jitted
-    with rtol traced, `f(params, rtol)`: one compile serves the whole ladder."""
-    return jax.jit(jax.vmap(lambda p, rtol: make(rtol)(p), in_axes=(0, None)))
-
-
 def sweep_error(states, reference) -> float:
     """The largest Frobenius norm of an element's difference to its reference."""
     diff = np.asarray(states).reshape(reference.shape) - reference
     return float(np.max(np.linalg.norm(diff, axis=(-2, -1))))
-
-
-def step_summary(steps) -> dict:
-    steps = np.asarray(steps).ravel()
-    return dict(
-        min=int(steps.min()), median=float(np.median(steps)), max=int(steps.max())
-    )
 
 
 METHODS = {
@@ -323,30 +310,6 @@ def first_calls(methods, params, rtol) -> dict:
     return out
 
 
-def run_ladder(methods, params, reference, rtols, repeats):
-    """For each rtol, the methods take turns: error, steps, times."""
-    out = {name: [] for name in methods}
-    args = jnp.asarray(params)
-    for rtol in rtols:
-        r = jnp.asarray(rtol)
-        calls = {name: (lambda f=f, r=r: f(args, r)) for name, f in methods.items()}
-        times = alternating_times(calls, repeats)
-        for name, f in methods.items():
-            states, steps = f(args, r)
-            error = sweep_error(states, reference)
-            out[name].append(
-                dict(
-                    rtol=rtol,
-                    error=error,
-                    failed=not np.isfinite(error),
-                    steps=step_summary(steps),
-                    seconds=float(np.median(times[name])),
-                    spread=[float(np.min(times[name])), float(np.max(times[name]))],
-                )
-            )
-    return out
-
-
 def bench_sweep(sweep: QutritSweep, rtols, repeats) -> dict:
     print(f"\n== {sweep.name}", flush=True)
     clock = Stopwatch()
@@ -358,15 +321,8 @@ def bench_sweep(sweep: QutritSweep, rtols, repeats) -> dict:
         "first call in this process (trace, compile, run; in this order): "
         + ", ".join(f"{k} {v:.2f} s" for k, v in first.items())
     )
-    ladder = run_ladder(methods, sweep.params, reference, rtols, repeats)
-    for name, points in ladder.items():
-        for p in points:
-            s = p["steps"]
-            print(
-                f"{name:>15} rtol {p['rtol']:.0e}: error {p['error']:.1e}, "
-                f"steps {s['min']}/{s['median']:.0f}/{s['max']}, "
-                f"{p['seconds'] * 1e3:.2f} ms"
-            )
+    ladder = run_ladder(methods, sweep.params, reference, rtols, repeats, sweep_error)
+    print_ladder(ladder)
     targets = {name: at_targets(points, TARGETS) for name, points in ladder.items()}
     for target in TARGETS:
         key = f"{target:.0e}"

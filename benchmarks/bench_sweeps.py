@@ -53,7 +53,16 @@ import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from rows import emit, row, save  # noqa: E402
-from sweeps import SX, SZ, QubitSweep, RabiSweep, StatesSweep  # noqa: E402
+from sweeps import (  # noqa: E402
+    SX,
+    SZ,
+    QubitSweep,
+    RabiSweep,
+    StatesSweep,
+    ladder_calls,
+    print_ladder,
+    run_ladder,
+)
 from timing import (  # noqa: E402
     Stopwatch,
     alternating_times,
@@ -73,43 +82,8 @@ TARGETS = (1e-6, 1e-10)
 # --- measurements -------------------------------------------------------------------
 
 
-def ladder_calls(make):
-    """`make(rtol)`'s `one(param) -> (state, steps)` mapped over a batch and jitted
-    with rtol traced, `f(params, rtol)`: one compile serves the whole ladder."""
-    return jax.jit(jax.vmap(lambda p, rtol: make(rtol)(p), in_axes=(0, None)))
-
-
 def sweep_error(states, reference) -> float:
     return float(np.max(np.linalg.norm(np.asarray(states) - reference, axis=-1)))
-
-
-def step_summary(steps) -> dict:
-    steps = np.asarray(steps).ravel()
-    return dict(
-        min=int(steps.min()), median=float(np.median(steps)), max=int(steps.max())
-    )
-
-
-def run_ladder(methods, params, reference, rtols, repeats):
-    """For each rtol, the methods take turns: error, steps, times."""
-    out = {name: [] for name in methods}
-    args = jnp.asarray(params)
-    for rtol in rtols:
-        r = jnp.asarray(rtol)
-        calls = {name: (lambda f=f, r=r: f(args, r)) for name, f in methods.items()}
-        times = alternating_times(calls, repeats)
-        for name, f in methods.items():
-            states, steps = f(args, r)
-            out[name].append(
-                dict(
-                    rtol=rtol,
-                    error=sweep_error(states, reference),
-                    steps=step_summary(steps),
-                    seconds=float(np.median(times[name])),
-                    spread=[float(np.min(times[name])), float(np.max(times[name]))],
-                )
-            )
-    return out
 
 
 def describe(targets: dict) -> str:
@@ -232,15 +206,8 @@ def bench_sweep(sweep, rtols, repeats, orders, extra=None) -> dict:
     }
     if extra is not None:
         methods.update(extra)
-    ladder = run_ladder(methods, sweep.params, reference, rtols, repeats)
-    for name, points in ladder.items():
-        for p in points:
-            s = p["steps"]
-            print(
-                f"{name:>15} rtol {p['rtol']:.0e}: error {p['error']:.1e}, "
-                f"steps {s['min']}/{s['median']:.0f}/{s['max']}, "
-                f"{p['seconds'] * 1e3:.2f} ms"
-            )
+    ladder = run_ladder(methods, sweep.params, reference, rtols, repeats, sweep_error)
+    print_ladder(ladder)
     targets = {name: at_targets(points, TARGETS) for name, points in ladder.items()}
     for target in TARGETS:
         key = f"{target:.0e}"
@@ -267,7 +234,7 @@ def bench_sweep(sweep, rtols, repeats, orders, extra=None) -> dict:
             )
         )
         by_order[order] = run_ladder(
-            {f"order {order}": f}, sweep.params, reference, rtols, repeats
+            {f"order {order}": f}, sweep.params, reference, rtols, repeats, sweep_error
         )[f"order {order}"]
         print(
             f"hierax order {order}: " + describe(at_targets(by_order[order], TARGETS))

@@ -6,16 +6,35 @@ them at its precision (complex64 without x64).
 """
 
 import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.integrate
 from peers import real_embedding
+from timing import alternating_times
 
 import hierax
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
 SZ = np.diag([1.0, -1.0]).astype(complex)
+
+
+def dopri8(field, y0, span, rtol, args=None):
+    """diffrax Dopri8 of `field(t, y, args)` from `y0` over `[0, span]` (PID
+    control at `rtol`, atol rtol / 100): the final state and the steps."""
+    s = diffrax.diffeqsolve(
+        diffrax.ODETerm(field),
+        diffrax.Dopri8(),
+        0.0,
+        span,
+        None,
+        y0,
+        args=args,
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol / 100),
+        max_steps=100_000,
+    )
+    return s.ys[-1], s.stats["num_steps"]  # pyright: ignore[reportOptionalSubscript]
 
 
 class QubitSweep:
@@ -79,20 +98,9 @@ class QubitSweep:
             drive = self.scale(param) * self.pulse(t, jnp)
             return self.detuning(param) * (z @ y) + drive * (x @ y)
 
-        def one(delta):
-            s = diffrax.diffeqsolve(
-                diffrax.ODETerm(field),
-                diffrax.Dopri8(),
-                0.0,
-                self.span,
-                None,
-                y0,
-                args=delta,
-                stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol / 100),
-                max_steps=100_000,
-            )
-            y = s.ys[-1]  # pyright: ignore[reportOptionalSubscript]
-            return y[:2] + 1j * y[2:], s.stats["num_steps"]
+        def one(param):
+            y, steps = dopri8(field, y0, self.span, rtol, param)
+            return y[:2] + 1j * y[2:], steps
 
         return one
 
@@ -194,18 +202,8 @@ class StatesSweep:
 
         def one(ket):
             y0 = jnp.concatenate([ket.real, ket.imag])
-            s = diffrax.diffeqsolve(
-                diffrax.ODETerm(field),
-                diffrax.Dopri8(),
-                0.0,
-                self.span,
-                None,
-                y0,
-                stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol / 100),
-                max_steps=100_000,
-            )
-            y = s.ys[-1]  # pyright: ignore[reportOptionalSubscript]
-            return y[:n] + 1j * y[n:], s.stats["num_steps"]
+            y, steps = dopri8(field, y0, self.span, rtol)
+            return y[:n] + 1j * y[n:], steps
 
         return one
 
@@ -225,3 +223,57 @@ class StatesSweep:
         )
         y = sol.y[:, -1]
         return (y[: n * b] + 1j * y[n * b :]).reshape(n, b).T
+
+
+# --- ladders of tolerances, shared by the sweep benchmarks --------------------------
+
+
+def ladder_calls(make):
+    """`make(rtol)`'s `one(param) -> (state, steps)` mapped over a batch and jitted
+    with rtol traced, `f(params, rtol)`: one compile serves the whole ladder."""
+    return jax.jit(jax.vmap(lambda p, rtol: make(rtol)(p), in_axes=(0, None)))
+
+
+def step_summary(steps) -> dict:
+    steps = np.asarray(steps).ravel()
+    return dict(
+        min=int(steps.min()), median=float(np.median(steps)), max=int(steps.max())
+    )
+
+
+def run_ladder(methods, params, reference, rtols, repeats, error_of):
+    """For each rtol, the methods (`f(params, rtol) -> (states, steps)`) take
+    turns: error (`error_of(states, reference)`; a point whose error is not finite
+    is marked failed), steps, times."""
+    out = {name: [] for name in methods}
+    args = jnp.asarray(params)
+    for rtol in rtols:
+        r = jnp.asarray(rtol)
+        calls = {name: (lambda f=f, r=r: f(args, r)) for name, f in methods.items()}
+        times = alternating_times(calls, repeats)
+        for name, f in methods.items():
+            states, steps = f(args, r)
+            error = error_of(states, reference)
+            out[name].append(
+                dict(
+                    rtol=rtol,
+                    error=error,
+                    failed=not np.isfinite(error),
+                    steps=step_summary(steps),
+                    seconds=float(np.median(times[name])),
+                    spread=[float(np.min(times[name])), float(np.max(times[name]))],
+                )
+            )
+    return out
+
+
+def print_ladder(ladder: dict) -> None:
+    """Each method's ladder, a line a point: rtol, error, steps, time."""
+    for name, points in ladder.items():
+        for p in points:
+            s = p["steps"]
+            print(
+                f"{name:>15} rtol {p['rtol']:.0e}: error {p['error']:.1e}, "
+                f"steps {s['min']}/{s['median']:.0f}/{s['max']}, "
+                f"{p['seconds'] * 1e3:.2f} ms"
+            )
