@@ -69,7 +69,7 @@ import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
-from peers import real_embedding  # noqa: E402
+from peers import import_dynamiqs, real_embedding  # noqa: E402
 from rows import emit, row, save  # noqa: E402
 from sweeps import ladder_calls, print_ladder, run_ladder  # noqa: E402
 from timing import (  # noqa: E402
@@ -445,12 +445,9 @@ def main():
     warm_up()
     load = [list(os.getloadavg())]
     print(f"load before: {load[0]}")
-    flag = "jax_default_matmul_precision"
-    precision = {"before_dynamiqs": str(jax.config.values.get(flag))}
+    precision = import_dynamiqs()
     import dynamiqs
 
-    precision["after_dynamiqs"] = str(jax.config.values.get(flag))
-    print(f"default matmul precision: {precision}")
     if ns.quick:
         count, rtols, repeats = 16, [1e-4, 1e-6, 1e-8, 1e-10, 1e-12], 3
     else:

@@ -62,6 +62,7 @@ import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
 import scipy.linalg  # noqa: E402
 import scipy.sparse  # noqa: E402
+from peers import import_dynamiqs  # noqa: E402
 from rows import emit, row  # noqa: E402
 from timing import Stopwatch, alternating_times, time_at, warm_up  # noqa: E402
 
@@ -721,12 +722,7 @@ def main():
     warm_up()
     load = [list(os.getloadavg())]
     print(f"load before: {load[0]}")
-    flag = "jax_default_matmul_precision"
-    precision = {"before_dynamiqs": str(jax.config.values.get(flag))}
-    import dynamiqs  # noqa: F401
-
-    precision["after_dynamiqs"] = str(jax.config.values.get(flag))
-    print(f"default matmul precision: {precision}")
+    precision = import_dynamiqs()
     if ns.quick:
         system = Oscillator(20, 5.0)
         rtols, repeats = [1e-4, 1e-7, 1e-10], 2

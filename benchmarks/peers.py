@@ -9,11 +9,25 @@ dtypes follow it.
 from typing import Any
 
 import diffrax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 from jax.experimental import sparse as jsparse
 from systems import System
+
+
+def import_dynamiqs() -> dict:
+    """Import dynamiqs, which sets JAX's default matmul precision for the whole
+    process: that setting before and after, printed and returned (for the
+    record)."""
+    flag = "jax_default_matmul_precision"
+    precision = {"before_dynamiqs": str(jax.config.values.get(flag))}
+    import dynamiqs  # noqa: F401
+
+    precision["after_dynamiqs"] = str(jax.config.values.get(flag))
+    print(f"default matmul precision: {precision}")
+    return precision
 
 
 def real_embedding(g: np.ndarray) -> np.ndarray:
