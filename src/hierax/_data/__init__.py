@@ -3,6 +3,7 @@
 from ._series import (
     TermSeries as TermSeries,
     exact_exp2 as exact_exp2,
+    exp as exp,
     frobenius as frobenius,
     lower_toeplitz as lower_toeplitz,
     power_series as power_series,

@@ -43,6 +43,46 @@ def exact_exp2(e: Array, dtype=None) -> Array:
     return power(first) * power(second)
 
 
+# ln 2 split for float32 `exp`'s range reduction (Cody and Waite): the leading part
+# has trailing zero bits, so that n * hi is exact for every |n| the range needs.
+_LN2_HI, _LN2_LO = 0.693145751953125, 1.428606765330187e-06
+# The Taylor degree of e^r for |r| <= ln(2) / 2: r^8 / 8! is below 0.1 ulp.
+_EXP_DEGREE = 7
+
+
+def exp(x: Array) -> Array:
+    """$e^x$ (x real) to about an ulp on every backend. In float32,
+    $x = n \ln 2 + r$ with $|r| \le \ln(2)/2$, $e^r$ by its Taylor polynomial,
+    times $2^n$ exactly (`exact_exp2`): only additions and products, which every
+    backend rounds correctly. XLA's float32 `exp` was off by up to 3.8e-6
+    relative on a TPU v5e (about 30 ulp) and 4.6 ulp on the CPU, and a Gaussian
+    pulse's series carried that into a solve's error: on the TPU a Rabi sweep of
+    pulse areas up to 4 pi reached no error below 2e-5. Overflows to inf and
+    underflows to 0 where $e^x$ does; its derivative is the polynomial's (within
+    an ulp of $e^x$). In float64, `jnp.exp` (within an ulp on the CPU; hierax runs
+    no float64 on a TPU): the polynomial of degree 13 it would need cost a
+    256-detuning sweep's step 20% on the CPU, for no digit."""
+    x = jnp.asarray(x)
+    dtype = x.dtype
+    if dtype.itemsize != 4:
+        return jnp.exp(x)
+    info = np.finfo(dtype)
+    # (Past these the result is inf or 0 whatever n is; the clip keeps n in the
+    # range where n * hi is exact and 2^n is formed exactly.)
+    bound = float(info.maxexp + info.nmant + 2) * math.log(2.0)
+    clipped = jnp.clip(x, -bound, bound)
+    n = lax.stop_gradient(jnp.round(clipped * (1 / math.log(2.0))))
+    r = (clipped - n * _LN2_HI) - n * _LN2_LO
+    p = jnp.ones_like(r)
+    for k in range(_EXP_DEGREE, 0, -1):
+        p = 1 + p * r / k
+    # 2^n in two halves: p 2^n is finite (or subnormal) where it should be even
+    # where 2^n alone is not (p < 1 near the largest finite value).
+    half = jnp.floor(n / 2)
+    value = (p * exact_exp2(half, dtype)) * exact_exp2(n - half, dtype)
+    return jnp.where(jnp.isnan(x), x, value)
+
+
 def power_series(x: Array, order: int) -> Array:
     """$x^j / j!$ for $j = 0..K$ (x a scalar), as a cumulative product (no
     factorial is formed, so nothing overflows before the true value does)."""
@@ -113,7 +153,7 @@ def times_exp(x: Array, exponent: Array) -> Array:
     exponent = jnp.asarray(exponent).astype(rdtype)
     exponent = exponent.reshape(exponent.shape + (1,) * (x.ndim - exponent.ndim))
     limit = 0.99 * math.log(float(np.finfo(rdtype).max))
-    step = jnp.exp(jnp.clip(exponent / _EXP_STEPS, -limit, limit))
+    step = exp(jnp.clip(exponent / _EXP_STEPS, -limit, limit))
     for _ in range(_EXP_STEPS):
         x = _times_real(x, step)
     return x

@@ -7,6 +7,7 @@ base, and ask `series`.
 """
 
 import abc
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from .._core import (
 )
 from .._data import (
     exact_exp2,
+    exp,
     power_series,
     real_dtype,
     scalar_cauchy_product,
@@ -492,9 +494,11 @@ class Exp(AbstractTimeFunction):
         if jnp.iscomplexobj(self.rate) and not jnp.iscomplexobj(t):
             # e^{a t} e^{i b t}, the phase b t kept exact at large t.
             cos_x, sin_x = _phase(self.rate.imag, t, None)
-            value = jnp.exp(self.rate.real * t) * lax.complex(cos_x, sin_x)
-        else:
+            value = exp(self.rate.real * t) * lax.complex(cos_x, sin_x)
+        elif jnp.iscomplexobj(self.rate) or jnp.iscomplexobj(t):
             value = jnp.exp(self.rate * t)
+        else:
+            value = exp(self.rate * t)
         return (self.amplitude * value * power_series(rate, order)).astype(dtype)
 
 
@@ -565,7 +569,8 @@ class Gaussian(AbstractTimeFunction):
             _, (rest, shifts) = lax.scan(step, start, js)
             m = jnp.concatenate([m, rest])
             exponents = jnp.concatenate([exponents, shifts])
-        log_factor = exponents * jnp.log(2.0).astype(exponents.dtype) - x**2 / 2
+        # (ln 2 as a Python number: rounded once, not by the backend's `log`.)
+        log_factor = exponents * math.log(2.0) - x**2 / 2
         if jnp.iscomplexobj(log_factor):  # complex t: exp(-x^2/2) has a phase
             m = m * jnp.exp(1j * jnp.imag(log_factor))
             log_factor = jnp.real(log_factor)
