@@ -52,7 +52,7 @@ _EXP_DEGREE = 7
 
 def exp(x: Array) -> Array:
     """$e^x$ (x real) to about an ulp on every backend. In float32,
-    $x = n \ln 2 + r$ with $|r| \le \ln(2)/2$, $e^r$ by its Taylor polynomial,
+    $x = n \\ln 2 + r$ with $|r| \\le \\ln(2)/2$, $e^r$ by its Taylor polynomial,
     times $2^n$ exactly (`exact_exp2`): only additions and products, which every
     backend rounds correctly. XLA's float32 `exp` was off by up to 3.8e-6
     relative on a TPU v5e (about 30 ulp) and 4.6 ulp on the CPU, and a Gaussian
