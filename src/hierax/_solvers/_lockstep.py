@@ -66,11 +66,14 @@ class ColumnsTerm(AbstractTaylorTerm):
         time-dependent row element 0's with every swept amplitude 1, and those
         amplitudes as the rows' `column_scales` (where any is swept)."""
 
-        def coefficients(h):
-            parts = real_and_other_series(h, t, order, scale, use_real)
+        # Each column's values of its constant rows: order 0 (a constant row's
+        # series vanishes above it; the time-dependent rows' whole series per
+        # column would be computed for nothing).
+        def values(h):
+            parts = real_and_other_series(h, t, 0, scale, use_real)
             return tuple(None if p is None else p.coefficients for p in parts)
 
-        columns = jax.vmap(coefficients, in_axes=(self.axes,))(hamiltonian)
+        columns = jax.vmap(values, in_axes=(self.axes,))(hamiltonian)
         element = _element(hamiltonian, self.axes)
         real, other = real_and_other_series(
             _on_functions(_unit_amplitude, self.axes, element),
@@ -96,8 +99,9 @@ class ColumnsTerm(AbstractTaylorTerm):
             fixed = np.asarray(part.constant_flags(), bool)[:, None, None]
             shape = part.coefficients.shape + (c.shape[0],)
             shared = jnp.broadcast_to(part.coefficients[..., None], shape)
+            own = jnp.pad(jnp.moveaxis(c, 0, -1), ((0, 0), (0, order), (0, 0)))
             return part._replace(
-                coefficients=jnp.where(fixed, jnp.moveaxis(c, 0, -1), shared),
+                coefficients=jnp.where(fixed, own, shared),
                 column_scales=s,
             )
 
