@@ -495,8 +495,6 @@ class Exp(AbstractTimeFunction):
             # e^{a t} e^{i b t}, the phase b t kept exact at large t.
             cos_x, sin_x = _phase(self.rate.imag, t, None)
             value = exp(self.rate.real * t) * lax.complex(cos_x, sin_x)
-        elif jnp.iscomplexobj(self.rate) or jnp.iscomplexobj(t):
-            value = jnp.exp(self.rate * t)
         else:
             value = exp(self.rate * t)
         return (self.amplitude * value * power_series(rate, order)).astype(dtype)
