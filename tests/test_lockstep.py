@@ -421,3 +421,42 @@ def test_one_hamiltonian_with_a_sampled_pulse_maps_its_kets(monkeypatch):
     assert len(stepped) == 1 and stepped[0] is not None
     for ket, final in zip(kets, mapped):
         assert _error(final, solve(ket)) <= 1e-10
+
+
+def test_swept_constants_on_real_matrices_of_a_large_state(monkeypatch):
+    """From 256 levels the terms with real matrices step in real arithmetic, apart
+    from the others. A sweep of a constant term's coefficient there (and of a
+    drive's amplitude beside it) steps in lockstep, each column with its own
+    value: every element against scipy's solve and against its solve alone. (The
+    real terms' series once lost which rows are constant, and every column then
+    stepped with element 0's detuning: errors of order 1.)"""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    rng = np.random.default_rng(11)
+    n = 256
+    h0, h1 = (rng.normal(size=(n, n)) for _ in range(2))
+    h0, h1 = ((m + m.T) / (4 * np.sqrt(n)) for m in (h0, h1))
+    d = np.diag(np.arange(n) % 3).astype(float)
+    ket = jnp.asarray(np.eye(n)[0], complex)
+
+    def solve(detuning, amplitude):
+        h = hierax.TimeOperator(
+            [
+                hierax.Constant(detuning),
+                hierax.Cos(1.3, 0.0, amplitude),
+                hierax.Constant(1.0),
+            ],
+            [d, h1, h0],
+        )
+        return hierax.sesolve(h, ket, TIMES / 2, rtol=1e-10, atol=1e-12).final_state
+
+    detunings, amplitudes = jnp.array([0.0, 0.5, 2.0]), jnp.array([1.0, 1.0, -0.5])
+    finals = jax.jit(jax.vmap(solve))(detunings, amplitudes)
+    assert stepped and all(s is not None for s in stepped)
+    for x, a, final in zip(detunings, amplitudes, finals):
+        x, a = float(x), float(a)
+
+        def h(t, x=x, a=a):
+            return x * d + a * np.cos(1.3 * t) * h1 + h0
+
+        assert _error(final, propagate(h, 0.0, 2.0, np.asarray(ket))) <= 1e-9
+        assert _error(final, solve(x, a)) <= 1e-9

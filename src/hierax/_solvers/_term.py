@@ -369,6 +369,9 @@ def real_and_other_series(
             jnp.concatenate([s.coefficients.astype(dtype) for s in real]),
             jnp.concatenate([s.matrices for s in real]),
             None,
+            # Which rows are constant: a batch in lockstep takes each column's
+            # values of those rows (`ColumnsTerm`), and the kernels merge them.
+            sum((s.constant_flags() for s in real), ()),
         )
     if not rest:
         return real_series, None
