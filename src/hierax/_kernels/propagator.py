@@ -147,6 +147,16 @@ def state_series(
     # -i phi / (j + 1) goes into the weights, so each order costs the products only.
     complex_factor = factor.astype(dtype) * (-1j)
     n = y0.shape[0]
+    # Real matrices, real coefficients and nothing else: the coefficients are -i
+    # times real ones, and the loop runs in real arithmetic (`series_loop`'s
+    # `turned`).
+    turned = (
+        real is not None
+        and series is None
+        and not jnp.iscomplexobj(real.coefficients)
+        and not jnp.iscomplexobj(real.matrices)
+        and (real.column_scales is None or not jnp.iscomplexobj(real.column_scales))
+    )
     parts = []
     for part, matrix_dtype in ((real, rdtype), (series, dtype)):
         if part is None or part.coefficients.shape[0] == 0:
@@ -175,7 +185,7 @@ def state_series(
             coefficients=series.sparse.coefficients.astype(dtype)
             * complex_factor[None, :]
         )
-    return series_loop(parts, dense, sparse, y0.astype(dtype), order, adjoint)
+    return series_loop(parts, dense, sparse, y0.astype(dtype), order, adjoint, turned)
 
 
 # From this many entries of a state on, `series_loop` carries each order beside the
@@ -257,6 +267,7 @@ def series_loop(
     y0: Array,
     order: int,
     adjoint: bool = False,
+    turned: bool = False,
 ) -> Array:
     """The recursion $v_{j+1} = \\frac{1}{j+1} \\sum_m h_m v_{j-m}$, $v_0 = y_0$,
     with the step's factor already in the series: `parts` are (coefficients
@@ -271,7 +282,17 @@ def series_loop(
     `adjoint`: differentiate in reverse mode by the adjoint recursion
     (`_by_adjoint`) rather than by JAX's transpose of the loop, where the loop has
     no `dense` part; forward mode (`jax.jvp`) through the result is then
-    refused."""
+    refused.
+
+    `turned`: every part's coefficients (and values and scales) are $-i$ times real
+    ones, exactly (as `state_series` forms them: a real number times $-i$ is exact),
+    its matrices real, and there is no `dense` or `sparse` part. The loop then
+    runs on the real and imaginary halves of the state side by side, `(n, 2m)`,
+    with the real coefficients, and turns each order by $-i$: $-i(a + ib) = b - ia$,
+    a swap of the halves. Every product is real, and an order takes one product
+    for the window and one for the matrices (a complex state took two more passes
+    an order to split its halves for the real matrices and join them after, and
+    its window's complex products were a quarter zeros)."""
     dtype = y0.dtype
     n = y0.shape[0]
     columns = math.prod(y0.shape[1:])
@@ -315,7 +336,7 @@ def series_loop(
         rows_of.append((fixed, varying))
         scales_of.append(scale)
 
-    def inner_of(window, values, rows, scale, v, j, current):
+    def inner_of(window, values, rows, scale, v, j, current, columns=columns):
         """The vectors that meet the stacked matrices, row by row: `(A, n, ...)`."""
         summed = scaled = None
         if window is not None:
@@ -360,7 +381,53 @@ def series_loop(
             out = out + rest * (1 / (j + 1)).astype(real_dtype(dtype))
         return out
 
+    def turned_loop(arrays, y0):
+        """The loop of `turned` parts, on $(\\Re v, \\Im v)$ side by side."""
+
+        # -i times a real number, exactly: the real number is minus its imaginary
+        # part. Per-column values and scales serve both halves of their column.
+        def halves(x):
+            return None if x is None else jnp.concatenate([x, x], axis=-1)
+
+        real = [
+            (
+                None if window is None else -jnp.imag(window),
+                None if values is None else -jnp.imag(values),
+                stacked,
+            )
+            for window, values, stacked in arrays
+        ]
+        real = [
+            (
+                window,
+                values if values is None or values.ndim == 1 else halves(values),
+                stacked,
+            )
+            for window, values, stacked in real
+        ]
+        scales = [
+            None if s is None else halves(s.real.astype(rdtype)) for s in scales_of
+        ]
+        start = y0.reshape(n, columns)
+        start = jnp.concatenate([start.real, start.imag], axis=1)
+        width = 2 * columns
+
+        def body(j, v):
+            out = jnp.zeros((n, width), rdtype)
+            for (window, values, stacked), rows, scale in zip(real, rows_of, scales):
+                inner = inner_of(window, values, rows, scale, v, j, None, width)
+                out = out + _times(stacked, inner.reshape(-1, width))
+            turned = jnp.concatenate([out[:, columns:], -out[:, :columns]], axis=1)
+            return lax.dynamic_update_index_in_dim(v, turned, j + 1, 0)
+
+        v = jnp.zeros((order + 1, n, width), rdtype).at[0].set(start)
+        v = lax.fori_loop(0, order, body, v)
+        both = lax.complex(v[..., :columns], v[..., columns:])
+        return both.reshape((order + 1,) + y0.shape)
+
     def loop(arrays, sparse, y0):
+        if turned:
+            return turned_loop(arrays, y0)
         v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
         if sparse is None or n * columns < _PARALLEL_STATE_SIZE:
             return lax.fori_loop(
