@@ -36,8 +36,12 @@ Sections:
   hierax `sesolve` from Python and inside a user's `jax.jit` (the tolerance an
   argument), diffrax Dopri8 on the real and imaginary parts (`peers.py`) and
   dynamiqs `sesolve` (Dopri8), each over a ladder of rtol (x32: 1e-4 ... 1e-7;
-  x64: 1e-6 ... 1e-10; atol = rtol / 100). Each point: the median of 3 calls
-  after a first one (which compiles), and the final error against the reference.
+  x64: 1e-6 ... 1e-10; atol = rtol / 100). Each point: the median of 5 calls,
+  each until its result is ready on the device, after a first one (which
+  compiles, and brings the result to the host for its final error against the
+  reference). The compiled calls and the peers take their tolerances as device
+  scalars made once (a transfer per call is a fraction of a millisecond on a
+  TPU); hierax from Python takes Python floats, as a user passes them.
   Each method's time at a common final error (x32: 1e-5, x64: 1e-8) is
   interpolated log-log between the ladder points around the last crossing
   (`timing.time_at`); the ratio best peer / hierax, and the first-call times.
@@ -96,7 +100,14 @@ from peers import diffrax_final, dynamiqs_final, real_embedding
 from rows import emit, row
 from sweeps import QubitSweep, RabiSweep
 from systems import System, open_xxz, xxz
-from timing import Stopwatch, compile_phases, first_and_median, time_at
+from timing import (
+    Stopwatch,
+    compile_phases,
+    first_and_median,
+    median_time,
+    time_at,
+    timed,
+)
 
 import hierax
 
@@ -120,7 +131,7 @@ FLOQUET_TOLS = {"x32": 1e-6, "x64": 1e-10}
 ACCURACY_TARGET = 2e-5
 ACCURACY_T = 0.7
 REFERENCE_TOLS = (1e-12, 1e-14)
-REPEATS = 3
+REPEATS = 5
 FLOQUET_OMEGA = 2.0
 SX = np.array([[0, 1], [1, 0]], complex)
 SY = np.array([[0, -1j], [1j, 0]])
@@ -464,8 +475,10 @@ def chain_methods(system: System, precision: str) -> dict[str, Callable]:
     dopri8 = jax.jit(diffrax_final(system))
     methods = {
         "hierax": lambda tol: solve(psi, tol),
-        "hierax in jit": lambda tol: in_jit(psi, jnp.asarray(tol, rdtype)),
-        "diffrax Dopri8": lambda tol: dopri8(psi, tol, tol * 1e-2),
+        "hierax in jit": lambda tol: in_jit(psi, on_device(tol, rdtype)),
+        "diffrax Dopri8": lambda tol: dopri8(
+            psi, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
+        ),
     }
     return with_dynamiqs(methods, system, precision, psi)
 
@@ -486,12 +499,31 @@ def _dq_precision(precision: str) -> str:
     return "double" if precision == "x64" else "single"
 
 
+def on_device(value: float, dtype: Any) -> Any:
+    """`value` as a device scalar of `dtype`, made once: the compiled calls and the
+    peers then take their tolerances without a transfer per call (on the TPU each
+    host-to-device transfer of a scalar is a fraction of a millisecond, as large
+    as a small solve)."""
+    key = (float(value), np.dtype(dtype).name)
+    if key not in _ON_DEVICE:
+        _ON_DEVICE[key] = jax.block_until_ready(jnp.asarray(value, dtype))
+    return _ON_DEVICE[key]
+
+
+_ON_DEVICE: dict[tuple[float, str], Any] = {}
+
+
 def run_ladder(
     solve: Callable, reference: np.ndarray, tols, slow: float, error_of: Callable
 ) -> list:
+    """Each rtol's final error and time: the first call's (compile, one solve and
+    the result's transfer to the host, for its error) and the median of `REPEATS`
+    more until the result is ready on the device (the transfer is the same for
+    every method: not the solver's)."""
     points = []
     for tol in tols:
-        first, median, out = first_and_median(solve, (tol,), REPEATS)
+        first, out = timed(solve, tol)
+        median = median_time(solve, (tol,), REPEATS, warm=False)
         error = error_of(out, reference)
         points.append(dict(tol=tol, error=error, seconds=median, first=first))
         if median > slow:
@@ -620,7 +652,7 @@ def open_chain_methods(system: System, precision: str) -> dict[str, Callable]:
     in_jit = jax.jit(solve)
     methods = {
         "hierax": lambda tol: solve(rho, tol),
-        "hierax in jit": lambda tol: in_jit(rho, jnp.asarray(tol, rdtype)),
+        "hierax in jit": lambda tol: in_jit(rho, on_device(tol, rdtype)),
     }
     return with_dynamiqs(methods, system, precision, rho)
 
@@ -677,8 +709,10 @@ def section_batch(args, refs) -> dict:
     dopri8 = jax.jit(jax.vmap(diffrax_final(system), (0, None, None)))
     methods = {
         "hierax": lambda tol: sweep(states, tol),
-        "hierax in jit": lambda tol: in_jit(states, jnp.asarray(tol, rdtype)),
-        "diffrax Dopri8": lambda tol: dopri8(states, tol, tol * 1e-2),
+        "hierax in jit": lambda tol: in_jit(states, on_device(tol, rdtype)),
+        "diffrax Dopri8": lambda tol: dopri8(
+            states, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
+        ),
     }
     # dynamiqs batches the states itself.
     methods = with_dynamiqs(methods, system, args.precision, states)
@@ -703,8 +737,8 @@ def sweep_methods(sweep: QubitSweep, precision: str) -> dict[str, Callable]:
     in_jit, dopri8 = jax.jit(ours), jax.jit(theirs)
     return {
         "hierax": lambda tol: ours(params, tol),
-        "hierax in jit": lambda tol: in_jit(params, jnp.asarray(tol, rdtype)),
-        "diffrax Dopri8": lambda tol: dopri8(params, jnp.asarray(tol, rdtype)),
+        "hierax in jit": lambda tol: in_jit(params, on_device(tol, rdtype)),
+        "diffrax Dopri8": lambda tol: dopri8(params, on_device(tol, rdtype)),
     }
 
 
