@@ -37,6 +37,7 @@ from ._time_operators import (
     OperatorSum as OperatorSum,
     ScaledOperator as ScaledOperator,
     TimeOperator as TimeOperator,
+    apply_at_order_zero as apply_at_order_zero,
     as_operator as as_operator,
     as_time_operator as as_time_operator,
     bind_args as bind_args,

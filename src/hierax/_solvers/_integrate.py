@@ -317,7 +317,13 @@ def _solve_impl(
     **settings: Any,
 ) -> Solution:
     """The compiled solve: `_steps` with its static `settings`, a `sesolve` batch
-    under `jax.vmap` in lockstep where it can be."""
+    under `jax.vmap` in lockstep where it can be. The values are checked here,
+    once: under `jax.vmap` the lockstep's rule traces `_steps` a second time, and
+    each `eqx.error_if` costs its trace a walk of the Python stack (about 20 ms)."""
+    checks = settings.pop("checks")
+    times, state = _checked(
+        times, state, exp_ops, rtol, atol, dt, settings["api"], checks
+    )
     inputs = (term, state, times, rtol, atol, dt, exp_ops, norms)
     if settings["dense"] or not isinstance(term, SchrodingerTerm) or state.ndim != 1:
         return _steps(*inputs, **settings)
@@ -354,11 +360,9 @@ def _steps(
     adjoint: "_Static",
     api: str,
     expectation: Callable[[Array, Array], Array],
-    checks: tuple[str, ...] = (),
 ) -> Solution:
     """The solve of `_solve_impl`, element by element (or a `ColumnsTerm`'s batch
-    as the columns of its state)."""
-    times, state = _checked(times, state, exp_ops, rtol, atol, dt, api, checks)
+    as the columns of its state), of values `_solve_impl` checked."""
     # JAX arrays given as they are, cast here (no eager operation, no transfer).
     if not jnp.issubdtype(times.dtype, jnp.floating):
         times = times.astype(float_dtype())

@@ -12,7 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, PyTree
 
-from .._core import backend_choices, by_batching, on_backend, placed, to_jax
+from .._core import (
+    as_time,
+    backend_choices,
+    by_batching,
+    on_backend,
+    placed,
+    to_jax,
+)
 from .._data import SparseTerms, TermSeries, real_dtype
 from .._kernels.density import REAL_DENSITY_SIZE, DensityParts
 from .._kernels.propagator import (
@@ -29,6 +36,7 @@ from .._operators import (
     AbstractTimeOperator,
     OperatorSum,
     TimeOperator,
+    apply_at_order_zero,
     as_time_operator,
     bind_args,
     check_jump_operators,
@@ -178,7 +186,12 @@ class SchrodingerTerm(AbstractTaylorTerm):
 
     @on_backend("hierax.SchrodingerTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
-        hy = bind_args(self.hamiltonian, args).apply(t, y)  # sparse terms stay sparse
+        # Sparse terms stay sparse. (Not the public `apply`: its check that `t` is
+        # finite is an `eqx.error_if`, whose stack walk cost each trace of a solve
+        # about 20 ms, and diffrax's time is finite.)
+        t = as_time(t, "hierax.SchrodingerTerm.vf", canonical=False, in_program=True)
+        operator = bind_args(self.hamiltonian, args)
+        hy = apply_at_order_zero(operator.sparse_series(t, 0, None), y)
         dtype = jnp.result_type(y, hy, self.energy_shift, 1j)
         y = y.astype(dtype)
         return -1j * (hy.astype(dtype) + self.energy_shift.astype(dtype) * y)
