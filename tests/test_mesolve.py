@@ -676,3 +676,45 @@ def test_one_jump_operator_alone_is_a_list_of_one_whatever_ran_before():
     assert _error(listed.states, one) <= 1e-8
     with pytest.raises(TypeError, match="QuTiP's order"):
         mesolve(hamiltonian, RHO, times, [jump])
+
+
+def test_traced_rates_of_known_jump_operators_under_vmap_and_grad():
+    """Rates as traced scales of known jump operators (`sqrt(g) * as_operator(L)`,
+    the form a sweep or a fit writes): constant in time, so their rows of the
+    vec(rho) step take no window of the Cauchy product, under `jax.vmap` and
+    `jax.grad` alike. Each element against scipy's DOP853, the gradient against
+    central differences."""
+    drive = hierax.Gaussian(1.5, 0.6, 0.8)
+    times = jnp.array([0.0, 3.0])
+
+    def final(gamma, phase_rate):
+        h = hierax.TimeOperator([hierax.Constant(0.5), drive], [SZ, SX])
+        jumps = [
+            jnp.sqrt(gamma) * hierax.as_operator(SM),
+            jnp.sqrt(phase_rate) * hierax.as_operator(SZ),
+        ]
+        return mesolve(h, jumps, RHO, times, rtol=RTOL, atol=ATOL).final_state
+
+    gammas, rates = jnp.array([0.0, 0.3, 1.2]), jnp.array([0.05, 0.0, 0.4])
+    finals = jax.jit(jax.vmap(final))(gammas, rates)
+    for g, r, got in zip(gammas, rates, finals):
+        g, r = float(g), float(r)
+
+        def h_of(t):
+            pulse = 0.8 * jnp.exp(-((t - 1.5) ** 2) / (2 * 0.6**2))
+            return 0.5 * SZ + pulse * SX
+
+        jumps = [lambda t, g=g: np.sqrt(g) * SM, lambda t, r=r: np.sqrt(r) * SZ]
+        assert _error(got, _dop853(h_of, jumps, RHO, [0.0, 3.0])[-1]) <= 1e-9
+
+    def population(gamma, phase_rate):
+        return jnp.real(final(gamma, phase_rate)[1, 1])
+
+    gradient = jax.grad(population, argnums=(0, 1))(0.3, 0.1)
+    step = 1e-4
+    differences = (
+        (population(0.3 + step, 0.1) - population(0.3 - step, 0.1)) / (2 * step),
+        (population(0.3, 0.1 + step) - population(0.3, 0.1 - step)) / (2 * step),
+    )
+    for got, want in zip(gradient, differences):
+        assert float(got) == pytest.approx(float(want), rel=1e-6, abs=1e-10)

@@ -782,6 +782,7 @@ def vectorised_density_terms(
     rho: Array,
     order: int,
     adjoint: bool = False,
+    constant: tuple[tuple[bool, ...], ...] | None = None,
 ) -> Array:
     """The terms of `structured_density_terms` for small n, on vec(rho) with the
     Liouvillian's own term structure: $\\mathcal{L} = h C + \\sum_p g_p(\\sigma)
@@ -793,7 +794,11 @@ def vectorised_density_terms(
     several times real ones of twice the size; a complex series
     $g = g_r + i g_i$ adds the term $g_i\\, (iS)$.
 
-    `adjoint`: see `series_loop`.
+    `adjoint`: see `series_loop`. `constant`: which terms of H and of each jump
+    operator are constant in time (their series vanish above order 0), as
+    `(hamiltonian, *jumps)`: their rows take no window of the Cauchy product in
+    the loop (a rate swept by `jax.vmap` or differentiated is a traced constant,
+    kept out of the merged constant superoperator but constant all the same).
 
     **Returns:** shape `(order + 1, n, n)`, in `rho`'s dtype.
     """
@@ -803,12 +808,14 @@ def vectorised_density_terms(
     h = step.astype(rdtype)
     width = order + 1
     products: dict[tuple[Any, ...], Array] = {}
-    series = []
+    series, fixed = [], []
     for source in parts.sources:
         if source[0] == "h":
             series.append(h * hamiltonian[source[1]])
+            fixed.append(constant is not None and constant[0][source[1]])
             continue
         k, a, b = source[1:]
+        fixed.append(constant is not None and constant[1 + k][a] and constant[1 + k][b])
         if (k, a, b) not in products:
             products[k, a, b] = scalar_cauchy_product(
                 jnp.conj(jumps[k][a]), jumps[k][b]
@@ -828,10 +835,11 @@ def vectorised_density_terms(
     # The Schrödinger recursion of a real state (`series_loop`): the same
     # products, one per order.
     flat = rho.reshape(-1)
-    # The constant superoperator's row is constant; the others follow the series.
-    constant = (True,) + (False,) * (len(rows) - 1)
+    # The constant superoperator's row is constant, and so are the rows of
+    # constant terms; the others follow the series.
+    flags = (True, *fixed, *(fixed[p] for p in complex_rows))
     v = series_loop(
-        [(jnp.stack(rows), stacked, constant)],
+        [(jnp.stack(rows), stacked, flags)],
         None,
         None,
         jnp.concatenate([flat.real, flat.imag]),

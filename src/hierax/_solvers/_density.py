@@ -62,6 +62,16 @@ def operator_series(
     return out
 
 
+def constant_terms(operator: AbstractTimeOperator) -> tuple[bool, ...] | None:
+    """Which terms are constant in time (by their time function's structure), in
+    the order of `operator_series`; `None` for an operator the structured
+    kernels do not take."""
+    ops = _time_operators(operator)
+    if ops is None:
+        return None
+    return tuple(f.is_constant for op in ops for f in op.functions)
+
+
 def operator_terms(
     operator: AbstractTimeOperator, series: list[Array] | None = None
 ) -> list[Term] | None:
@@ -204,7 +214,13 @@ def density_step_terms(
         # On vec(rho) (small systems, or superoperators with few diagonals at any
         # size): one product per order beats a dozen n x n ones.
         if isinstance(parts, VectorisedParts):
-            return vectorised_density_terms(parts, h, jumps, step, rho, order, adjoint)
+            flags = tuple(
+                cast(tuple[bool, ...], constant_terms(op))
+                for op in (hamiltonian, *jump_operators)
+            )
+            return vectorised_density_terms(
+                parts, h, jumps, step, rho, order, adjoint, flags
+            )
         return structured_density_terms(parts, h, jumps, step, rho, order)
     return generic_density_terms(hamiltonian, jump_operators, t, step, rho, order)
 
