@@ -154,7 +154,6 @@ def state_series(
         real is not None
         and series is None
         and not jnp.iscomplexobj(real.coefficients)
-        and not jnp.iscomplexobj(real.matrices)
         and (real.column_scales is None or not jnp.iscomplexobj(real.column_scales))
     )
     parts = []
@@ -364,11 +363,16 @@ def series_loop(
                 )
         return _in_term_order(rows, summed, scaled)
 
+    def products(arrays, scales, v, j, current, width, out_dtype):
+        """The parts' products of order j: `(n, width)`."""
+        out = jnp.zeros((n, width), out_dtype)
+        for (window, values, stacked), rows, scale in zip(arrays, rows_of, scales):
+            inner = inner_of(window, values, rows, scale, v, j, current, width)
+            out = out + _times(stacked, inner.reshape(-1, width))
+        return out
+
     def body(arrays, sparse, j, v, current):
-        out = jnp.zeros((n, columns), dtype)
-        for (window, values, stacked), rows, scale in zip(arrays, rows_of, scales_of):
-            inner = inner_of(window, values, rows, scale, v, j, current)
-            out = out + _times(stacked, inner.reshape(-1, columns))
+        out = products(arrays, scales_of, v, j, current, columns, dtype)
         out = out.reshape(y0.shape)
         if dense_padded is not None or sparse is not None:
             rest = jnp.zeros(y0.shape, dtype)
@@ -385,38 +389,25 @@ def series_loop(
         """The loop of `turned` parts, on $(\\Re v, \\Im v)$ side by side."""
 
         # -i times a real number, exactly: the real number is minus its imaginary
-        # part. Per-column values and scales serve both halves of their column.
-        def halves(x):
-            return None if x is None else jnp.concatenate([x, x], axis=-1)
+        # part. Per-column values and scales (2-D) serve both halves of their
+        # column.
+        def real_of(x):
+            if x is None:
+                return None
+            x = -jnp.imag(x) if jnp.iscomplexobj(x) else x.astype(rdtype)
+            return x if x.ndim == 1 else jnp.concatenate([x, x], axis=-1)
 
         real = [
-            (
-                None if window is None else -jnp.imag(window),
-                None if values is None else -jnp.imag(values),
-                stacked,
-            )
+            (None if window is None else -jnp.imag(window), real_of(values), stacked)
             for window, values, stacked in arrays
         ]
-        real = [
-            (
-                window,
-                values if values is None or values.ndim == 1 else halves(values),
-                stacked,
-            )
-            for window, values, stacked in real
-        ]
-        scales = [
-            None if s is None else halves(s.real.astype(rdtype)) for s in scales_of
-        ]
+        scales = [real_of(s) for s in scales_of]
         start = y0.reshape(n, columns)
         start = jnp.concatenate([start.real, start.imag], axis=1)
         width = 2 * columns
 
         def body(j, v):
-            out = jnp.zeros((n, width), rdtype)
-            for (window, values, stacked), rows, scale in zip(real, rows_of, scales):
-                inner = inner_of(window, values, rows, scale, v, j, None, width)
-                out = out + _times(stacked, inner.reshape(-1, width))
+            out = products(real, scales, v, j, None, width, rdtype)
             turned = jnp.concatenate([out[:, columns:], -out[:, :columns]], axis=1)
             return lax.dynamic_update_index_in_dim(v, turned, j + 1, 0)
 
