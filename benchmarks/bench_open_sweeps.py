@@ -68,10 +68,10 @@ jax.config.update("jax_enable_x64", True)
 import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import scipy.integrate  # noqa: E402
 from peers import import_dynamiqs, real_embedding  # noqa: E402
 from rows import emit, row, save  # noqa: E402
 from sweeps import ladder_calls, print_ladder, run_ladder  # noqa: E402
+from systems import dop853_final  # noqa: E402
 from timing import (  # noqa: E402
     Stopwatch,
     at_targets,
@@ -256,32 +256,20 @@ class QutritSweep:
         """The whole batch as one real ODE for scipy's DOP853, the Lindblad equation
         in matrix products (no Liouvillian)."""
         b = len(self.params)
-        shape = (b, N, N)
         rates = self.gamma1(self.params)[:, None, None]
         scales = self.scale(self.params)[:, None, None]
         a, ad = A_OP, A_OP.conj().T
         n_op = NUMBER
         aa, nn = ad @ a, n_op @ n_op
 
-        def rhs(t, y):
-            rho = (y[: b * N * N] + 1j * y[b * N * N :]).reshape(shape)
+        def derivative(t, rho):
             h = self.h0 + scales * self.pulse(t) * DRIVE
             out = -1j * (h @ rho - rho @ h)
             out += rates * (a @ rho @ ad - 0.5 * (aa @ rho + rho @ aa))
             out += self.gamma_phi * (n_op @ rho @ n_op - 0.5 * (nn @ rho + rho @ nn))
-            return np.concatenate([out.real.ravel(), out.imag.ravel()])
+            return out
 
-        v0 = np.tile(self.rho0, (b, 1, 1)).ravel()
-        sol = scipy.integrate.solve_ivp(
-            rhs,
-            (0, self.span),
-            np.concatenate([np.real(v0), np.imag(v0)]),
-            "DOP853",
-            rtol=1e-13,
-            atol=1e-15,
-        )
-        y = sol.y[:, -1]
-        return (y[: b * N * N] + 1j * y[b * N * N :]).reshape(shape)
+        return dop853_final(derivative, np.tile(self.rho0, (b, 1, 1)), self.span)
 
 
 # --- measurements -------------------------------------------------------------------

@@ -59,11 +59,11 @@ jax.config.update("jax_enable_x64", True)
 import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import scipy.integrate  # noqa: E402
 import scipy.linalg  # noqa: E402
 import scipy.sparse  # noqa: E402
 from peers import import_dynamiqs  # noqa: E402
 from rows import emit, row  # noqa: E402
+from systems import dop853_final  # noqa: E402
 from timing import Stopwatch, alternating_times, time_at, warm_up  # noqa: E402
 
 import hierax  # noqa: E402
@@ -124,24 +124,12 @@ class Oscillator:
 
     def reference(self) -> np.ndarray:
         l0, l1 = self.liouvillian()
-        m = self.n * self.n
 
-        def rhs(t, y):
-            v = y[:m] + 1j * y[m:]
-            out = l0 @ v + self.envelope(t) * (l1 @ v)
-            return np.concatenate([out.real, out.imag])
+        def derivative(t, v):
+            return l0 @ v + self.envelope(t) * (l1 @ v)
 
-        v0 = self.rho0.ravel()
-        sol = scipy.integrate.solve_ivp(
-            rhs,
-            (0, self.span),
-            np.concatenate([np.real(v0), np.imag(v0)]),
-            "DOP853",
-            rtol=1e-13,
-            atol=1e-15,
-        )
-        y = sol.y[:, -1]
-        return (y[:m] + 1j * y[m:]).reshape(self.n, self.n)
+        final = dop853_final(derivative, self.rho0.ravel(), self.span)
+        return final.reshape(self.n, self.n)
 
 
 # --- the methods: each `solve(rtol) -> (final rho, steps)` -------------------------

@@ -9,8 +9,8 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.integrate
 from peers import real_embedding
+from systems import dop853_final
 from timing import alternating_times
 
 import hierax
@@ -109,21 +109,14 @@ class QubitSweep:
         b = len(self.params)
         d = self.detuning(self.params)
 
-        def rhs(t, y):
-            psi = (y[: 2 * b] + 1j * y[2 * b :]).reshape(b, 2)
+        def derivative(t, psi):
             w = self.scale(self.params) * self.pulse(t) / 2
             out = np.empty_like(psi)
             out[:, 0] = -1j * (d / 2 * psi[:, 0] + w * psi[:, 1])
             out[:, 1] = -1j * (w * psi[:, 0] - d / 2 * psi[:, 1])
-            return np.concatenate([out.real.ravel(), out.imag.ravel()])
+            return out
 
-        psi0 = np.tile(self.start, (b, 1)).ravel()
-        y0 = np.concatenate([np.real(psi0), np.imag(psi0)])
-        sol = scipy.integrate.solve_ivp(
-            rhs, (0, self.span), y0, "DOP853", rtol=1e-13, atol=1e-15
-        )
-        y = sol.y[:, -1]
-        return (y[: 2 * b] + 1j * y[2 * b :]).reshape(b, 2)
+        return dop853_final(derivative, np.tile(self.start, (b, 1)), self.span)
 
 
 class RabiSweep(QubitSweep):
@@ -208,21 +201,11 @@ class StatesSweep:
         return one
 
     def reference(self):
-        n, b = self.n, len(self.params)
-
-        def rhs(t, y):
-            psi = (y[: n * b] + 1j * y[n * b :]).reshape(n, b)
+        def derivative(t, psi):
             h = self.h0 + self.drive * np.cos(self.frequency * t) * self.v
-            out = -1j * (h @ psi)
-            return np.concatenate([out.real.ravel(), out.imag.ravel()])
+            return -1j * (h @ psi)
 
-        psi0 = self.params.T.ravel()
-        y0 = np.concatenate([np.real(psi0), np.imag(psi0)])
-        sol = scipy.integrate.solve_ivp(
-            rhs, (0, self.span), y0, "DOP853", rtol=1e-13, atol=1e-15
-        )
-        y = sol.y[:, -1]
-        return (y[: n * b] + 1j * y[n * b :]).reshape(n, b).T
+        return dop853_final(derivative, self.params.T, self.span).T
 
 
 # --- ladders of tolerances, shared by the sweep benchmarks --------------------------

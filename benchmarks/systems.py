@@ -229,7 +229,6 @@ class System:
         """The final state (ket, or density matrix for an open system) from scipy's
         DOP853 on the real and imaginary parts."""
         y0 = self.rho() if self.is_open else self.state
-        shape = y0.shape
         if self.is_open:
             jumps = np.stack(self.jumps)
             adjoints = np.conj(np.swapaxes(jumps, -1, -2))
@@ -245,24 +244,41 @@ class System:
             def derivative(t, y):
                 return -1j * (self.at(t) @ y)
 
-        def rhs(t, y):
-            z = (y[: y.size // 2] + 1j * y[y.size // 2 :]).reshape(shape)
-            dz = derivative(t, z).reshape(-1)
-            return np.concatenate([dz.real, dz.imag])
+        return dop853_final(derivative, y0, self.span, rtol, atol, self.name)
 
-        flat = np.asarray(y0, complex).reshape(-1)
-        solution = scipy.integrate.solve_ivp(
-            rhs,
-            (0.0, self.span),
-            np.concatenate([np.real(flat), np.imag(flat)]),
-            method="DOP853",
-            rtol=rtol,
-            atol=atol,
-        )
-        if not solution.success:
-            raise RuntimeError(f"DOP853 failed on {self.name}: {solution.message}")
-        y = solution.y[:, -1]
-        return (y[: y.size // 2] + 1j * y[y.size // 2 :]).reshape(shape)
+
+def dop853_final(
+    derivative: Callable[[float, np.ndarray], np.ndarray],
+    start: Any,
+    span: float,
+    rtol: float = 1e-13,
+    atol: float = 1e-15,
+    name: str = "the reference",
+) -> np.ndarray:
+    """The state at `span` of $\\dot z = $ `derivative(t, z)` from $z(0) = $
+    `start` (complex, any shape; `derivative` takes and returns that shape), by
+    scipy's DOP853 on its real and imaginary parts: the references of the
+    benchmarks, independent of every method they time."""
+    shape = np.shape(start)
+    flat = np.asarray(start, complex).reshape(-1)
+
+    def rhs(t, y):
+        z = (y[: y.size // 2] + 1j * y[y.size // 2 :]).reshape(shape)
+        dz = np.asarray(derivative(t, z)).reshape(-1)
+        return np.concatenate([np.real(dz), np.imag(dz)])
+
+    solution = scipy.integrate.solve_ivp(
+        rhs,
+        (0.0, span),
+        np.concatenate([np.real(flat), np.imag(flat)]),
+        method="DOP853",
+        rtol=rtol,
+        atol=atol,
+    )
+    if not solution.success:
+        raise RuntimeError(f"DOP853 failed on {name}: {solution.message}")
+    y = solution.y[:, -1]
+    return (y[: y.size // 2] + 1j * y[y.size // 2 :]).reshape(shape)
 
 
 def _lowering(levels: int) -> np.ndarray:
