@@ -110,3 +110,40 @@ def test_gradients_against_central_differences():
     assert abs(grads[1] - central[1]) <= 1e-8
     # JAX's cotangent of a complex input is the conjugate of the gradient.
     assert abs(np.real(grads[2][3]) - central[2]) <= 1e-8
+
+
+def test_a_multiple_of_the_identity_a_time_shift_and_exact_zeros():
+    """H + c 1 gives the state times e^{-i c T}; a constant H gives the same state
+    over [1e4, 1e4 + T] as over [0, T]; a drive at amplitude exactly 0 is H0
+    alone (expm), and its gradient there matches central differences."""
+    times = jnp.array([0.0, SPAN])
+    base = hierax.sesolve(
+        _hamiltonian(0.7, 1.1), KET, times, rtol=1e-11, atol=1e-13
+    ).final_state
+    shifted = hierax.TimeOperator(
+        [hierax.Cos(1.3, 0.2, 0.7), hierax.Constant(1.1)], [H1, H0 + 3.0 * np.eye(N)]
+    )
+    moved = hierax.sesolve(shifted, KET, times, rtol=1e-11, atol=1e-13).final_state
+    assert np.max(np.abs(moved - np.exp(-3.3j * SPAN) * base)) <= 1e-9
+
+    constant = H0 + 0.3 * H1
+    late = hierax.sesolve(
+        constant, KET, jnp.array([1e4, 1e4 + SPAN]), rtol=1e-11, atol=1e-13
+    ).final_state
+    exact = scipy.linalg.expm(-1j * SPAN * constant) @ KET
+    assert np.max(np.abs(late - exact)) <= 1e-8
+
+    def final(amplitude):
+        return hierax.sesolve(
+            _hamiltonian(amplitude, 1.1), KET, times, rtol=1e-12, atol=1e-14
+        ).final_state
+
+    exact = scipy.linalg.expm(-1j * SPAN * 1.1 * H0) @ KET
+    assert np.max(np.abs(final(0.0) - exact)) <= 1e-9
+
+    def loss(amplitude):
+        return jnp.abs(final(amplitude)[5]) ** 2
+
+    e = 1e-5
+    central = (loss(e) - loss(-e)) / (2 * e)
+    assert abs(jax.grad(loss)(0.0) - central) <= 1e-8
