@@ -42,6 +42,7 @@ from ._time_operators import (
     as_time_operator as as_time_operator,
     bind_args as bind_args,
     check_jump_operators as check_jump_operators,
+    function_series as function_series,
     summands as summands,
     time_operators as time_operators,
     to_operator as to_operator,

@@ -35,6 +35,7 @@ from .._data import TermSeries
 from .._kernels.propagator import REAL_STATE_SIZE
 from .._operators import bind_args, jump_times, operator_bound, time_operators
 from .._time import AbstractTimeFunction, Constant
+from ._resolution import function_truncation, time_dependent_functions
 from ._solution import Solution
 from ._term import (
     AbstractTaylorTerm,
@@ -124,6 +125,16 @@ class ColumnsTerm(AbstractTaylorTerm):
 
     def with_program_parts(self, t, dtype):
         return ColumnsTerm(self.term.with_program_parts(t, dtype), self.axes)
+
+    def function_truncation(self, t, step, order, args):
+        # Per column: each element's own functions, a row over the columns.
+        def one(hamiltonian):
+            functions = time_dependent_functions(bind_args(hamiltonian, args))
+            share = function_truncation(functions, t, order, jnp.abs(step))
+            return jnp.zeros(()) if share is None else share
+
+        shares = jax.vmap(one, in_axes=(self.axes,))(self.term.hamiltonian)
+        return shares.reshape(1, -1)
 
     def generator_bound(self, t, norms):
         bound = lambda h: operator_bound(h, t, norms[0])  # noqa: E731

@@ -138,7 +138,15 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         )
         phase = jnp.exp(rate)
         y1 = phase * jnp.sum(v, axis=0)
-        y_error = truncation_estimate(v) * jnp.abs(phase)
+        y_error = truncation_estimate(v)
+        # The time functions at amplitude 1, read as that share of the state: a
+        # derivative with respect to an amplitude near 0 needs them resolved
+        # (`_resolution`).
+        share = term.function_truncation(time, step, self.taylor_order, args)
+        if share is not None:
+            scale = jnp.abs(lax.stop_gradient(y0)).astype(y_error.dtype)
+            y_error = jnp.maximum(y_error, share.astype(y_error.dtype) * scale)
+        y_error = y_error * jnp.abs(phase)
         dense_info = dict(terms=v, rate=rate)
         return y1, y_error, dense_info, None, diffrax.RESULTS.successful
 

@@ -49,6 +49,7 @@ from .._operators import (
     to_operator,
 )
 from ._density import density_step_terms, program_density_parts
+from ._resolution import function_truncation, time_dependent_functions
 
 
 class _TimeControl(diffrax.AbstractTerm):
@@ -105,6 +106,16 @@ class AbstractTaylorTerm(_TimeControl):
         default) where the step assembles what it needs."""
         del t, dtype
         return self
+
+    def function_truncation(
+        self, t: Array, step: Array, order: int, args: PyTree
+    ) -> Array | None:
+        """How far a step of length `step` from `t` leaves the equation's time
+        functions, at amplitude 1, unresolved at order K: a share that broadcasts
+        against the state, or `None` without time-dependent functions (see
+        `_resolution`)."""
+        functions = time_dependent_functions(bind_args(self.operators, args))
+        return function_truncation(functions, t, order, jnp.abs(step))
 
     @abc.abstractmethod
     def generator_bound(self, t: Array, norms: tuple[Any, ...]) -> Array:
