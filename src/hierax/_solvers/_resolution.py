@@ -76,6 +76,10 @@ def function_truncation(
     scalar, with no gradient (it steers the step size)."""
     if not functions or order < 2:
         return None
+    # The step's own scale, as `schrodinger_terms` forms it: the same operands, so
+    # that XLA computes the functions' shared series once (a Gaussian's is a loop
+    # over the orders; measured on a qubit's step: 7.7 -> 14.4 us with another).
+    scale = jnp.where(scale > 0, scale, 1)
     worst = None
     for s in function_series(functions, t, order, scale):
         s = jnp.abs(jax.lax.stop_gradient(s)).reshape(order + 1, -1)
