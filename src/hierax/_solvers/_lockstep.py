@@ -127,13 +127,20 @@ class ColumnsTerm(AbstractTaylorTerm):
         return ColumnsTerm(self.term.with_program_parts(t, dtype), self.axes)
 
     def function_truncation(self, t, step, order, args):
-        # Per column: each element's own functions, a row over the columns.
         def one(hamiltonian):
             functions = time_dependent_functions(bind_args(hamiltonian, args))
             share = function_truncation(functions, t, order, jnp.abs(step))
             return jnp.zeros(()) if share is None else share
 
-        shares = jax.vmap(one, in_axes=(self.axes,))(self.term.hamiltonian)
+        hamiltonian = self.term.hamiltonian
+        pairs = _function_pairs(self.axes, hamiltonian)
+        if all(_same_at_unit_amplitude(a, f) for a, f in pairs):
+            # The columns' functions differ in their amplitudes at most: one share
+            # for all, element 0's, whose series the step has (XLA computes it
+            # once; per column it cost the first call about 0.3 s of compile).
+            return one(_element(hamiltonian, self.axes))
+        # Per column: each element's own functions, a row over the columns.
+        shares = jax.vmap(one, in_axes=(self.axes,))(hamiltonian)
         return shares.reshape(1, -1)
 
     def generator_bound(self, t, norms):
@@ -231,6 +238,15 @@ def _is_swept(axes: Any, function: Any, complex_ok: bool = True) -> bool:
         return False
     batched = jax.tree.leaves(axes, is_leaf=lambda a: a is None)
     return sum(a is not None for a in batched) == 1  # the amplitude alone
+
+
+def _same_at_unit_amplitude(axes: Any, function: Any) -> bool:
+    """Whether a function is the same for every column at amplitude 1 (or not read
+    by the check, a constant): nothing of it batched, or its (linear) amplitude
+    alone."""
+    if function.is_constant or _is_swept(axes, function):
+        return True
+    return all(a is None for a in jax.tree.leaves(axes, is_leaf=lambda a: a is None))
 
 
 def _unit_amplitude(axes: Any, function: Any) -> Any:
