@@ -161,10 +161,10 @@ def test_mesolve_gradient_at_amplitude_zero_against_the_sensitivity_equations():
         v = np.cos(1.3 * t) * SX
         d = lindblad(0.2 * SZ, r)
         dd = lindblad(0.2 * SZ, dr) - 1j * (v @ r - r @ v)
-        parts = (d.real, d.imag, dd.real, dd.imag)
+        parts = (np.real(d), np.imag(d), np.real(dd), np.imag(dd))
         return np.concatenate([p.ravel() for p in parts])
 
-    start = np.concatenate([rho0.real.ravel(), rho0.imag.ravel(), np.zeros(8)])
+    start = np.concatenate([np.real(rho0).ravel(), np.imag(rho0).ravel(), np.zeros(8)])
     end = scipy.integrate.solve_ivp(
         derivative, (0.0, span), start, method="DOP853", rtol=1e-13, atol=1e-15
     ).y[:, -1]
