@@ -35,7 +35,7 @@ from .._data import TermSeries
 from .._kernels.propagator import REAL_STATE_SIZE
 from .._operators import bind_args, jump_times, operator_bound, time_operators
 from .._time import AbstractTimeFunction, Constant
-from ._resolution import function_truncation, time_dependent_functions
+from ._resolution import equation_truncation, has_linear_amplitude
 from ._solution import Solution
 from ._term import (
     AbstractTaylorTerm,
@@ -128,8 +128,7 @@ class ColumnsTerm(AbstractTaylorTerm):
 
     def function_truncation(self, t, step, order, args):
         def one(hamiltonian):
-            functions = time_dependent_functions(bind_args(hamiltonian, args))
-            share = function_truncation(functions, t, order, jnp.abs(step))
+            share = equation_truncation(hamiltonian, args, t, step, order)
             return jnp.zeros(()) if share is None else share
 
         hamiltonian = self.term.hamiltonian
@@ -228,10 +227,9 @@ def _is_swept(axes: Any, function: Any, complex_ok: bool = True) -> bool:
     state's real step scales real and imaginary parts alike): its series is then
     the amplitude times the series at amplitude 1 (a kind whose `_scaled` folds a
     factor into its amplitude is linear in it)."""
-    amplitude = getattr(function, "amplitude", None)
-    kind = type(function)
-    if amplitude is None or kind._scaled is AbstractTimeFunction._scaled:
+    if not has_linear_amplitude(function):
         return False
+    amplitude = function.amplitude
     if function.is_constant or axes.amplitude is None:
         return False
     if jnp.iscomplexobj(amplitude) and not complex_ok:

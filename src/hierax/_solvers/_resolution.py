@@ -25,14 +25,14 @@ sampled pulses' series end within a segment (no truncation), and a callable that
 is identically zero at the point of a derivative is not seen.
 """
 
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from .._operators import function_series
+from .._operators import bind_args, function_series
 from .._time import (
     AbstractTimeFunction,
     TimeFunctionProduct,
@@ -60,12 +60,29 @@ def time_dependent_functions(tree: Any) -> list[AbstractTimeFunction]:
     return found
 
 
+def has_linear_amplitude(function: AbstractTimeFunction) -> bool:
+    """Whether the function is its `amplitude` times the function at amplitude 1:
+    a kind whose `_scaled` folds a factor into its amplitude is linear in it."""
+    return (
+        getattr(function, "amplitude", None) is not None
+        and type(function)._scaled is not AbstractTimeFunction._scaled
+    )
+
+
 def _at_unit_amplitude(function: AbstractTimeFunction) -> AbstractTimeFunction:
-    # A kind whose `_scaled` folds a factor into its amplitude is linear in it.
-    amplitude = getattr(function, "amplitude", None)
-    if amplitude is None or type(function)._scaled is AbstractTimeFunction._scaled:
+    if not has_linear_amplitude(function):
         return function
+    amplitude = cast(Any, function).amplitude  # (`has_linear_amplitude`: it has one)
     return eqx.tree_at(lambda f: f.amplitude, function, jnp.ones_like(amplitude))
+
+
+def equation_truncation(
+    operators: Any, args: Any, t: Array, step: Array, order: int
+) -> Array | None:
+    """`function_truncation` of the time-dependent functions of `operators` (with
+    the user's `args` bound) over a step of length `step` from `t`."""
+    functions = time_dependent_functions(bind_args(operators, args))
+    return function_truncation(functions, t, order, jnp.abs(step))
 
 
 def function_truncation(
@@ -99,6 +116,6 @@ def _truncation(
     scale = jnp.where(scale > 0, scale, 1)
     lasts = []
     for s in function_series(functions, t, order, scale):
-        s = jnp.abs(jax.lax.stop_gradient(s)).reshape(order + 1, -1)
+        s = jnp.abs(s).reshape(order + 1, -1)
         lasts.append(jnp.max(jnp.maximum(s[order - 1], s[order])))
     return jnp.max(jnp.stack(lasts))

@@ -49,7 +49,7 @@ from .._operators import (
     to_operator,
 )
 from ._density import density_step_terms, program_density_parts
-from ._resolution import function_truncation, time_dependent_functions
+from ._resolution import equation_truncation
 
 
 class _TimeControl(diffrax.AbstractTerm):
@@ -114,8 +114,7 @@ class AbstractTaylorTerm(_TimeControl):
         functions, at amplitude 1, unresolved at order K: a share that broadcasts
         against the state, or `None` without time-dependent functions (see
         `_resolution`)."""
-        functions = time_dependent_functions(bind_args(self.operators, args))
-        return function_truncation(functions, t, order, jnp.abs(step))
+        return equation_truncation(self.operators, args, t, step, order)
 
     @abc.abstractmethod
     def generator_bound(self, t: Array, norms: tuple[Any, ...]) -> Array:
