@@ -182,3 +182,24 @@ def test_mesolve_gradient_at_amplitude_zero_against_the_sensitivity_equations():
 
     got = float(jax.grad(coherence)(0.0))
     assert abs(got - end[13]) <= 1e-8
+
+
+def test_the_check_runs_where_a_value_of_the_equation_is_traced():
+    """Concrete values cannot be differentiated, so a solve from Python skips the
+    check (its compile), and one whose equation holds a traced value (`jax.jit`,
+    `jax.grad`, `jax.vmap` over a parameter) runs it. At amplitude 0 the state
+    stays |0> either way; only the steps differ."""
+
+    def solve(a):
+        solution = hierax.sesolve(
+            a * hierax.Cos(1.3) * SX, KET, jnp.array([0.0, 20.0]), rtol=1e-10
+        )
+        return solution.final_state, solution.stats["num_steps"]
+
+    eager_state, eager_steps = solve(0.0)
+    closed_state, closed_steps = jax.jit(lambda: solve(0.0))()
+    traced_state, traced_steps = jax.jit(solve)(0.0)
+    for state in (eager_state, closed_state, traced_state):
+        np.testing.assert_allclose(state, KET, atol=1e-15)
+    assert int(eager_steps) == int(closed_steps) <= 2
+    assert int(traced_steps) >= 5

@@ -24,6 +24,7 @@ from ._cache import (
     SESOLVE_TERMS as SESOLVE_TERMS,
     VERIFIED_PERIODS as VERIFIED_PERIODS,
     content_key as content_key,
+    flatten_module as flatten_module,
 )
 from ._choices import backend_choices as backend_choices
 from ._custom_types import (

@@ -23,6 +23,7 @@ from .._core import (
     OPTIONS_BUILT,
     check_finite,
     complex_dtype,
+    flatten_module,
     float_dtype,
     module_jit,
     placement,
@@ -299,10 +300,21 @@ def solve(
             progress=progress,
             dense=dense,
             adjoint=_static_adjoint(options.adjoint),
+            resolve_functions=_traced(term),
             api=api,
             expectation=expectation,
             checks=checks,
         )
+
+
+def _traced(term: AbstractTaylorTerm) -> bool:
+    """Whether a value of the equation is traced (by `jax.grad`, `jax.jvp`,
+    `jax.jit`, `jax.vmap`): only then can the solve be differentiated with respect
+    to it, and only a derivative needs the steps to resolve the time functions at
+    amplitude 1 (`TaylorSolver`'s `resolve_functions`). Concrete values from
+    Python skip that check, which costs each solve program about a tenth of its
+    compile and nothing at run time."""
+    return any(isinstance(leaf, Tracer) for leaf in flatten_module(term).leaves)
 
 
 def _solve_impl(
@@ -358,6 +370,7 @@ def _steps(
     progress: bool,
     dense: bool,
     adjoint: "_Static",
+    resolve_functions: bool,
     api: str,
     expectation: Callable[[Array, Array], Array],
 ) -> Solution:
@@ -414,6 +427,7 @@ def _steps(
                 adjoint_steps=isinstance(
                     adjoint.value, diffrax.RecursiveCheckpointAdjoint
                 ),
+                resolve_functions=resolve_functions,
             ),
             start,
             end,

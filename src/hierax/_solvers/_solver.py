@@ -91,12 +91,15 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
 
     taylor_order: int = eqx.field(static=True)
     adjoint_steps: bool = eqx.field(static=True)
+    resolve_functions: bool = eqx.field(static=True)
 
     # Any `AbstractTaylorTerm`: `_unwrap` checks, with a message.
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = TaylorInterpolation
 
-    def __init__(self, order: int, adjoint_steps: bool = False):
+    def __init__(
+        self, order: int, adjoint_steps: bool = False, resolve_functions: bool = True
+    ):
         """**Arguments:**
 
         - `order`: the order $K$ of the series, a Python int >= 1. It also sets the
@@ -109,9 +112,17 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
             [`hierax.mesolve`][] then use. Forward mode (`jax.jvp`,
             `diffrax.ForwardMode`) through such a step is refused, so it is off
             by default.
+        - `resolve_functions`: also keep each step short enough to resolve every
+            time-dependent function of the equation at amplitude 1, so that a
+            derivative with respect to an amplitude at or near 0 is as accurate
+            as the values (at amplitude 0 the state does not move and its own
+            estimate would let one step span the whole interval). On by default;
+            [`hierax.sesolve`][] and [`hierax.mesolve`][] turn it off when no value
+            of the equation is traced, where nothing can be differentiated.
         """
         self.taylor_order = check_taylor_order(order, "hierax.TaylorSolver")
         self.adjoint_steps = adjoint_steps
+        self.resolve_functions = resolve_functions
 
     def order(self, terms: PyTree) -> int:
         del terms
@@ -142,7 +153,11 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
         # The time functions at amplitude 1, read as that share of the state: a
         # derivative with respect to an amplitude near 0 needs them resolved
         # (`_resolution`).
-        share = term.function_truncation(time, step, self.taylor_order, args)
+        share = (
+            term.function_truncation(time, step, self.taylor_order, args)
+            if self.resolve_functions
+            else None
+        )
         if share is not None:
             scale = jnp.abs(lax.stop_gradient(y0)).astype(y_error.dtype)
             y_error = jnp.maximum(y_error, share.astype(y_error.dtype) * scale)
