@@ -462,3 +462,44 @@ def test_swept_constants_on_real_matrices_of_a_large_state(monkeypatch):
 
         assert _error(final, propagate(h, 0.0, 2.0, np.asarray(ket))) <= 1e-9
         assert _error(final, solve(x, a)) <= 1e-9
+
+
+@pytest.mark.parametrize(
+    "case", ["detunings", "amplitudes", "kets", "kets and detunings, saved"]
+)
+def test_the_lockstep_batches_the_outputs_a_mapped_solve_would(monkeypatch, case):
+    """The lockstep rule reads which outputs are batched off the solution's
+    structure (`_lockstep_batched`); JAX's own batching of the element-by-element
+    solve (`_batched_outputs`, what the rule falls back to) must agree, or the
+    derivatives of a mapped solve would not match its values."""
+    states = jnp.stack([START, jnp.array([0.6, 0.8j])])
+    most = [1000]  # (a new value for the second call: a new program, traced)
+
+    def solve(detuning, amplitude, state, times=TIMES):
+        h = _hamiltonian(detuning, amplitude)
+        return hierax.sesolve(
+            h, state, times, exp_ops=[SZ], rtol=1e-8, max_steps=most[0]
+        )
+
+    calls = {
+        "detunings": lambda: jax.vmap(lambda d: solve(d, 0.9, START))(
+            DETUNINGS[:2]
+        ),
+        "amplitudes": lambda: jax.vmap(lambda a: solve(0.3, a, START))(
+            jnp.array([0.0, 1.5])
+        ),
+        "kets": lambda: jax.vmap(lambda s: solve(0.3, 0.9, s))(states),
+        "kets and detunings, saved": lambda: jax.vmap(
+            lambda d, s: solve(d, 0.9, s, jnp.linspace(0.0, 4.0, 5))
+        )(DETUNINGS[:2], states),
+    }
+    read = recorded_returns(monkeypatch, _lockstep, "_lockstep_batched")
+    stepped = calls[case]()
+    monkeypatch.setattr(_lockstep, "_in_lockstep", lambda *args: None)
+    most[0] += 1
+    mapped_flags = recorded_returns(monkeypatch, _lockstep, "_batched_outputs")
+    mapped = calls[case]()
+    assert len(read) == len(mapped_flags) == 1
+    assert jax.tree.structure(read[0]) == jax.tree.structure(mapped_flags[0])
+    assert jax.tree.leaves(read[0]) == jax.tree.leaves(mapped_flags[0])
+    assert _error(stepped.final_state, mapped.final_state) <= 1e-7
