@@ -482,9 +482,7 @@ def test_the_lockstep_batches_the_outputs_a_mapped_solve_would(monkeypatch, case
         )
 
     calls = {
-        "detunings": lambda: jax.vmap(lambda d: solve(d, 0.9, START))(
-            DETUNINGS[:2]
-        ),
+        "detunings": lambda: jax.vmap(lambda d: solve(d, 0.9, START))(DETUNINGS[:2]),
         "amplitudes": lambda: jax.vmap(lambda a: solve(0.3, a, START))(
             jnp.array([0.0, 1.5])
         ),
