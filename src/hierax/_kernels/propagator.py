@@ -580,11 +580,28 @@ def _by_adjoint(
         ]
         v_bar = v_bar.astype(v.dtype).reshape(order + 1, n * columns)
 
+        # A part of constant rows only reads $v_i$ at order i alone: its share
+        # of $g_i$ is $\\sum_a c_a z_{a,i} / (i+1)$, one row of its z, not a
+        # product over every order's (a piecewise-constant pulse's gradient
+        # spent most of its backward pass there).
+        own_order = [window is None for window, _, _ in parts]
+
         def gathered(zs, i):
             """$g_i$ from $\\bar v_i$ and the $z_{a,j'}$ (`(K, A, n m)`, zero
             where not yet formed) of the orders $u_{j'}$ that read $v_i$."""
             g_i = lax.dynamic_index_in_dim(v_bar, i, keepdims=False)
-            for read, z in zip(reads, zs):
+            for read, z, own in zip(reads, zs, own_order):
+                if own:
+                    # (A,) against (A, n m); nothing reads v_K (i = K: weight 0).
+                    at = jnp.minimum(i, order - 1)
+                    weights = lax.dynamic_index_in_dim(
+                        lax.dynamic_index_in_dim(read, i, keepdims=False),
+                        at,
+                        keepdims=False,
+                    )
+                    z_i = lax.dynamic_index_in_dim(z, at, keepdims=False)
+                    g_i = g_i + jnp.tensordot(weights, z_i, axes=(0, 0))
+                    continue
                 weights = lax.dynamic_index_in_dim(read, i, keepdims=False)
                 # (K, A) against (K, A, n m): one product over both axes.
                 g_i = g_i + jnp.tensordot(weights, z, axes=((0, 1), (0, 1)))

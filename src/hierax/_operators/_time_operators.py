@@ -415,7 +415,8 @@ class TimeOperator(AbstractTimeOperator):
         series = function_series(self.functions, t, order, time_scale)
         dtype = jnp.result_type(*series)
         coefficients = jnp.stack([s.astype(dtype) for s in series])
-        constant = tuple(f.is_constant for f in self.functions)
+        # (Per step: a piecewise-constant pulse's series is constant too.)
+        constant = tuple(f.has_constant_series for f in self.functions)
         return self.term_matrices.series(coefficients, constant)
 
 
@@ -710,7 +711,7 @@ class ScaledOperator(AbstractTimeOperator):
             sparse = SparseTerms(
                 times_function(sparse.coefficients),
                 sparse.matrices,
-                tuple(k and self.function.is_constant for k in sparse.constant),
+                tuple(k and self.function.has_constant_series for k in sparse.constant),
             )
         dense = None
         if inner.dense is not None:
@@ -718,7 +719,7 @@ class ScaledOperator(AbstractTimeOperator):
                 "ik,knm->inm", lower_toeplitz(c), inner.dense.astype(dtype)
             )
         constant = tuple(
-            c and self.function.is_constant for c in inner.constant_flags()
+            c and self.function.has_constant_series for c in inner.constant_flags()
         )
         return TermSeries(coefficients, inner.matrices, dense, constant, sparse)
 

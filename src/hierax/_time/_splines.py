@@ -345,6 +345,10 @@ class PiecewiseConstant(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return False
 
+    @property
+    def has_constant_series(self) -> bool:
+        return True
+
     def _scaled(self, factor):
         return scaled_field(self, "values", factor)
 

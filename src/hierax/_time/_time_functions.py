@@ -93,6 +93,16 @@ class AbstractTimeFunction(eqx.Module):
     def is_constant(self) -> bool:
         """Whether $f$ is constant in time (known from its structure, not values)."""
 
+    @property
+    def has_constant_series(self) -> bool:
+        """Whether every series of $f$ vanishes above order 0, wherever it is
+        taken (known from its structure): a constant, and a piecewise-constant
+        pulse, whose series at any time is its value there (the solvers stop at
+        its edges). The kernels then apply its term as a constant over a step, its
+        value times the state's latest order, with no Cauchy product over the
+        orders (`TermSeries.constant`)."""
+        return self.is_constant
+
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
         """Normalised Taylor coefficients of $f$ at $t$.
@@ -602,6 +612,10 @@ class TimeFunctionSum(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return all(term.is_constant for term in self.terms)
 
+    @property
+    def has_constant_series(self) -> bool:
+        return all(term.has_constant_series for term in self.terms)
+
     def _scaled(self, factor):
         terms = [term._scaled(factor) for term in self.terms]
         if any(term is None for term in terms):
@@ -646,6 +660,10 @@ class TimeFunctionProduct(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return self.left.is_constant and self.right.is_constant
+
+    @property
+    def has_constant_series(self) -> bool:
+        return self.left.has_constant_series and self.right.has_constant_series
 
     def _scaled(self, factor):
         left = self.left._scaled(factor)

@@ -1,0 +1,138 @@
+"""Gradients through piecewise-constant pulses, whose terms the kernels apply as
+constants over each step (`has_constant_series`): the values and the gradients
+with respect to every sample, in reverse mode (the adjoint recursion), forward
+mode and `DirectAdjoint`, against the exact product of each segment's
+`scipy.linalg.expm` and the derivative of each factor by `expm_frechet`."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.integrate
+import scipy.linalg
+
+import hierax
+
+
+SX = np.array([[0, 1], [1, 0]], complex)
+SZ = np.diag([1.0, -1.0]).astype(complex)
+EDGES = np.array([0.0, 0.6, 1.1, 2.0, 2.4, 3.3])
+
+
+def _transmon():
+    a = np.diag(np.sqrt([1.0, 2.0]), 1).astype(complex)
+    number = np.diag([0.0, 1.0, 2.0]).astype(complex)
+    drift = 0.1 * number - 1.0 * number @ (number - np.eye(3))
+    return drift, [(a + a.conj().T) / 2, 1j * (a.conj().T - a) / 2]
+
+
+def _exact(drift, drives, samples, start, target):
+    """The overlap <target|psi(T)> and its gradient with respect to every sample
+    (real samples: d/dx of the complex overlap), exactly."""
+    factors, derivatives = [], []
+    for k in range(len(EDGES) - 1):
+        span = EDGES[k + 1] - EDGES[k]
+        h = drift + sum(s[k] * d for s, d in zip(samples, drives))
+        generator = -1j * span * h
+        factors.append(scipy.linalg.expm(generator))
+        derivatives.append(
+            [scipy.linalg.expm_frechet(generator, -1j * span * d)[1] for d in drives]
+        )
+    state = start
+    for f in factors:
+        state = f @ state
+    overlap = target.conj() @ state
+    gradient = np.zeros(np.shape(samples), complex)
+    for k in range(len(factors)):
+        before = start
+        for f in factors[:k]:
+            before = f @ before
+        for q, derivative in enumerate(derivatives[k]):
+            after = derivative @ before
+            for f in factors[k + 1 :]:
+                after = f @ after
+            gradient[q, k] = target.conj() @ after
+    return overlap, gradient
+
+
+CASES = {
+    "qubit": (0.2 * SZ, [SX / 2], np.array([[0.9, 1.4, -0.3, 0.7, 1.1]])),
+    "transmon, two quadratures": (
+        *_transmon(),
+        np.array([[0.8, 1.3, 0.2, -0.6, 1.0], [0.1, -0.2, 0.05, 0.3, -0.1]]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("adjoint", ["default", "direct", "forward"])
+def test_gradients_through_piecewise_constant_pulses_are_exact(case, adjoint):
+    drift, drives, samples = CASES[case]
+    n = drift.shape[0]
+    start, target = np.eye(n, dtype=complex)[0], np.eye(n, dtype=complex)[1]
+    overlap, gradient = _exact(drift, drives, samples, start, target)
+    chosen = {
+        "default": None,
+        "direct": diffrax.DirectAdjoint(),
+        "forward": diffrax.ForwardMode(),
+    }[adjoint]
+
+    def amplitude(x, part):
+        h = hierax.TimeOperator(
+            [1.0] + [hierax.PiecewiseConstant(EDGES, row) for row in x],
+            [drift, *drives],
+        )
+        final = hierax.sesolve(
+            h,
+            start,
+            jnp.array([0.0, EDGES[-1]]),
+            rtol=1e-12,
+            atol=1e-14,
+            adjoint=chosen,
+        ).final_state
+        value = jnp.vdot(jnp.asarray(target), final)
+        return jnp.real(value) if part == "real" else jnp.imag(value)
+
+    x = jnp.asarray(samples)
+    differentiate = jax.jacfwd if adjoint == "forward" else jax.grad
+    for part, want, want_gradient in (
+        ("real", np.real(overlap), np.real(gradient)),
+        ("imag", np.imag(overlap), np.imag(gradient)),
+    ):
+        assert abs(float(amplitude(x, part)) - want) <= 1e-11
+        got = differentiate(lambda x, part=part: amplitude(x, part))(x)
+        np.testing.assert_allclose(np.asarray(got), want_gradient, atol=1e-10)
+
+
+def test_a_piecewise_constant_pulse_times_a_cosine_is_not_a_constant_term():
+    """A product with a time-dependent factor keeps its Cauchy product (its series
+    is not constant), and a sum of pulses is one: both against DOP853."""
+    pulse = hierax.PiecewiseConstant(EDGES, np.array([0.9, 1.4, -0.3, 0.7, 1.1]))
+    other = hierax.PiecewiseConstant(EDGES, np.array([0.2, -0.5, 0.4, 0.0, 0.3]))
+    assert pulse.has_constant_series and not pulse.is_constant
+    assert (pulse + other).has_constant_series
+    assert not (pulse * hierax.Cos(2.0)).has_constant_series
+    h = 0.2 * SZ + (pulse * hierax.Cos(2.0) + other) * SX
+
+    def matrix(t):
+        k = np.searchsorted(EDGES, t, side="right") - 1
+        k = min(max(k, 0), len(EDGES) - 2)
+        values = ([0.9, 1.4, -0.3, 0.7, 1.1][k], [0.2, -0.5, 0.4, 0.0, 0.3][k])
+        return 0.2 * SZ + (values[0] * np.cos(2.0 * t) + values[1]) * SX
+
+    state = np.array([1.0, 0.0], complex)
+    for a, b in zip(EDGES[:-1], EDGES[1:]):
+        solved = scipy.integrate.solve_ivp(
+            lambda t, y, b=b: -1j * matrix(min(t, b - 1e-15)) @ y,
+            (a, b),
+            state,
+            method="DOP853",
+            rtol=1e-13,
+            atol=1e-14,
+        )
+        state = solved.y[:, -1]
+    ours = hierax.sesolve(
+        h, np.array([1.0, 0.0]), np.array([0.0, EDGES[-1]]), rtol=1e-12, atol=1e-14
+    ).final_state
+    np.testing.assert_allclose(np.asarray(ours), state, atol=1e-10)
