@@ -41,16 +41,18 @@ from .._time import (
 
 
 def time_dependent_functions(tree: Any) -> list[AbstractTimeFunction]:
-    """The time-dependent functions of `tree` (operators, a term), sums and
-    products taken apart into their factors, each at amplitude 1 where it has a
-    linear one."""
+    """The time-dependent functions of `tree` (operators, a term) whose series
+    go past order 0, sums and products taken apart into their factors, each at
+    amplitude 1 where it has a linear one."""
     found: list[AbstractTimeFunction] = []
 
     def visit(function: AbstractTimeFunction) -> None:
         if isinstance(function, TimeFunctionSum | TimeFunctionProduct):
             for factor in function.factors:
                 visit(factor)
-        elif not function.is_constant:
+        elif not function.has_constant_series:
+            # (A piecewise-constant pulse's series ends at order 0: nothing to
+            # resolve, and no series to compute in every step.)
             found.append(_at_unit_amplitude(function))
 
     is_function = lambda x: isinstance(x, AbstractTimeFunction)  # noqa: E731
