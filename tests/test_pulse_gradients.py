@@ -65,8 +65,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("adjoint", ["default", "direct", "forward"])
+@pytest.mark.parametrize(
+    "case, adjoint",
+    [
+        ("qubit", "default"),
+        ("transmon, two quadratures", "default"),
+        ("qubit", "forward"),
+        ("transmon, two quadratures", "direct"),
+    ],
+)
 def test_gradients_through_piecewise_constant_pulses_are_exact(case, adjoint):
     drift, drives, samples = CASES[case]
     n = drift.shape[0]
@@ -78,7 +85,8 @@ def test_gradients_through_piecewise_constant_pulses_are_exact(case, adjoint):
         "forward": diffrax.ForwardMode(),
     }[adjoint]
 
-    def amplitude(x, part):
+    def parts(x):
+        """The overlap's real and imaginary parts."""
         h = hierax.TimeOperator(
             [1.0] + [hierax.PiecewiseConstant(EDGES, row) for row in x],
             [drift, *drives],
@@ -92,17 +100,18 @@ def test_gradients_through_piecewise_constant_pulses_are_exact(case, adjoint):
             adjoint=chosen,
         ).final_state
         value = jnp.vdot(jnp.asarray(target), final)
-        return jnp.real(value) if part == "real" else jnp.imag(value)
+        return jnp.stack([jnp.real(value), jnp.imag(value)])
 
     x = jnp.asarray(samples)
-    differentiate = jax.jacfwd if adjoint == "forward" else jax.grad
-    for part, want, want_gradient in (
-        ("real", np.real(overlap), np.real(gradient)),
-        ("imag", np.imag(overlap), np.imag(gradient)),
-    ):
-        assert abs(float(amplitude(x, part)) - want) <= 1e-11
-        got = differentiate(lambda x, part=part: amplitude(x, part))(x)
-        np.testing.assert_allclose(np.asarray(got), want_gradient, atol=1e-10)
+    differentiate = jax.jacfwd if adjoint == "forward" else jax.jacrev
+    values, jacobian = jax.jit(lambda x: (parts(x), differentiate(parts)(x)))(x)
+    want = np.array([np.real(overlap), np.imag(overlap)])
+    np.testing.assert_allclose(np.asarray(values), want, atol=1e-11)
+    np.testing.assert_allclose(
+        np.asarray(jacobian),
+        np.stack([np.real(gradient), np.imag(gradient)]),
+        atol=1e-10,
+    )
 
 
 def test_a_piecewise_constant_pulse_times_a_cosine_is_not_a_constant_term():
