@@ -145,3 +145,21 @@ def test_a_piecewise_constant_pulse_times_a_cosine_is_not_a_constant_term():
         h, np.array([1.0, 0.0]), np.array([0.0, EDGES[-1]]), rtol=1e-12, atol=1e-14
     ).final_state
     np.testing.assert_allclose(np.asarray(ours), state, atol=1e-10)
+
+
+def test_hierarchies_take_a_piecewise_constant_pulse_as_its_local_constant():
+    """Within a segment a pulse's series is its value: the Heisenberg and
+    propagator hierarchies at t equal those of the segment's `Constant`."""
+    sy = np.array([[0, -1j], [1j, 0]])
+    t, value = 1.5, -0.3  # in the third segment, [1.1, 2.0)
+    pulse = hierax.PiecewiseConstant(EDGES, np.array([0.9, 1.4, -0.3, 0.7, 1.1]))
+
+    def hamiltonian(f):
+        return 0.4 * SZ + f * sy + hierax.Cos(1.3) * SX
+
+    for make in (
+        lambda h: hierax.HeisenbergHierarchy(h, SX, order=8)(t),
+        lambda h: hierax.PropagatorDerivatives(h, order=8)(t, np.eye(2, dtype=complex)),
+    ):
+        ours = make(hamiltonian(pulse))
+        np.testing.assert_array_equal(ours, make(hamiltonian(hierax.Constant(value))))
