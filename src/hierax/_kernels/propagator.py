@@ -582,8 +582,9 @@ def _by_adjoint(
 
         # A part of constant rows only reads $v_i$ at order i alone: its share
         # of $g_i$ is $\\sum_a c_a z_{a,i} / (i+1)$, one row of its z, not a
-        # product over every order's (a piecewise-constant pulse's gradient
-        # spent most of its backward pass there).
+        # product over every order's. (Where every part is such a part, with
+        # dense matrices and no sparse terms, `_constant_rows_adjoint` runs
+        # instead; this serves the rest: diagonals, or beside other parts.)
         own_order = [window is None for window, _, _ in parts]
 
         def gathered(zs, i):
