@@ -26,6 +26,7 @@ from ._cache import (
     content_key as content_key,
     flatten_module as flatten_module,
 )
+from ._checks import raise_if as raise_if
 from ._choices import backend_choices as backend_choices
 from ._custom_types import (
     OperatorSeries as OperatorSeries,

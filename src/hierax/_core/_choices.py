@@ -29,7 +29,9 @@ class BackendChoices(NamedTuple):
     parts, the second past it), and per
     n x n product of the structured kernel `product` + `product_entry` n^3
     (`product_entry`: complex products below `REAL_DENSITY_SIZE`, real halves from
-    there)."""
+    there). `host_checks`: a call from Python returns the code of its failed
+    check, read and raised on the host, instead of raising from a host callback
+    in the program (`_checks`)."""
 
     sparse_density: float
     dense_up_to: int
@@ -37,6 +39,7 @@ class BackendChoices(NamedTuple):
     diagonal_cache: int
     product: float
     product_entry: tuple[float, float]  # (real halves, complex)
+    host_checks: bool
 
     def applies_sparse(self, n: int) -> float | None:
         """The share of nonzeros at or below which a known n x n matrix is applied
@@ -82,6 +85,9 @@ class BackendChoices(NamedTuple):
 #   products (337 against 182 ms in all); at n = 32 with 80 diagonals (1.3 MB)
 #   0.62 ns an entry, diagonals 17.6 against 25.1 ms. The bound of 2 MiB lies
 #   between.
+# - Checks: a host callback costs a call nothing measurable (0.040 against 0.039
+#   ms), and a read of a failure code would make every call wait for its result
+#   (JAX dispatches calls asynchronously): the callbacks stay.
 CPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=0,
@@ -89,6 +95,7 @@ CPU = BackendChoices(
     diagonal_cache=2 << 20,
     product=1500.0,
     product_entry=(0.2, 0.4),
+    host_checks=False,
 )
 
 # A TPU (v5e), measured 2026-12-06 (complex64, highest precision).
@@ -104,6 +111,11 @@ CPU = BackendChoices(
 #   diagonals / structured: the open 6-site XXZ chain (n = 64, 6 jumps,
 #   `systems.open_xxz`) 15.0 / 5.5 ms, the Kerr oscillator at n = 30 (3 jumps)
 #   14.4 / 28.9 ms; the rule below picks the faster of each.
+# - Checks: a program that holds any host callback costs about 1.9 ms more a call,
+#   whether it runs or not (a small program 0.54 ms, with one `eqx.error_if` 2.47
+#   ms, its flag returned and read on the host instead 1.10 ms), and JAX's
+#   persistent compilation cache never finds it (a `lanczos` program compiles in
+#   13-16 s in every process; without callbacks 0.26 s from the cache).
 TPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=4096,
@@ -111,6 +123,7 @@ TPU = BackendChoices(
     diagonal_cache=0,
     product=1000.0,
     product_entry=(0.002, 0.002),
+    host_checks=True,
 )
 
 # GPUs: not measured yet; the CPU's choices.

@@ -23,6 +23,8 @@ from jaxtyping import Array
 
 from ._backend import products_context, refuse_unsupported_backend
 from ._cache import flatten_module
+from ._checks import at_top_level, collecting, failure, raise_failure, raising
+from ._choices import backend_choices
 
 
 # How many tree structures each public call keeps compiled (each holds its program).
@@ -58,35 +60,50 @@ def module_jit(
     traced by both paths, so changing a time or a parameter value never retraces.
     Both paths compile with XLA's defaults (no per-call compile options).
     """
-    filtered = eqx.filter_jit(fn)
+
+    def shielded(*args, **static):
+        # Its own program: checks traced here raise by `eqx.error_if`, also inside
+        # a program that collects its checks (`_checks`).
+        with raising():
+            return fn(*args, **static)
+
+    def collected(*args, **static):
+        # A program traced from Python: it returns its failure code beside its
+        # result, and the call raises on the host (`_checks`).
+        with collecting() as found:
+            out = fn(*args, **static)
+        return out, failure(found)
+
+    filtered = eqx.filter_jit(shielded)
     # One jitted function per tree structure and static keywords, found by the
     # identity of the structure: a module's flattened form is cached (`_cache`), so
     # the same module (or one rebuilt from the same cached parts) brings back the
     # same treedef object. Passing the treedef as a static argument instead made
     # JAX hash and compare it on every call: most of a small solve's eager call.
-    direct: collections.OrderedDict[tuple[int, tuple[str, ...]], Any] = (
+    direct: collections.OrderedDict[tuple[int, tuple[str, ...], bool], Any] = (
         collections.OrderedDict()
     )
 
-    by_structure: dict[tuple[Any, tuple[str, ...]], Callable] = {}
+    by_structure: dict[tuple[Any, tuple[str, ...], bool], Callable] = {}
 
-    def compiled(treedef: Any, names: tuple[str, ...]) -> Callable:
-        key = (id(treedef), names)
+    def compiled(treedef: Any, names: tuple[str, ...], host: bool) -> Callable:
+        key = (id(treedef), names, host)
         hit = direct.get(key)
         if hit is not None and hit[0] is treedef:
             direct.move_to_end(key)
             return hit[1]
         # A new treedef object: an equal structure shares the jitted function (and
         # its compiled programs), found by hashing and comparing once.
-        jitted = by_structure.get((treedef, names))
+        jitted = by_structure.get((treedef, names, host))
         if jitted is None:
+            body = collected if host else shielded
 
             def unflattened(leaves, *rest, **static):
                 module = jax.tree_util.tree_unflatten(treedef, leaves)
-                return fn(module, *rest, **static)
+                return body(module, *rest, **static)
 
             jitted = jax.jit(unflattened, static_argnames=names)
-            by_structure[treedef, names] = jitted
+            by_structure[treedef, names, host] = jitted
         # The entry keeps its treedef alive, so its id cannot be reused meanwhile.
         direct[key] = (treedef, jitted)
         if len(direct) > _STRUCTURES:
@@ -132,8 +149,15 @@ def module_jit(
 
     def run(args, rest, leaves, treedef, all_arrays, static):
         if all_arrays and all(_is_plain(leaf) for leaf in jax.tree.leaves(rest)):
-            jitted = compiled(treedef, tuple(sorted(static)))
-            return jitted(leaves, *rest, **static)
+            # From Python (nothing traced), where the backend chooses it: the
+            # checks' failure read on the host (`_checks`).
+            host = backend_choices().host_checks and at_top_level()
+            jitted = compiled(treedef, tuple(sorted(static)), host)
+            if not host:
+                return jitted(leaves, *rest, **static)
+            out, failure = jitted(leaves, *rest, **static)
+            raise_failure(failure)
+            return out
         # Python scalars would be static under filtering: trace them as arrays.
         args = tuple(
             jnp.asarray(a) if isinstance(a, (float, complex, int)) else a for a in args

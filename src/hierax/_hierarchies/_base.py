@@ -18,6 +18,7 @@ from .._core import (
     as_time,
     is_traced,
     module_jit,
+    raise_if,
     run_checked,
     run_if,
     typechecked,
@@ -83,19 +84,9 @@ def _call_checks(
 
 
 def _raise_if(x: Any, checks: list[tuple[Array, str]]) -> Any:
-    """`x`, with a run-time error carrying the message of the first failed check: all
-    checks of a call in one `eqx.branched_error_if` (one branch in the compiled
-    program instead of one per check)."""
-    failed = [jnp.asarray(p).reshape(()) for p, _ in checks]
-    # The first failed check, 0 where none failed (under vmap, equinox reports the
-    # largest index in the batch: one that failed).
-    index = jnp.asarray(0)
-    for i in reversed(range(len(checks))):
-        index = jnp.where(failed[i], i, index)
-    any_failed = failed[0]
-    for p in failed[1:]:
-        any_failed = any_failed | p
-    return eqx.branched_error_if(x, any_failed, index, [m for _, m in checks])
+    """`x`, with an error carrying the message of the first failed check: all
+    checks of a call in one (`raise_if`)."""
+    return raise_if(x, [p for p, _ in checks], [m for _, m in checks])
 
 
 def _hermitian_matrices(terms: TermSeries) -> Array:

@@ -27,6 +27,7 @@ from .._core import (
     float_dtype,
     module_jit,
     placement,
+    raise_if,
     to_jax,
 )
 from .._data import available_memory
@@ -330,13 +331,25 @@ def _solve_impl(
 ) -> Solution:
     """The compiled solve: `_steps` with its static `settings`, a `sesolve` batch
     under `jax.vmap` in lockstep where it can be. The values are checked here,
-    once: under `jax.vmap` the lockstep's rule traces `_steps` a second time, and
-    each `eqx.error_if` costs its trace a walk of the Python stack (about 20 ms)."""
+    before the steps, and whether the steps reached the last time after them,
+    once each: under `jax.vmap` the lockstep's rule traces `_steps` a second time,
+    and each `eqx.error_if` costs its trace a walk of the Python stack (about 18
+    ms; a call from Python collects its checks instead, `_checks`)."""
     checks = settings.pop("checks")
-    times, state = _checked(
+    times, state, exp_ops, rtol, atol, dt = _checked(
         times, state, exp_ops, rtol, atol, dt, settings["api"], checks
     )
-    inputs = (term, state, times, rtol, atol, dt, exp_ops, norms)
+    return _reached(
+        _stepped((term, state, times, rtol, atol, dt, exp_ops, norms), settings),
+        settings["api"],
+        settings["max_steps"],
+    )
+
+
+def _stepped(inputs: tuple, settings: dict[str, Any]) -> Solution:
+    """`_steps` of the checked `inputs`, in lockstep under `jax.vmap` where it can
+    be."""
+    term, state = inputs[:2]
     if settings["dense"] or not isinstance(term, SchrodingerTerm) or state.ndim != 1:
         return _steps(*inputs, **settings)
     # Under `jax.vmap`, a batch of kets that shares its matrices, times and
@@ -400,10 +413,14 @@ def _steps(
     ends = times.shape[0] == 2
     if unit:
         solved: diffrax.AbstractTerm = UnitTimeTerm(term, t0, span)
-        start, end, dt0 = 0.0, 1.0, dt0 / span
+        # (NumPy scalars: constants in the times' dtype.)
+        start, end = np.zeros((), times.dtype), np.ones((), times.dtype)
+        dt0 = dt0 / span
         save_times = (times - t0) / span
     else:
         solved, start, end, save_times = term, t0, t1, times
+    if not isinstance(controller, _FixedSteps):
+        controller, dt0 = _FirstStep(controller, dt0), None
     if ends:
         # Only the ends: the last state saved as it is reached and the first one
         # given, so the program has no loop that evaluates the steps' series at
@@ -440,6 +457,7 @@ def _steps(
             progress_meter=(
                 diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
             ),
+            throw=False,
         )
     states = cast(Array, solution.ys)
     if ends:
@@ -453,8 +471,42 @@ def _steps(
         for key in ("num_steps", "num_accepted_steps", "num_rejected_steps")
     }
     stats["max_steps"] = jnp.asarray(max_steps)
+    # Whether the steps reached the last time, checked by `_reached` (diffrax's
+    # own check, `throw=True`, would cost each trace of the steps a walk of the
+    # stack and every program a host callback).
+    result = solution.result
+    stats[_FAILED] = jnp.where(
+        diffrax.is_okay(result),
+        0,
+        jnp.where(result == diffrax.RESULTS.max_steps_reached, 1, 2),
+    )
     return Solution(
         times, states, expects, stats, order, interpolation, final_state=states[-1]
+    )
+
+
+# The key of `Solution.stats` that carries a failure of the steps from `_steps` to
+# `_reached`: 0 where they reached the last time, 1 where they ran out of
+# `max_steps`, 2 where diffrax reported another failure.
+_FAILED = "failed"
+
+
+def _reached(solution: Solution, api: str, max_steps: int) -> Solution:
+    """The solution without `_FAILED`, with an error where the steps did not reach
+    the last time."""
+    failed = solution.stats[_FAILED]
+    stats = {k: v for k, v in solution.stats.items() if k != _FAILED}
+    solution = eqx.tree_at(lambda s: s.stats, solution, stats)
+    return raise_if(
+        solution,
+        [failed == 1, failed == 2],
+        [
+            f"`{api}`: the solve took `max_steps` = {max_steps} steps without "
+            "reaching the last time. Raise `max_steps`, or loosen `rtol` and "
+            "`atol` if that accuracy is enough.",
+            f"`{api}`: the solve stopped before the last time (diffrax reported "
+            "a failed step).",
+        ],
     )
 
 
@@ -467,14 +519,13 @@ def _checked(
     dt: Array | None,
     api: str,
     checks: tuple,
-) -> tuple[Array, Array]:
-    """`times` and the state, with run-time checks of the values `checks` names
-    (the tolerances, `times`, `exp_ops`, the state's name): those that were JAX
-    arrays
-    (concrete or traced); values held on the host were checked before compiling.
-    One check for all (each is a conditional and a callback to trace and
-    compile), its message naming the first that fails; the solve's inputs come
-    out of it, so nothing runs on bad values."""
+) -> tuple[Array, Array, Array | None, Array, Array, Array | None]:
+    """`(times, state, exp_ops, rtol, atol, dt)`, with run-time checks of the values
+    `checks` names (the tolerances, `times`, `exp_ops`, the state's name): those
+    that were JAX arrays (concrete or traced); values held on the host were
+    checked before compiling. One check for all (`raise_if`), its message naming
+    the first that fails; the solve's inputs come out of it, so nothing runs on
+    bad values (a call from Python solves nothing in their place, then raises)."""
     failed, messages = [], []
     for name in checks:
         if name in ("rtol", "atol", "dt"):
@@ -494,12 +545,20 @@ def _checked(
         else:
             failed.append(~jnp.all(jnp.isfinite(state)))
             messages.append(f"`{api}`: `{name}` must be finite (no nan or inf).")
+    values = (times, state, exp_ops, rtol, atol, dt)
     if not failed:
-        return times, state
-    bad = jnp.stack(failed)
-    return eqx.branched_error_if(
-        (times, state), jnp.any(bad), jnp.argmax(bad), messages
+        return values
+    # Where a check fails, a short solve of nothing in its place (zeros from times
+    # 0, 1, ... at tolerances and step 1) runs before the call raises.
+    safe = (
+        jnp.arange(times.shape[0], dtype=times.dtype),
+        jnp.zeros_like(state),
+        None if exp_ops is None else jnp.zeros_like(exp_ops),
+        jnp.ones_like(rtol),
+        jnp.ones_like(atol),
+        None if dt is None else jnp.ones_like(dt),
     )
+    return raise_if(values, failed, messages, safe)
 
 
 def _step_control(
@@ -585,6 +644,31 @@ class _FixedSteps(diffrax.AbstractStepSizeController):
             "steps; or loosen `rtol` and `atol` if that accuracy is enough.",
         )
         return (keep, next_t0, *rest)
+
+
+class _FirstStep(diffrax.AbstractStepSizeController):
+    """`controller` with its first step `first` given by `init` instead of by
+    `diffeqsolve(dt0=...)`, where diffrax would check its sign with an
+    `eqx.error_if` (a walk of the Python stack in each trace of the steps, about
+    18 ms; the first step here is positive by construction)."""
+
+    controller: diffrax.AbstractStepSizeController
+    first: Array
+
+    def wrap(self, direction: Any) -> "_FirstStep":
+        return _FirstStep(self.controller.wrap(direction), self.first * direction)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        del dt0
+        first = jnp.asarray(self.first, jnp.result_type(t0))
+        return self.controller.init(terms, t0, t1, y0, first, args, func, error_order)
+
+    def adapt_step_size(
+        self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
+    ):
+        return self.controller.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
+        )
 
 
 @contextlib.contextmanager

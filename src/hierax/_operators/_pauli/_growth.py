@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..._core import on_backend
+from ..._core import module_jit, on_backend, raise_if
 from ._compress import compress, lookup, magnitude
 from ._strings import i_power, product_phase
 from ._sum import PauliSum, _live, _valid, check_chain, check_int
@@ -46,30 +46,48 @@ class LanczosCoefficients(eqx.Module):
     orthogonality: Float[Array, " steps"]
 
 
-def _checked(s: PauliSum, api: str, name: str, nonzero: bool = False) -> PauliSum:
-    """Inside the compiled call (no read of device values on the host): `s` with
-    an error at run time unless it is Hermitian (real coefficients, to rounding)
-    and finite, and, with `nonzero`, not zero."""
+def _checks(
+    s: PauliSum, api: str, name: str, nonzero: bool = False
+) -> tuple[list[Array], list[str]]:
+    """Inside the compiled call (no read of device values on the host): whether
+    `s` fails to be Hermitian (real coefficients, to rounding) or finite, and,
+    with `nonzero`, is zero; with their messages."""
     c = _valid(s)
     a = jnp.abs(c)
     top = jnp.max(a)
     eps = jnp.finfo(c.dtype).eps
-    c = eqx.error_if(
-        c,
+    failed = [
         jnp.any(jnp.abs(jnp.imag(c)) > 100 * eps * jnp.maximum(1, top)),
-        f"`{api}`: `{name}` must be Hermitian (a Pauli sum with real "
-        "coefficients): the recursion assumes a Hermitian Liouvillian and observable.",
-    )
-    c = eqx.error_if(
-        c,
         ~jnp.all(jnp.isfinite(c)),
+    ]
+    messages = [
+        f"`{api}`: `{name}` must be Hermitian (a Pauli sum with real "
+        "coefficients): the recursion assumes a Hermitian Liouvillian and "
+        "observable.",
         f"`{api}`: `{name}` must have finite coefficients.",
-    )
+    ]
     if nonzero:
-        c = eqx.error_if(
-            c, top == 0, f"`{api}`: `{name}` is zero; its Krylov space is empty."
+        failed.append(top == 0)
+        messages.append(f"`{api}`: `{name}` is zero; its Krylov space is empty.")
+    return failed, messages
+
+
+def _checked(
+    h: PauliSum, o: PauliSum, capacity: int, api: str
+) -> tuple[PauliSum, PauliSum]:
+    """The Hamiltonian and the observable of a call, with one check of both
+    (`raise_if`), the observable's strings against the capacity included."""
+    failed, messages = _checks(h, api, "hamiltonian")
+    more = _checks(o, api, "observable", nonzero=True)
+    failed, messages = failed + more[0], messages + more[1]
+    if o.capacity > capacity:
+        failed.append(jnp.sum(_valid(o) != 0) > capacity)
+        messages.append(
+            f"`{api}`: `capacity` holds fewer strings than `observable` has."
         )
-    return eqx.tree_at(lambda t: t.coefficients, s, c)
+    # (The recursion's work is fixed, whatever the values: nothing to stand in
+    # for them where a check fails.)
+    return raise_if((h, o), failed, messages)
 
 
 def _norm(c: Array) -> Array:
@@ -139,8 +157,8 @@ def _by_count(count: Array, capacity: int, at_size, operands):
     return lax.switch(index, branches, operands)
 
 
-def _start(observable: PauliSum, capacity: int, dtype, api: str) -> tuple:
-    """The observable in `capacity` slots, with its squared norm."""
+def _start(observable: PauliSum, capacity: int, dtype) -> tuple:
+    """The observable in `capacity` slots (`_checked` checked that it fits)."""
     ox, oz, oc, count, _ = compress(
         observable.x,
         observable.z,
@@ -148,12 +166,6 @@ def _start(observable: PauliSum, capacity: int, dtype, api: str) -> tuple:
         observable.n_qubits,
         capacity,
     )
-    if observable.capacity > capacity:
-        count = eqx.error_if(
-            count,
-            jnp.sum(_valid(observable) != 0) > capacity,
-            f"`{api}`: `capacity` holds fewer strings than `observable` has.",
-        )
     return ox, oz, oc, count
 
 
@@ -194,15 +206,12 @@ def lanczos(
     )
 
 
-@on_backend("hierax.lanczos")
-@eqx.filter_jit
-def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
+def _lanczos_impl(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
     api = "hierax.lanczos"
-    h = _checked(h, api, "hamiltonian")
-    o = _checked(o, api, "observable", nonzero=True)
+    h, o = _checked(h, o, capacity, api)
     dtype = jnp.result_type(h.dtype, o.dtype)
     real = jnp.finfo(dtype).dtype
-    ox, oz, oc, count = _start(o, capacity, dtype, api)
+    ox, oz, oc, count = _start(o, capacity, dtype)
     oc = oc / _norm(oc)
     w = ox.shape[1]
     # The Krylov basis, one operator per row (row n filled at step n).
@@ -262,6 +271,9 @@ def _lanczos(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficients:
     return LanczosCoefficients(b=b.astype(real), dropped=dropped, orthogonality=lost)
 
 
+_lanczos = on_backend("hierax.lanczos")(module_jit(_lanczos_impl, "hierax.lanczos"))
+
+
 def moments(
     hamiltonian: PauliSum,
     observable: PauliSum,
@@ -285,13 +297,10 @@ def _checked_moments(hamiltonian, observable, order, capacity, api):
     return _moments(hamiltonian, observable, order=order, capacity=capacity, api=api)
 
 
-@on_backend("hierax.moments")
-@eqx.filter_jit
-def _moments(h, o, *, order, capacity, api):
-    h = _checked(h, api, "hamiltonian")
-    o = _checked(o, api, "observable", nonzero=True)
+def _moments_impl(h, o, *, order, capacity, api):
+    h, o = _checked(h, o, capacity, api)
     dtype = jnp.result_type(h.dtype, o.dtype)
-    ox, oz, oc, count = _start(o, capacity, dtype, api)
+    ox, oz, oc, count = _start(o, capacity, dtype)
     oc = oc / _norm(oc)  # mu_0 = 1 (|O|^2 may underflow where |O| does not)
 
     none = (jnp.zeros_like(ox), jnp.zeros_like(oz), jnp.zeros_like(oc), 0 * count)
@@ -307,6 +316,9 @@ def _moments(h, o, *, order, capacity, api):
     _, (mu, lost) = lax.scan(step, ((ox, oz, oc, count), lost0), None, length=order)
     mu = jnp.concatenate([jnp.ones(1, mu.dtype), mu])
     return mu, jnp.concatenate([jnp.zeros(1, lost.dtype), lost])
+
+
+_moments = on_backend("hierax.moments")(module_jit(_moments_impl, "hierax.moments"))
 
 
 def autocorrelation_series(

@@ -1,0 +1,129 @@
+"""Run-time checks of the values of a compiled call, and where a failed one is
+raised.
+
+A compiled program cannot raise. Inside a trace (a user's `jax.jit`, `jax.vmap`,
+`jax.grad`) a failed check is raised by `eqx.branched_error_if`: a host callback in
+the program. A call from Python with concrete values can instead return its
+first failed check (`Failure`) beside its result, and the call raises on the host
+(`module_jit`): the program holds no callback. (Where the backend chooses it,
+`BackendChoices.host_checks`: a TPU, not a CPU.) That matters on an accelerator,
+where any host callback costs a call about 1.9 ms whether it runs or not (a TPU
+v5e, `benchmarks/results/tpu-v5e/step-latency-callbacks-20261206.json`) and
+keeps the program out of JAX's persistent compilation cache (the key JAX hashes
+holds the callback's Python pointer, new in every process: a `lanczos` program
+compiled for 13-16 s in every process, and 0.26 s from the cache without
+callbacks, `devices-persistent-cache-*-20261206.json`); and at trace time, where each
+`eqx.error_if` walks the Python stack (about 18 ms a check on the CPU).
+
+Only checks at the top level of the program a `module_jit` call traces may be
+collected (values of that trace): a check inside a loop's body or a custom rule
+keeps `eqx.error_if` (a collected value of an inner trace would escape it, and
+JAX says so when the program is traced).
+"""
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.extend
+import jax.numpy as jnp
+from jaxtyping import Array
+
+
+# The failed checks of the program being traced from Python, each group's index
+# of its first failed check (-1: none) with the group's messages; `None` where a
+# failed check raises by `eqx.branched_error_if`.
+_COLLECTED: contextvars.ContextVar[list[tuple[Array, tuple[str, ...]]] | None] = (
+    contextvars.ContextVar("hierax_collected_checks", default=None)
+)
+
+
+class Failure(eqx.Module):
+    """What a program traced from Python returns beside its result: the index of
+    its first failed check in `messages` (-1 where none failed). The messages are
+    static: they come back with the program's output structure, as traced."""
+
+    code: Array
+    messages: tuple[str, ...] = eqx.field(static=True)
+
+
+def raise_if(
+    x: Any, failed: Sequence[Any], messages: Sequence[str], safe: Any = None
+) -> Any:
+    """`x`, with an error carrying `messages[i]` for the first `failed[i]` (scalar
+    bools) that holds: raised when the call returns to Python (the program's
+    failure code) or at run time by `eqx.branched_error_if` (see the module's
+    docstring). All of a call's checks in one (one branch and one callback, one
+    walk of the stack, instead of one per check).
+
+    A collected check lets the program run on to its end before the call raises:
+    where what follows would run long, or trip a check of its own, on the values
+    that failed (a solve's steps on decreasing times), `safe` (a pytree like `x`)
+    takes their place when a check fails."""
+    flags = [jnp.asarray(p).reshape(()) for p in failed]
+    # The first failed check, 0 where none failed (under vmap, equinox reports the
+    # largest index in the batch: one that failed).
+    index = jnp.asarray(0)
+    for i in reversed(range(len(flags))):
+        index = jnp.where(flags[i], i, index)
+    any_failed = flags[0]
+    for p in flags[1:]:
+        any_failed = any_failed | p
+    collected = _COLLECTED.get()
+    if collected is None:
+        return eqx.branched_error_if(x, any_failed, index, list(messages))
+    collected.append((jnp.where(any_failed, index, -1), tuple(messages)))
+    if safe is None:
+        return x
+    return jax.tree.map(lambda s, v: jnp.where(any_failed, s, v), safe, x)
+
+
+def at_top_level() -> bool:
+    """Whether nothing is being traced (JAX's current trace is the eager one): a
+    call's values may be concrete inside a trace too, closed over by a user's
+    `jax.jit`."""
+    return type(jax.extend.core.find_top_trace(())).__name__ == "EvalTrace"
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[tuple[Array, tuple[str, ...]]]]:
+    """Collect the checks traced inside (the top level of a program traced from
+    Python); `failure` of what was collected is the program's `Failure`."""
+    found: list[tuple[Array, tuple[str, ...]]] = []
+    token = _COLLECTED.set(found)
+    try:
+        yield found
+    finally:
+        _COLLECTED.reset(token)
+
+
+@contextlib.contextmanager
+def raising() -> Iterator[None]:
+    """Checks traced inside raise by `eqx.branched_error_if` (a program of its own,
+    traced inside one that collects)."""
+    token = _COLLECTED.set(None)
+    try:
+        yield
+    finally:
+        _COLLECTED.reset(token)
+
+
+def failure(found: list[tuple[Array, tuple[str, ...]]]) -> Failure:
+    """The first failed check of the collected `found`, in one `Failure`."""
+    code = jnp.asarray(-1, jnp.int32)
+    offset = sum(len(m) for _, m in found)
+    for index, group in reversed(found):
+        offset -= len(group)
+        code = jnp.where(index >= 0, offset + index, code).astype(jnp.int32)
+    return Failure(code, tuple(m for _, group in found for m in group))
+
+
+def raise_failure(failed: Failure) -> None:
+    """Raise the failed check a program's `Failure` names, if any. Reading its code
+    waits for the program."""
+    code = int(failed.code)
+    if code >= 0:
+        raise ValueError(failed.messages[code])

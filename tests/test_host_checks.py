@@ -1,0 +1,119 @@
+"""Checks read on the host: where the backend chooses it (a TPU), a call from Python
+returns its first failed check beside its result and raises on the host, and its
+program holds no host callback (`hierax._core._checks`). Forced here on the CPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hierax
+from hierax._core import _choices
+
+
+SX = np.array([[0, 1], [1, 0]], complex)
+SZ = np.array([[1, 0], [0, -1]], complex)
+
+
+def _qutrit():
+    """A structure of its own (3 levels), so that each mode traces afresh."""
+    drift = np.diag([0.0, 1.0, 2.5]).astype(complex)
+    kick = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], complex)
+    return hierax.TimeOperator([hierax.Constant(1.0), hierax.Cos(1.3)], [drift, kick])
+
+
+@pytest.fixture
+def host_checks(monkeypatch):
+    """The CPU with `host_checks` chosen."""
+    monkeypatch.setitem(
+        _choices._BY_PLATFORM, "cpu", _choices.CPU._replace(host_checks=True)
+    )
+
+
+def _callbacks_traced(monkeypatch, call) -> int:
+    """How many host callbacks `call` traces into its programs."""
+    count = []
+    original = jax.pure_callback
+
+    def spy(*args, **kwargs):
+        count.append(1)
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(jax, "pure_callback", spy)
+        jax.block_until_ready(call())
+    return len(count)
+
+
+def test_failed_checks_raise_from_the_host_with_the_same_messages(host_checks):
+    """Each check of a solve's values and of a hierarchy's time raises the
+    `ValueError` the callbacks raise, naming the argument; the values that failed
+    never reach the steps (decreasing times would trip diffrax's own check of
+    them first, and a negative tolerance would step until `max_steps`)."""
+    h, psi = _qutrit(), jnp.array([1.0, 0.0, 0.0], complex)
+    times = jnp.array([0.0, 1.0])
+    for kwargs, match in (
+        (dict(y=jnp.array([jnp.nan, 0, 0], complex)), "`state` must be finite"),
+        (dict(t=jnp.array([0.0, 2.0, 1.0])), "`times` must be strictly increasing"),
+        (dict(t=jnp.array([0.0, jnp.inf])), "`times` must be finite"),
+        (dict(rtol=jnp.asarray(-1e-6)), "`rtol` must be positive and finite"),
+        (
+            dict(max_steps=2, t=jnp.array([0.0, 30.0])),
+            r"hierax.sesolve`: the solve took `max_steps` = 2 steps",
+        ),
+    ):
+        with pytest.raises(ValueError, match=match):
+            hierax.sesolve(
+                h,
+                kwargs.get("y", psi),
+                kwargs.get("t", times),
+                rtol=kwargs.get("rtol", 1e-8),
+                max_steps=kwargs.get("max_steps", 1000),
+            )
+    with pytest.raises(ValueError, match="`observable` must be Hermitian"):
+        hierax.lanczos(
+            hierax.PauliSum.ising_chain(3, 1.0, 1.0),
+            hierax.PauliSum.from_strings("XII", [1j]),
+            3,
+        )
+    rho = jnp.array([[jnp.nan, 0, 0], [0, 1, 0], [0, 0, 0]], complex)
+    with pytest.raises(ValueError, match="`rho` must be finite"):
+        hierax.mesolve(h, [], rho, times)
+    with pytest.raises(ValueError, match="`t` must be finite"):
+        hierax.HeisenbergHierarchy(h, SZ[:1, :1] * np.eye(3), 3)(jnp.asarray(jnp.nan))
+
+
+def test_programs_from_python_hold_no_callback(host_checks, monkeypatch):
+    """A solve, a hierarchy and `lanczos` called from Python trace no host
+    callback, and give
+    exactly what the callbacks' programs give; inside a user's `jax.jit` the
+    checks are callbacks again (nothing there returns to the host)."""
+    h, psi = _qutrit(), jnp.array([1.0, 0.0, 0.0], complex)
+    times = jnp.array([0.0, 0.5, 1.0])
+    observable = np.diag([1.0, 0.0, -1.0]).astype(complex)
+
+    chain = hierax.PauliSum.ising_chain(4, 1.0, 0.7)
+    spin = hierax.PauliSum.from_strings("ZIII")
+
+    def calls():
+        solution = hierax.sesolve(h, psi, times, exp_ops=[observable])
+        return (
+            solution.states,
+            hierax.HeisenbergHierarchy(h, observable, 3)(0.4),
+            hierax.lanczos(chain, spin, 3, capacity=16).b,
+        )
+
+    assert _callbacks_traced(monkeypatch, calls) == 0
+    host = calls()
+    inside = jax.jit(lambda y: hierax.sesolve(h, y, times).states)
+    assert _callbacks_traced(monkeypatch, lambda: inside(psi)) > 0
+    with pytest.raises(Exception, match="`state` must be finite"):
+        jax.block_until_ready(inside(jnp.array([jnp.nan, 0, 0], complex)))
+    # Concrete values closed over by a user's jit are traced all the same.
+    bad = jnp.array([jnp.nan, 0, 0], complex)
+    with pytest.raises(Exception, match="`state` must be finite"):
+        jax.block_until_ready(jax.jit(lambda: hierax.sesolve(h, bad, times).states)())
+    monkeypatch.undo()  # the CPU's own choice: callbacks
+    assert _callbacks_traced(monkeypatch, calls) > 0
+    for a, b in zip(host, calls(), strict=True):
+        np.testing.assert_array_equal(a, b)
