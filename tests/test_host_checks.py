@@ -2,6 +2,10 @@
 returns its first failed check beside its result and raises on the host, and its
 program holds no host callback (`hierax._core._checks`). Forced here on the CPU."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,3 +121,50 @@ def test_programs_from_python_hold_no_callback(host_checks, monkeypatch):
     assert _callbacks_traced(monkeypatch, calls) > 0
     for a, b in zip(host, calls(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+_NAN_MODE = """
+import jax, jax.numpy as jnp, numpy as np
+import hierax
+sx = np.array([[0, 1], [1, 0]], complex)
+h = hierax.TimeOperator([hierax.Constant(0.5)], [np.diag([1.0, -1.0])]) + hierax.Cos(
+    1.0
+) * sx
+psi, times = jnp.array([1, 0], complex), jnp.array([0.0, 1.0])
+solve = jax.jit(lambda y, t, r: hierax.sesolve(h, y, t, rtol=r, max_steps=50).states)
+cases = {
+    "good": lambda: solve(psi, times, 1e-8),
+    "nan state": lambda: solve(jnp.array([jnp.nan, 0], complex), times, 1e-8),
+    "decreasing times": lambda: solve(psi, jnp.array([0.0, 2.0, 1.0]), 1e-8),
+    "negative rtol": lambda: solve(psi, times, -1.0),
+    "max_steps": lambda: solve(psi, jnp.array([0.0, 500.0]), 1e-8),
+    "nan time": lambda: jax.jit(lambda t: hierax.HeisenbergHierarchy(h, sx, 3)(t))(
+        jnp.nan
+    ),
+}
+for name, call in cases.items():
+    print(name, bool(np.all(np.isfinite(np.asarray(call())))))
+"""
+
+
+def test_equinox_nan_mode_gives_nan_for_every_failed_check():
+    """Under `EQX_ON_ERROR=nan` (equinox's switch, which takes the callbacks out of
+    every program, a user's jit included) each failed check gives nan results,
+    never a finite wrong number, and a good call is finite."""
+    done = subprocess.run(
+        [sys.executable, "-c", _NAN_MODE],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "EQX_ON_ERROR": "nan", "JAX_PLATFORMS": "cpu"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    finite = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines())
+    assert finite == {
+        "good": "True",
+        "nan state": "False",
+        "decreasing times": "False",
+        "negative rtol": "False",
+        "max_steps": "False",
+        "nan time": "False",
+    }
