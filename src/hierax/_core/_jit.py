@@ -59,6 +59,12 @@ def module_jit(
     static (Python bools and the like). Python scalars passed positionally are
     traced by both paths, so changing a time or a parameter value never retraces.
     Both paths compile with XLA's defaults (no per-call compile options).
+
+    The checks of a call's values (`_checks.raise_if`) raise from a host callback
+    in the program, except in a call from Python where the backend chooses
+    otherwise (`BackendChoices.host_checks`): its program returns its first failed
+    check, and the call raises here. A program traced inside another keeps its
+    callbacks.
     """
 
     def shielded(*args, **static):
@@ -155,8 +161,8 @@ def module_jit(
             jitted = compiled(treedef, tuple(sorted(static)), host)
             if not host:
                 return jitted(leaves, *rest, **static)
-            out, failure = jitted(leaves, *rest, **static)
-            raise_failure(failure)
+            out, failed = jitted(leaves, *rest, **static)
+            raise_failure(failed)
             return out
         # Python scalars would be static under filtering: trace them as arrays.
         args = tuple(
