@@ -6,13 +6,14 @@ import os
 import subprocess
 import sys
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import hierax
-from hierax._core import _choices
+from hierax._core import _choices, module_jit, raise_if
 
 
 SX = np.array([[0, 1], [1, 0]], complex)
@@ -121,6 +122,34 @@ def test_programs_from_python_hold_no_callback(host_checks, monkeypatch):
     assert _callbacks_traced(monkeypatch, calls) > 0
     for a, b in zip(host, calls(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+class _Scale(eqx.Module):
+    factor: jax.Array
+
+
+def _looped(module: _Scale, x: jax.Array) -> jax.Array:
+    """A check at the program's top level and one in a loop's body."""
+    x = raise_if(x, [x[0] > 100], ["`hierax.test`: too large at the start."])
+
+    def body(i, y):
+        y = y * module.factor
+        return raise_if(y, [y[0] < 0], ["`hierax.test`: negative in the loop."])
+
+    return jax.lax.fori_loop(0, 3, body, x)
+
+
+def test_only_the_programs_top_level_is_collected(host_checks):
+    """In a program traced from Python, a check in a loop's body (a value of the
+    loop's own trace) raises by its callback, and one at the top level from the
+    host; neither escapes its trace."""
+    looped = module_jit(_looped, "hierax.test")
+    x = jnp.array([1.0, 2.0])
+    np.testing.assert_allclose(looped(_Scale(jnp.asarray(2.0)), x), 8 * x)
+    with pytest.raises(ValueError, match="too large at the start"):
+        looped(_Scale(jnp.asarray(2.0)), jnp.array([200.0, 0.0]))
+    with pytest.raises(Exception, match="negative in the loop"):
+        jax.block_until_ready(looped(_Scale(jnp.asarray(-1.0)), x))
 
 
 _NAN_MODE = """

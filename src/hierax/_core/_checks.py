@@ -15,10 +15,10 @@ compiled for 13-16 s in every process, and 0.26 s from the cache without
 callbacks, `devices-persistent-cache-*-20261206.json`); and at trace time, where each
 `eqx.error_if` walks the Python stack (about 18 ms a check on the CPU).
 
-Only checks at the top level of the program a `module_jit` call traces may be
-collected (values of that trace): a check inside a loop's body or a custom rule
-keeps `eqx.error_if` (a collected value of an inner trace would escape it, and
-JAX says so when the program is traced).
+Only checks at the top level of the program a `module_jit` call traces are
+collected (values of that trace): a check inside a loop's body, a branch, a
+custom rule or a program of its own keeps `eqx.error_if` (a collected value of
+an inner trace would escape it).
 """
 
 import contextlib
@@ -33,12 +33,16 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 
-# The failed checks of the program being traced from Python, each group's index
-# of its first failed check (-1: none) with the group's messages; `None` where a
-# failed check raises by `eqx.branched_error_if`.
-_COLLECTED: contextvars.ContextVar[list[tuple[Array, tuple[str, ...]]] | None] = (
-    contextvars.ContextVar("hierax_collected_checks", default=None)
-)
+# The program being traced from Python (its trace) and its failed checks so far,
+# each group's index of its first failed check (-1: none) with the group's
+# messages; `None` where no program collects.
+_COLLECTED: contextvars.ContextVar[
+    tuple[Any, list[tuple[Array, tuple[str, ...]]]] | None
+] = contextvars.ContextVar("hierax_collected_checks", default=None)
+
+
+def _current_trace() -> Any:
+    return jax.extend.core.find_top_trace(())
 
 
 class Failure(eqx.Module):
@@ -72,10 +76,12 @@ def raise_if(
     any_failed = flags[0]
     for p in flags[1:]:
         any_failed = any_failed | p
-    collected = _COLLECTED.get()
-    if collected is None:
+    collecting = _COLLECTED.get()
+    # Collected only at the top level of the program that collects: a check in a
+    # loop's body, a branch or a program of its own is a value of another trace.
+    if collecting is None or collecting[0] is not _current_trace():
         return eqx.branched_error_if(x, any_failed, index, list(messages))
-    collected.append((jnp.where(any_failed, index, -1), tuple(messages)))
+    collecting[1].append((jnp.where(any_failed, index, -1), tuple(messages)))
     if safe is None:
         return x
     return jax.tree.map(lambda s, v: jnp.where(any_failed, s, v), safe, x)
@@ -85,28 +91,17 @@ def at_top_level() -> bool:
     """Whether nothing is being traced (JAX's current trace is the eager one): a
     call's values may be concrete inside a trace too, closed over by a user's
     `jax.jit`."""
-    return type(jax.extend.core.find_top_trace(())).__name__ == "EvalTrace"
+    return type(_current_trace()).__name__ == "EvalTrace"
 
 
 @contextlib.contextmanager
 def collecting() -> Iterator[list[tuple[Array, tuple[str, ...]]]]:
-    """Collect the checks traced inside (the top level of a program traced from
-    Python); `failure` of what was collected is the program's `Failure`."""
+    """Collect the checks traced at the top level of the program being traced (one
+    traced from Python); `failure` of what was collected is its `Failure`."""
     found: list[tuple[Array, tuple[str, ...]]] = []
-    token = _COLLECTED.set(found)
+    token = _COLLECTED.set((_current_trace(), found))
     try:
         yield found
-    finally:
-        _COLLECTED.reset(token)
-
-
-@contextlib.contextmanager
-def raising() -> Iterator[None]:
-    """Checks traced inside raise by `eqx.branched_error_if` (a program of its own,
-    traced inside one that collects)."""
-    token = _COLLECTED.set(None)
-    try:
-        yield
     finally:
         _COLLECTED.reset(token)
 

@@ -23,7 +23,7 @@ from jaxtyping import Array
 
 from ._backend import products_context, refuse_unsupported_backend
 from ._cache import flatten_module
-from ._checks import at_top_level, collecting, failure, raise_failure, raising
+from ._checks import at_top_level, collecting, failure, raise_failure
 from ._choices import backend_choices
 
 
@@ -67,12 +67,6 @@ def module_jit(
     callbacks.
     """
 
-    def shielded(*args, **static):
-        # Its own program: checks traced here raise by `eqx.error_if`, also inside
-        # a program that collects its checks (`_checks`).
-        with raising():
-            return fn(*args, **static)
-
     def collected(*args, **static):
         # A program traced from Python: it returns its failure code beside its
         # result, and the call raises on the host (`_checks`).
@@ -80,7 +74,7 @@ def module_jit(
             out = fn(*args, **static)
         return out, failure(found)
 
-    filtered = eqx.filter_jit(shielded)
+    filtered = eqx.filter_jit(fn)
     # One jitted function per tree structure and static keywords, found by the
     # identity of the structure: a module's flattened form is cached (`_cache`), so
     # the same module (or one rebuilt from the same cached parts) brings back the
@@ -102,7 +96,7 @@ def module_jit(
         # its compiled programs), found by hashing and comparing once.
         jitted = by_structure.get((treedef, names, host))
         if jitted is None:
-            body = collected if host else shielded
+            body = collected if host else fn
 
             def unflattened(leaves, *rest, **static):
                 module = jax.tree_util.tree_unflatten(treedef, leaves)
