@@ -124,6 +124,19 @@ def test_programs_from_python_hold_no_callback(host_checks, monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+def test_running_out_of_steps_names_max_steps():
+    """With the CPU's callbacks, from Python and inside a user's jit: a solve that
+    runs out of `max_steps` says so, naming it (diffrax's own check is off: hierax
+    checks the steps' result itself, in the check of the call)."""
+    h, psi = _qutrit(), jnp.array([1.0, 0.0, 0.0], complex)
+    times = jnp.array([0.0, 30.0])
+    with pytest.raises(ValueError, match=r"hierax.sesolve`: the solve took `max_s"):
+        hierax.sesolve(h, psi, times, max_steps=2)
+    solve = jax.jit(lambda y: hierax.mesolve(h, [], y, times, max_steps=2).states)
+    with pytest.raises(Exception, match=r"hierax.mesolve`: the solve took `max_s"):
+        jax.block_until_ready(solve(jnp.diag(psi)))
+
+
 class _Scale(eqx.Module):
     factor: jax.Array
 

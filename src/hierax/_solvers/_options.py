@@ -94,8 +94,8 @@ class TaylorOptions(eqx.Module):
             of the error estimate: `safety` in (0, 1], the gains finite and
             >= 0 with `pcoeff + icoeff` > 0. The defaults (0.9, 0.3, 0.6, 0.1)
             follow the estimate's steep rise with |H| at high order.
-        - `max_steps`: the most steps a solve may take (an int >= 1); it fails
-            past that.
+        - `max_steps`: the most steps a solve may take (an int >= 1); past that
+            it raises a `ValueError` naming `max_steps`.
         - `adjoint`: how to differentiate, `diffrax.RecursiveCheckpointAdjoint()`
             (`None`, the default), `diffrax.DirectAdjoint()` or
             `diffrax.ForwardMode()` (for `jax.jvp`).
