@@ -7,6 +7,7 @@ base, and ask `series`.
 """
 
 import abc
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -552,37 +553,49 @@ class Gaussian(AbstractTimeFunction):
         dtype = jnp.result_type(self.mean, self.width, t, 1.0)
         x = (t - self.mean) / self.width
         step_scale = (1 if time_scale is None else time_scale) / self.width
-
-        # g_j = (-1)^j He_j(x) s^j / (w^j j!) obeys
-        # g_{j+1} = -(x g_j c + g_{j-1} c^2) / (j + 1), c = s / w. Carried as
-        # (m_{j-1}, m_j) * 2^e with the pair's largest entry kept near 1: the factor
-        # 2^e is exact and carries no gradient (it cancels in g = m 2^e).
-        def step(carry, j):
-            m_prev, m, exponent = carry
-            m_next = -(x * m * step_scale + m_prev * step_scale**2) / (j + 1)
-            size = jnp.maximum(jnp.abs(m), jnp.abs(m_next))
-            shift = lax.stop_gradient(
-                jnp.where(size > 0, jnp.round(jnp.log2(size)), 0.0)
-            )
-            down = exact_exp2(-shift, real_dtype(dtype)).astype(dtype)
-            exponent = exponent + shift
-            return (m * down, m_next * down, exponent), (m_next * down, exponent)
-
-        one = jnp.ones((), dtype)
-        m, exponents = one[None], jnp.zeros((1,), real_dtype(dtype))
-        if order > 0:  # (the value alone, as the first step's bound takes it: no loop)
-            start = (jnp.zeros((), dtype), one, exponents[0])
-            js = np.arange(order, dtype=real_dtype(dtype))  # a constant, not an iota
-            # (The running exponent is the scan's output: no cumulative sum after it.)
-            _, (rest, shifts) = lax.scan(step, start, js)
-            m = jnp.concatenate([m, rest])
-            exponents = jnp.concatenate([exponents, shifts])
+        m, exponents = _hermite_terms(
+            x.astype(dtype), jnp.asarray(step_scale, dtype), order
+        )
         # (ln 2 as a Python number: rounded once, not by the backend's `log`.)
         log_factor = exponents * math.log(2.0) - x**2 / 2
         if jnp.iscomplexobj(log_factor):  # complex t: exp(-x^2/2) has a phase
             m = m * jnp.exp(1j * jnp.imag(log_factor))
             log_factor = jnp.real(log_factor)
         return self.amplitude * times_exp(m, log_factor)
+
+
+# Its own program (inlined by XLA): a solve traces a Gaussian's series several
+# times with the same shapes (each step's series, the first step's bound, the
+# lockstep's second trace), and JAX traces the loop once for all of them.
+@functools.partial(jax.jit, static_argnames="order")
+def _hermite_terms(x: Array, step_scale: Array, order: int) -> tuple[Array, Array]:
+    """`(m, e)` with $g_j = m_j 2^{e_j}$, j = 0 ... `order`: the Taylor
+    coefficients of $e^{x^2/2} e^{-(x + c\tau)^2/2}$ in $\tau$, c = `step_scale`.
+
+    g_j = (-1)^j He_j(x) c^j / j! obeys g_{j+1} = -(x g_j c + g_{j-1} c^2) / (j + 1).
+    Carried as (m_{j-1}, m_j) * 2^e with the pair's largest entry kept near 1: the
+    factor 2^e is exact and carries no gradient (it cancels in g = m 2^e)."""
+    dtype = x.dtype
+
+    def step(carry, j):
+        m_prev, m, exponent = carry
+        m_next = -(x * m * step_scale + m_prev * step_scale**2) / (j + 1)
+        size = jnp.maximum(jnp.abs(m), jnp.abs(m_next))
+        shift = lax.stop_gradient(jnp.where(size > 0, jnp.round(jnp.log2(size)), 0.0))
+        down = exact_exp2(-shift, real_dtype(dtype)).astype(dtype)
+        exponent = exponent + shift
+        return (m * down, m_next * down, exponent), (m_next * down, exponent)
+
+    one = jnp.ones((), dtype)
+    m, exponents = one[None], jnp.zeros((1,), real_dtype(dtype))
+    if order > 0:  # (the value alone, as the first step's bound takes it: no loop)
+        start = (jnp.zeros((), dtype), one, exponents[0])
+        js = np.arange(order, dtype=real_dtype(dtype))  # a constant, not an iota
+        # (The running exponent is the scan's output: no cumulative sum after it.)
+        _, (rest, shifts) = lax.scan(step, start, js)
+        m = jnp.concatenate([m, rest])
+        exponents = jnp.concatenate([exponents, shifts])
+    return m, exponents
 
 
 class TimeFunctionSum(AbstractTimeFunction):
