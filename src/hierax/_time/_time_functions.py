@@ -570,7 +570,7 @@ class Gaussian(AbstractTimeFunction):
 @functools.partial(jax.jit, static_argnames="order")
 def _hermite_terms(x: Array, step_scale: Array, order: int) -> tuple[Array, Array]:
     """`(m, e)` with $g_j = m_j 2^{e_j}$, j = 0 ... `order`: the Taylor
-    coefficients of $e^{x^2/2} e^{-(x + c\tau)^2/2}$ in $\tau$, c = `step_scale`.
+    coefficients of $e^{x^2/2} e^{-(x + c\\tau)^2/2}$ in $\\tau$, c = `step_scale`.
 
     g_j = (-1)^j He_j(x) c^j / j! obeys g_{j+1} = -(x g_j c + g_{j-1} c^2) / (j + 1).
     Carried as (m_{j-1}, m_j) * 2^e with the pair's largest entry kept near 1: the

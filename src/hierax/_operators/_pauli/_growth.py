@@ -78,8 +78,8 @@ def _checked(
     """The Hamiltonian and the observable of a call, with one check of both
     (`raise_if`), the observable's strings against the capacity included."""
     failed, messages = _checks(h, api, "hamiltonian")
-    more = _checks(o, api, "observable", nonzero=True)
-    failed, messages = failed + more[0], messages + more[1]
+    o_failed, o_messages = _checks(o, api, "observable", nonzero=True)
+    failed, messages = failed + o_failed, messages + o_messages
     if o.capacity > capacity:
         failed.append(jnp.sum(_valid(o) != 0) > capacity)
         messages.append(
