@@ -118,6 +118,7 @@ def state_series(
     order: int,
     embedded: "EmbeddedParts | DenseEmbedding | None" = None,
     adjoint: bool = False,
+    degree: int | None = None,
 ) -> Array:
     """The terms $v_j$, $j = 0..K$, of $v_{j+1} = \\frac{-i\\,\\phi_{j+1}}{j+1}
     \\sum_m h_m v_{j-m}$, $v_0 = y_0$: the series of $\\dot y = -iH y$ in a time
@@ -130,8 +131,9 @@ def state_series(
     real arithmetic (`_embedded_series`; `embedded`: the terms' real embeddings
     held by their diagonals, when assembled before compiling). A loop over orders
     of fixed shape, so the traced program does not grow with K; the state's dtype
-    sets the precision. `adjoint`: see `series_loop`. **Returns:** shape
-    `(order + 1, *y0.shape)`."""
+    sets the precision. `adjoint`: see `series_loop`. `degree`: the highest order
+    at which the series $h_m$ can be nonzero, known from the terms' structure
+    (`series_degree`), or `None`. **Returns:** shape `(order + 1, *y0.shape)`."""
     dtype = jnp.result_type(y0, 1j)
     rdtype = real_dtype(dtype)
     if (
@@ -142,7 +144,7 @@ def state_series(
         and series.sparse is None
     ):
         return _embedded_series(
-            series, factor.astype(rdtype), y0, order, embedded, adjoint
+            series, factor.astype(rdtype), y0, order, embedded, adjoint, degree
         )
     # -i phi / (j + 1) goes into the weights, so each order costs the products only.
     complex_factor = factor.astype(dtype) * (-1j)
@@ -890,6 +892,7 @@ def _embedded_series(
     order: int,
     parts: "EmbeddedParts | DenseEmbedding | None" = None,
     adjoint: bool = False,
+    degree: int | None = None,
 ) -> Array:
     """`state_series` for a small state and dense terms, in real arithmetic: the state
     as $(\\Re y, \\Im y)$ and each $-iH_a = I_a - iR_a$ ($H_a = R_a + iI_a$) as the
@@ -958,7 +961,7 @@ def _embedded_series(
         v = series_of(coefficients, series.matrices, start, parts)
     elif tiny:
         lowered = lowered_of(series.matrices, parts).astype(rdtype)
-        return _small_embedded_series(coefficients, lowered, y0, order, adjoint)
+        return _small_embedded_series(coefficients, lowered, y0, order, adjoint, degree)
     else:
         v = by_dense(coefficients, series.matrices, start, parts)
     return lax.complex(v[:, :n], v[:, n:])
@@ -974,7 +977,12 @@ SMALL_EMBEDDED_SIZE = 8
 
 
 def _small_embedded_series(
-    coefficients: Array, lowered: Array, y0: Array, order: int, adjoint: bool = False
+    coefficients: Array,
+    lowered: Array,
+    y0: Array,
+    order: int,
+    adjoint: bool = False,
+    degree: int | None = None,
 ) -> Array:
     """`_embedded_series` for a tiny state, with the step's generator summed
     first: $G_m = \\sum_a c_{a,m} E_a$ (one product a step), and then each order
@@ -982,7 +990,10 @@ def _small_embedded_series(
     $v_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} G_m v_{j-m}$, where the term-by-term
     loop spends each order on a dozen operations whose dispatch costs more than
     their arithmetic. The same sums in another order: each term is a sum of
-    products whose largest has the size of the result."""
+    products whose largest has the size of the result. Where the series ends at a
+    known `degree` D (a cubic spline: 3), $G_m = 0$ for $m > D$ and each order
+    reads the D + 1 latest terms only (the transmon's spline gradient of
+    `bench_pulse_gradients`: see the CHANGELOG)."""
     dtype = jnp.result_type(y0, 1j)
     if order == 0:
         # The state alone; the loop below would index an empty `inverse` (a
@@ -991,10 +1002,12 @@ def _small_embedded_series(
     rdtype = real_dtype(dtype)
     n = y0.shape[0]
     rows = 2 * n
+    # G_0 ... G_D: the orders that can be nonzero.
+    width = order + 1 if degree is None else min(order, degree) + 1
     # generator[i, m * rows + k] = (G_m)_{ik}: the orders side by side.
     generator = jnp.einsum(
-        "am,aik->imk", coefficients.astype(rdtype), lowered.astype(rdtype)
-    ).reshape(rows, (order + 1) * rows)
+        "am,aik->imk", coefficients[:, :width].astype(rdtype), lowered.astype(rdtype)
+    ).reshape(rows, width * rows)
     # The terms latest first: past[order - i] = v_i, and zeros below, so that
     # v_j, v_{j-1}, ..., v_0, 0, ... is the slice from order - j.
     # A state of several columns (kets, a propagator) steps them side by side.
@@ -1013,23 +1026,22 @@ def _small_embedded_series(
     inverse = (1 / np.arange(1, order + 1)).astype(rdtype)
 
     def body(generator, j, past):
-        window = lax.dynamic_slice_in_dim(past, order - j, order + 1)
-        term = (
-            generator @ window.reshape((order + 1) * rows, -1) * jnp.asarray(inverse)[j]
-        )
+        window = lax.dynamic_slice_in_dim(past, order - j, width)
+        term = generator @ window.reshape(width * rows, -1) * jnp.asarray(inverse)[j]
         return lax.dynamic_update_index_in_dim(past, term, order - j - 1, 0)
 
     def run(generator, past):
         past = lax.fori_loop(0, order, lambda j, p: body(generator, j, p), past)
         return past[order::-1]
 
-    v = (_small_by_adjoint(run, order) if adjoint else run)(generator, past)
+    v = (_small_by_adjoint(run, order, width) if adjoint else run)(generator, past)
     return lax.complex(v[:, :n], v[:, n:]).reshape((order + 1,) + y0.shape)
 
 
-def _small_by_adjoint(run: Any, order: int) -> Any:
+def _small_by_adjoint(run: Any, order: int, width: int) -> Any:
     """`run(generator, past)` of `_small_embedded_series` differentiated in reverse
-    mode by its adjoint recursion (as `_by_adjoint` for `series_loop`). With
+    mode by its adjoint recursion (as `_by_adjoint` for `series_loop`), with
+    `width` blocks $G_0 \\ldots G_{w-1}$ in the generator. With
     $g_i$ the cotangent of $v_i$ and every later order's share, from $j = K-1$
     down: $g_{j-m} \\mathrel{+}= G_m^T g_{j+1} / (j+1)$ for $m \\le j$, one product
     with the stacked $G^T$ added to a window of the cotangents, held latest first as
@@ -1045,8 +1057,8 @@ def _small_by_adjoint(run: Any, order: int) -> Any:
 
     def backward(residuals, v_bar):
         generator, v = residuals
-        rows, width = v.shape[1], order + 1
-        inverse = 1 / jnp.arange(1, width, dtype=v.dtype)
+        rows = v.shape[1]
+        inverse = 1 / jnp.arange(1, order + 1, dtype=v.dtype)
         # g_i at position order - i, as the terms; zeros below.
         g = jnp.concatenate([v_bar[::-1], jnp.zeros_like(v_bar)], axis=0)
 
@@ -1064,8 +1076,8 @@ def _small_by_adjoint(run: Any, order: int) -> Any:
         read = (np.arange(2 * order + 2) >= order).reshape((-1, 1, 1))
         past_bar = jnp.where(read, g, 0)
         # windows[j, m] = v_{j-m} (zero for m > j), against g_{j+1} / (j+1).
-        lags = np.arange(width)
-        index = lags[:order, None] - lags[None, :]
+        lags = np.arange(order + 1)
+        index = lags[:order, None] - lags[None, :width]
         windows = jnp.where((index >= 0)[:, :, None, None], v[np.maximum(index, 0)], 0)
         later = g[order - 1 :: -1][:order] * inverse[:, None, None]
         generator_bar = jnp.einsum("jrc,jmsc->rms", later, windows).reshape(

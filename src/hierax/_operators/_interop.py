@@ -225,6 +225,10 @@ class _Conjugate(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return self.function.is_constant
 
+    @property
+    def series_degree(self) -> int | None:
+        return self.function.series_degree
+
     def series(self, t, order, time_scale):
         return jnp.conj(self.function.series(t, order, time_scale))
 
@@ -245,6 +249,10 @@ class _Window(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return False
+
+    @property
+    def series_degree(self) -> int:
+        return 0
 
     def series(self, t, order, time_scale):
         edges = [e for e in (self.start, self.end) if e is not None]

@@ -816,6 +816,37 @@ def _(operator: OperatorSum) -> tuple[AbstractTimeOperator, ...]:
 
 
 @functools.singledispatch
+def series_degree(operator: AbstractTimeOperator) -> int | None:
+    """The highest order at which any series of the operator can be nonzero, known
+    from its structure (`AbstractTimeFunction.series_degree`), or `None`: unknown
+    (a callable, an operator of another kind)."""
+    del operator
+    return None
+
+
+def _largest(degrees: list[int | None]) -> int | None:
+    known = [d for d in degrees if d is not None]
+    return max(known) if len(known) == len(degrees) else None
+
+
+@series_degree.register
+def _(operator: TimeOperator) -> int | None:
+    return _largest([f.series_degree for f in operator.functions])
+
+
+@series_degree.register
+def _(operator: OperatorSum) -> int | None:
+    return _largest([series_degree(op) for op in operator.operators])
+
+
+@series_degree.register
+def _(operator: ScaledOperator) -> int | None:
+    # The Cauchy product of the function's series with the operator's.
+    inner, outer = series_degree(operator.operator), operator.function.series_degree
+    return None if inner is None or outer is None else inner + outer
+
+
+@functools.singledispatch
 def as_time_operator(operator: Any) -> "TimeOperator | None":
     """The operator's term structure $\\sum_a f_a(t) H_a$ as a `TimeOperator`, or
     `None` for an operator without one (a callable, a scaled operator, a sum)."""

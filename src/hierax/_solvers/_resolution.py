@@ -40,19 +40,22 @@ from .._time import (
 )
 
 
-def time_dependent_functions(tree: Any) -> list[AbstractTimeFunction]:
-    """The time-dependent functions of `tree` (operators, a term) whose series
-    go past order 0, sums and products taken apart into their factors, each at
-    amplitude 1 where it has a linear one."""
+def time_dependent_functions(tree: Any, order: int) -> list[AbstractTimeFunction]:
+    """The time-dependent functions of `tree` (operators, a term) whose series of
+    order `order` may be truncated (they may go past order K - 2), sums and
+    products taken apart into their factors, each at amplitude 1 where it has a
+    linear one."""
     found: list[AbstractTimeFunction] = []
 
     def visit(function: AbstractTimeFunction) -> None:
+        degree = function.series_degree
         if isinstance(function, TimeFunctionSum | TimeFunctionProduct):
             for factor in function.factors:
                 visit(factor)
-        elif not function.has_constant_series:
-            # (A piecewise-constant pulse's series ends at order 0: nothing to
-            # resolve, and no series to compute in every step.)
+        elif degree is None or degree > order - 2:
+            # (A piecewise-constant pulse's series ends at order 0, a cubic
+            # spline's at 3: their last two terms are zero, so nothing to resolve
+            # and no series to compute in every step.)
             found.append(_at_unit_amplitude(function))
 
     is_function = lambda x: isinstance(x, AbstractTimeFunction)  # noqa: E731
@@ -83,7 +86,7 @@ def equation_truncation(
 ) -> Array | None:
     """`function_truncation` of the time-dependent functions of `operators` (with
     the user's `args` bound) over a step of length `step` from `t`."""
-    functions = time_dependent_functions(bind_args(operators, args))
+    functions = time_dependent_functions(bind_args(operators, args), order)
     return function_truncation(functions, t, order, jnp.abs(step))
 
 

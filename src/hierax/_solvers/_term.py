@@ -43,6 +43,7 @@ from .._operators import (
     merge_equal_terms,
     operator_bound,
     real_terms,
+    series_degree,
     split_constant_trace,
     summands,
     time_operators,
@@ -242,11 +243,12 @@ def schrodinger_terms(
         hamiltonian, t, order, scale, y0.shape[0] >= REAL_STATE_SIZE
     )
     factor = step_signs(step, order) * step
+    degree = series_degree(hamiltonian)
     if series is None or not _has_wide_sparse_terms(series):
-        return state_series(real, series, factor, y0, order, parts, adjoint)
+        return state_series(real, series, factor, y0, order, parts, adjoint, degree)
     if y0.ndim > 1:
         real, series = _wide_sparse_made_dense(real, series)
-        return state_series(real, series, factor, y0, order, parts, adjoint)
+        return state_series(real, series, factor, y0, order, parts, adjoint, degree)
     # One state: sparse products; a batch of them under `jax.vmap`: dense ones.
     arrays, static = eqx.partition((real, series, factor, y0), eqx.is_array)
 
@@ -255,7 +257,7 @@ def schrodinger_terms(
             real, series, factor, y0 = eqx.combine(arrays, static)
             if dense:
                 real, series = _wide_sparse_made_dense(real, series)
-            return state_series(real, series, factor, y0, order, parts, adjoint)
+            return state_series(real, series, factor, y0, order, parts, adjoint, degree)
 
         return run
 

@@ -234,6 +234,10 @@ class CubicSpline(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return False
 
+    @property
+    def series_degree(self) -> int:
+        return 3
+
     def _scaled(self, factor):
         return scaled_field(self, "values", factor)
 
@@ -293,6 +297,10 @@ class PiecewiseLinear(AbstractTimeFunction):
     def is_constant(self) -> bool:
         return False
 
+    @property
+    def series_degree(self) -> int:
+        return 1
+
     def _scaled(self, factor):
         return scaled_field(self, "values", factor)
 
@@ -346,8 +354,8 @@ class PiecewiseConstant(AbstractTimeFunction):
         return False
 
     @property
-    def has_constant_series(self) -> bool:
-        return True
+    def series_degree(self) -> int:
+        return 0
 
     def _scaled(self, factor):
         return scaled_field(self, "values", factor)

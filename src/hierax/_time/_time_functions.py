@@ -95,14 +95,25 @@ class AbstractTimeFunction(eqx.Module):
         """Whether $f$ is constant in time (known from its structure, not values)."""
 
     @property
+    def series_degree(self) -> int | None:
+        """The highest order at which a series of $f$ can be nonzero, wherever it is
+        taken (known from its structure, not values), or `None` where it may go on
+        forever: 0 for a constant and a piecewise-constant pulse, $D$ for a
+        polynomial of degree $D$, 3 for a cubic spline (the solvers stop at its
+        knots, so each step's series is one segment's). The solvers then end their
+        Cauchy products over the orders there. A subclass whose series ends
+        says so here."""
+        return 0 if self.is_constant else None
+
+    @property
     def has_constant_series(self) -> bool:
         """Whether every series of $f$ vanishes above order 0, wherever it is
-        taken (known from its structure): a constant, and a piecewise-constant
-        pulse, whose series at any time is its value there (the solvers stop at
-        its edges). The kernels then apply its term as a constant over a step, its
+        taken (`series_degree` 0): a constant, and a piecewise-constant pulse,
+        whose series at any time is its value there (the solvers stop at its
+        edges). The kernels then apply its term as a constant over a step, its
         value times the state's latest order, with no Cauchy product over the
         orders (`TermSeries.constant`)."""
-        return self.is_constant
+        return self.series_degree == 0
 
     @typechecked
     def taylor(self, t: TimeLike, order: OrderLike) -> ScalarSeries:
@@ -345,6 +356,10 @@ class Polynomial(AbstractTimeFunction):
     @property
     def is_constant(self) -> bool:
         return self.coefficients.shape[0] == 1
+
+    @property
+    def series_degree(self) -> int:
+        return self.coefficients.shape[0] - 1
 
     def _scaled(self, factor):
         return scaled_field(self, "coefficients", factor)
@@ -626,8 +641,10 @@ class TimeFunctionSum(AbstractTimeFunction):
         return all(term.is_constant for term in self.terms)
 
     @property
-    def has_constant_series(self) -> bool:
-        return all(term.has_constant_series for term in self.terms)
+    def series_degree(self) -> int | None:
+        degrees = [term.series_degree for term in self.terms]
+        known = [d for d in degrees if d is not None]
+        return max(known) if len(known) == len(degrees) else None
 
     def _scaled(self, factor):
         terms = [term._scaled(factor) for term in self.terms]
@@ -675,8 +692,9 @@ class TimeFunctionProduct(AbstractTimeFunction):
         return self.left.is_constant and self.right.is_constant
 
     @property
-    def has_constant_series(self) -> bool:
-        return self.left.has_constant_series and self.right.has_constant_series
+    def series_degree(self) -> int | None:
+        left, right = self.left.series_degree, self.right.series_degree
+        return None if left is None or right is None else left + right
 
     def _scaled(self, factor):
         left = self.left._scaled(factor)
