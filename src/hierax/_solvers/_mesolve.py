@@ -64,7 +64,7 @@ def mesolve(
     with the Taylor method of [`hierax.sesolve`][]: each step sums the exact series
     of $\\rho$ to order $K$ (as [`hierax.DensityMatrixDerivatives`][] computes it,
     in the step's own time scale), and the step size comes from the size of the
-    series' last two terms.
+    series' tail, estimated from its last terms.
 
     Built on `diffrax.diffeqsolve` with [`hierax.TaylorSolver`][] and
     [`hierax.LindbladTerm`][], so it composes with `jax.jit`, `jax.grad` (through

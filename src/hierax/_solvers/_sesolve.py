@@ -57,7 +57,7 @@ def sesolve(
 ) -> Solution:
     """Solve the Schrödinger equation $\\dot\\psi = -i H(t)\\,\\psi$ with the Taylor
     method: each step sums the exact series of the state to order $K$, and the step
-    size comes from the size of the series' last two terms.
+    size comes from the size of the series' tail, estimated from its last terms.
 
     Built on `diffrax.diffeqsolve` with [`hierax.TaylorSolver`][] and
     [`hierax.SchrodingerTerm`][], so it composes with `jax.jit`, `jax.grad`

