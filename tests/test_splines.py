@@ -701,3 +701,63 @@ def test_sesolve_through_sampled_pulses_and_their_gradient():
         scale = float(np.max(np.abs(b)))
         assert float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) <= 1e-14 * scale
     assert float(np.max(np.abs(np.asarray(full[0][-1])))) > 0
+
+
+def test_the_window_loop_reads_only_the_terms_the_series_reach(monkeypatch):
+    """Five levels under a cubic spline and a piecewise-linear pulse (the loop over
+    terms, past the tiny states; the window shortened at any size here): one
+    step's series of a ket and of a propagator, and their reverse-mode derivatives
+    with respect to the samples, equal those of the full Cauchy product to
+    rounding."""
+    from hierax._kernels import propagator
+    from hierax._solvers import _term
+
+    monkeypatch.setattr(propagator, "_DEGREE_WINDOW_SIZE", 0)
+    levels = 5
+    a = np.diag(np.sqrt(np.arange(1.0, levels)), 1)
+    number = np.diag(np.arange(levels, dtype=float))
+    drift = 0.1 * number - number @ (number - np.eye(levels))
+    x = np.linspace(0.0, 3.0, 7)
+    values = np.sin(x) + 0.3
+
+    def hamiltonian(values):
+        functions = [
+            1.0,
+            hierax.CubicSpline(x, values),
+            hierax.PiecewiseLinear(x, 0.3 * np.cos(x)),
+        ]
+        return hierax.TimeOperator(functions, [drift, a + a.T, 1j * (a.T - a)])
+
+    def step(values, y, known):
+        operator = _term.SchrodingerTerm(hamiltonian(values)).hamiltonian
+        with pytest.MonkeyPatch.context() as patch:
+            if not known:
+                patch.setattr(_term, "series_degree", lambda operator: None)
+            assert _term.series_degree(operator) == (3 if known else None)
+            return _term.schrodinger_terms(
+                operator, jnp.asarray(0.7), jnp.asarray(0.45), y, 20, adjoint=True
+            )
+
+    rng = np.random.default_rng(12)
+    ket = rng.normal(size=levels) + 1j * rng.normal(size=levels)
+    for y in (jnp.asarray(ket / np.linalg.norm(ket)), jnp.eye(levels, dtype=complex)):
+
+        def loss(values, known, y=y):
+            v = step(values, y, known)
+            return jnp.sum(
+                jnp.abs(v * jnp.arange(1.0, 22.0)[(...,) + (None,) * y.ndim]) ** 2
+            )
+
+        ours = jax.jit(
+            lambda v, y=y, loss=loss: (step(v, y, True), jax.grad(loss)(v, True))
+        )(values)
+        full = jax.jit(
+            lambda v, y=y, loss=loss: (step(v, y, False), jax.grad(loss)(v, False))
+        )(values)
+        for mine, theirs in zip(ours, full):
+            scale = float(np.max(np.abs(theirs)))
+            assert (
+                float(np.max(np.abs(np.asarray(mine) - np.asarray(theirs))))
+                <= 1e-14 * scale
+            )
+        assert float(np.max(np.abs(np.asarray(full[0][-1])))) > 0
