@@ -378,19 +378,25 @@ def test_traced_scale_of_a_shifted_hamiltonian_and_its_zero():
     assert abs(float(gradient - central)) <= 1e-8
 
 
-def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
-    """A driven qutrit with two drives (one with complex values): below
-    `SMALL_EMBEDDED_SIZE` a step sums the generator's series first and takes one
-    product an order. One step's series (a backward step; a ket and a propagator)
-    equals the term-by-term loop's to rounding, and the solve equals DOP853, in
-    float64 and float32."""
+def _driven_qutrit() -> tuple[list, np.ndarray]:
+    """A qutrit's time functions and matrices: a constant, a Gaussian drive and a
+    complex exponential times a cosine on the other quadrature."""
     a = np.diag([1.0, np.sqrt(2.0)], 1)
     functions = [
         hierax.Constant(1.0),
         hierax.Gaussian(mean=1.0, width=0.4, amplitude=0.8),
         hierax.Exp(0.4j) * hierax.Cos(1.1),
     ]
-    matrices = np.stack([np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)])
+    return functions, np.stack([np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)])
+
+
+def test_tiny_states_sum_the_generator_first_with_the_same_series(monkeypatch):
+    """A driven qutrit with two drives (one with complex values): below
+    `SMALL_EMBEDDED_SIZE` a step sums the generator's series first and takes one
+    product an order. One step's series (a backward step; a ket and a propagator)
+    equals the term-by-term loop's to rounding, and the solve equals DOP853, in
+    float64 and float32."""
+    functions, matrices = _driven_qutrit()
     hamiltonian = hierax.TimeOperator(functions, matrices)
     term, with_known_parts = _sesolve_term(hamiltonian)
     # The dense embeddings, formed once in the solve's program (not before).
@@ -1631,13 +1637,7 @@ def test_final_errors_track_the_tolerance():
     and 10 times `rtol` at each of 1e-6, 1e-8 and 1e-10 (the estimate is the
     series' tail; the last two terms alone put it 200-1000x below), and the loosest
     tolerance takes the fewest steps."""
-    a = np.diag([1.0, np.sqrt(2.0)], 1)
-    functions = [
-        hierax.Constant(1.0),
-        hierax.Gaussian(mean=1.0, width=0.4, amplitude=0.8),
-        hierax.Exp(0.4j) * hierax.Cos(1.1),
-    ]
-    matrices = np.stack([np.diag([0.0, 1.0, 1.7]), a + a.T, 1j * (a - a.T)])
+    functions, matrices = _driven_qutrit()
     hamiltonian = hierax.TimeOperator(functions, matrices)
     rng = np.random.default_rng(5)
     ket = rng.normal(size=3) + 1j * rng.normal(size=3)

@@ -608,6 +608,39 @@ def _qutrit_drives():
     return drift, (a + a.T) / 2, 1j * (a.T - a) / 2
 
 
+def _steps_against_the_full_window(hamiltonian, values, y, step):
+    """One step's series (of `step` from 0.7) of `hamiltonian(values)` from `y` and
+    the reverse-mode derivative of a weighted sum of their squares with respect to
+    `values`, with the operator's `series_degree` and with it hidden from the
+    kernel (the full Cauchy product): equal to rounding."""
+    from hierax._solvers import _term
+
+    def terms(values, known):
+        operator = _term.SchrodingerTerm(hamiltonian(values)).hamiltonian
+        with pytest.MonkeyPatch.context() as patch:
+            if not known:
+                patch.setattr(_term, "series_degree", lambda operator: None)
+            assert _term.series_degree(operator) == (3 if known else None)
+            return _term.schrodinger_terms(
+                operator, jnp.asarray(0.7), jnp.asarray(step), y, 20, adjoint=True
+            )
+
+    weights = jnp.arange(1.0, 22.0)[(...,) + (None,) * y.ndim]
+
+    def loss(values, known):
+        return jnp.sum(jnp.abs(terms(values, known) * weights) ** 2)
+
+    ours = jax.jit(lambda v: (terms(v, True), jax.grad(loss)(v, True)))(values)
+    full = jax.jit(lambda v: (terms(v, False), jax.grad(loss)(v, False)))(values)
+    for mine, theirs in zip(ours, full):
+        scale = float(np.max(np.abs(theirs)))
+        assert (
+            float(np.max(np.abs(np.asarray(mine) - np.asarray(theirs))))
+            <= 1e-14 * scale
+        )
+    assert float(np.max(np.abs(np.asarray(full[0][-1])))) > 0
+
+
 def _spline_reference(x, values, span):
     """|<1|psi(span)>|^2 for the qutrit under scipy's not-a-knot spline of `values`
     on the x quadrature and `numpy.interp` of 0.3 cos on the y quadrature, by
@@ -636,7 +669,6 @@ def test_sesolve_through_sampled_pulses_and_their_gradient():
     knot; central differences for the gradient), and one step's series and its
     reverse-mode derivative equal to those of the full Cauchy product to
     rounding."""
-    from hierax._solvers import _term
 
     drift, drive_x, drive_y = _qutrit_drives()
     x = np.linspace(0.0, 3.0, 7)
@@ -679,28 +711,8 @@ def test_sesolve_through_sampled_pulses_and_their_gradient():
     assert np.max(np.abs(expected)) > 1e-2
 
     # One step, against the full window (the degree hidden from the kernel).
-    def step(values, y, known):
-        operator = _term.SchrodingerTerm(hamiltonian(values)).hamiltonian
-        with pytest.MonkeyPatch.context() as patch:
-            if not known:
-                patch.setattr(_term, "series_degree", lambda operator: None)
-            assert _term.series_degree(operator) == (3 if known else None)
-            return _term.schrodinger_terms(
-                operator, jnp.asarray(0.7), jnp.asarray(-0.45), y, 20, adjoint=True
-            )
-
     y = jnp.asarray(np.array([0.6, 0.3j, -0.2]) / np.linalg.norm([0.6, 0.3, 0.2]))
-
-    def loss(values, known):
-        v = step(values, y, known)
-        return jnp.sum(jnp.abs(v * jnp.arange(1.0, 22.0)[:, None]) ** 2)
-
-    ours = jax.jit(lambda v: (step(v, y, True), jax.grad(loss)(v, True)))(values)
-    full = jax.jit(lambda v: (step(v, y, False), jax.grad(loss)(v, False)))(values)
-    for a, b in zip(ours, full):
-        scale = float(np.max(np.abs(b)))
-        assert float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) <= 1e-14 * scale
-    assert float(np.max(np.abs(np.asarray(full[0][-1])))) > 0
+    _steps_against_the_full_window(hamiltonian, values, y, -0.45)
 
 
 def test_the_window_loop_reads_only_the_terms_the_series_reach(monkeypatch):
@@ -710,7 +722,6 @@ def test_the_window_loop_reads_only_the_terms_the_series_reach(monkeypatch):
     with respect to the samples, equal those of the full Cauchy product to
     rounding."""
     from hierax._kernels import propagator
-    from hierax._solvers import _term
 
     monkeypatch.setattr(propagator, "_DEGREE_WINDOW_SIZE", 0)
     levels = 5
@@ -728,36 +739,7 @@ def test_the_window_loop_reads_only_the_terms_the_series_reach(monkeypatch):
         ]
         return hierax.TimeOperator(functions, [drift, a + a.T, 1j * (a.T - a)])
 
-    def step(values, y, known):
-        operator = _term.SchrodingerTerm(hamiltonian(values)).hamiltonian
-        with pytest.MonkeyPatch.context() as patch:
-            if not known:
-                patch.setattr(_term, "series_degree", lambda operator: None)
-            assert _term.series_degree(operator) == (3 if known else None)
-            return _term.schrodinger_terms(
-                operator, jnp.asarray(0.7), jnp.asarray(0.45), y, 20, adjoint=True
-            )
-
     rng = np.random.default_rng(12)
     ket = rng.normal(size=levels) + 1j * rng.normal(size=levels)
     for y in (jnp.asarray(ket / np.linalg.norm(ket)), jnp.eye(levels, dtype=complex)):
-
-        def loss(values, known, y=y):
-            v = step(values, y, known)
-            return jnp.sum(
-                jnp.abs(v * jnp.arange(1.0, 22.0)[(...,) + (None,) * y.ndim]) ** 2
-            )
-
-        ours = jax.jit(
-            lambda v, y=y, loss=loss: (step(v, y, True), jax.grad(loss)(v, True))
-        )(values)
-        full = jax.jit(
-            lambda v, y=y, loss=loss: (step(v, y, False), jax.grad(loss)(v, False))
-        )(values)
-        for mine, theirs in zip(ours, full):
-            scale = float(np.max(np.abs(theirs)))
-            assert (
-                float(np.max(np.abs(np.asarray(mine) - np.asarray(theirs))))
-                <= 1e-14 * scale
-            )
-        assert float(np.max(np.abs(np.asarray(full[0][-1])))) > 0
+        _steps_against_the_full_window(hamiltonian, values, y, 0.45)
