@@ -50,11 +50,10 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
     The error estimate is the size of the last two terms,
     $\\max(|v_{K-1}|, |v_K|)$ elementwise (Jorba and Zou's control), times the
     tail of the series they leave at the steps it takes (`truncation_estimate`),
-    so a `diffrax.PIDController` with its default
-    integral control sets the next step to where the truncation error meets the
-    tolerance. Dense output (`SaveAt(ts=...)`,
-    `SaveAt(dense=True)`) evaluates the step's own series, so saving at many times
-    costs no extra steps and no accuracy.
+    so a `diffrax.PIDController` with its default integral control sets the next
+    step to where the truncation error meets the tolerance. Dense output
+    (`SaveAt(ts=...)`, `SaveAt(dense=True)`) evaluates the step's own series, so
+    saving at many times costs no extra steps and no accuracy.
 
     With a [`hierax.LindbladTerm`][] the state is a density matrix and the terms
     are those of its series, computed as [`hierax.DensityMatrixDerivatives`][]
@@ -212,7 +211,7 @@ def horner(terms: Array, theta: ArrayLike) -> Array:
 # steps the default orders take run at rho = x / K = rtol^(1/K) / e: at order 28,
 # 0.22 at rtol 1e-6 (a tail of 0.06) to 0.27 at 1e-4 (0.10) and 0.31 at 1e-2
 # (0.14). The last two terms alone put final errors 100-1000x below `rtol`
-# (measured on five systems against DOP853); this factor, 2-100x. A constant, not
+# (measured on five systems against DOP853); this factor, 2-50x. A constant, not
 # the decay read from the terms: an estimate that moves with rho grows as h^(K+2)
 # and the PID, tuned to h^K, then took an extra step after each very accurate one
 # (an open Ising chain, 6 steps where 5 do) or, told K + 2, let the steps that
