@@ -25,9 +25,16 @@ _SCRIPT = textwrap.dedent(
     """
     import importlib
     import json
+    import os
     import sys
 
     import tempfile
+
+    # Failed checks give nan instead of a host callback (checked below: every
+    # result must be finite). A program with a callback never comes back from the
+    # persistent cache (its key holds the callback's pointer): with them, each fresh
+    # `hierax` compiled everything again (18.7 s against 13.4 s, measured).
+    os.environ["EQX_ON_ERROR"] = "nan"
 
     import jax
 
@@ -85,6 +92,8 @@ _SCRIPT = textwrap.dedent(
     def run(call):
         try:
             out = np.asarray(call())
+            if not np.all(np.isfinite(out)):
+                return ["error", "a failed check (a result that is not finite)"]
             return [str(out.dtype), out.tobytes().hex()]
         except Exception as error:
             return ["error", type(error).__name__ + ": " + str(error)[:200]]
