@@ -54,6 +54,8 @@ from .._time import (
     bound_args,
     callable_series,
     check_takes_args,
+    largest_degree,
+    product_degree,
     register_operator_product,
 )
 from ._term_matrices import (
@@ -824,26 +826,22 @@ def series_degree(operator: AbstractTimeOperator) -> int | None:
     return None
 
 
-def _largest(degrees: list[int | None]) -> int | None:
-    known = [d for d in degrees if d is not None]
-    return max(known) if len(known) == len(degrees) else None
-
-
 @series_degree.register
 def _(operator: TimeOperator) -> int | None:
-    return _largest([f.series_degree for f in operator.functions])
+    return largest_degree([f.series_degree for f in operator.functions])
 
 
 @series_degree.register
 def _(operator: OperatorSum) -> int | None:
-    return _largest([series_degree(op) for op in operator.operators])
+    return largest_degree([series_degree(op) for op in operator.operators])
 
 
 @series_degree.register
 def _(operator: ScaledOperator) -> int | None:
     # The Cauchy product of the function's series with the operator's.
-    inner, outer = series_degree(operator.operator), operator.function.series_degree
-    return None if inner is None or outer is None else inner + outer
+    return product_degree(
+        operator.function.series_degree, series_degree(operator.operator)
+    )
 
 
 @functools.singledispatch

@@ -48,11 +48,10 @@ def time_dependent_functions(tree: Any, order: int) -> list[AbstractTimeFunction
     found: list[AbstractTimeFunction] = []
 
     def visit(function: AbstractTimeFunction) -> None:
-        degree = function.series_degree
         if isinstance(function, TimeFunctionSum | TimeFunctionProduct):
             for factor in function.factors:
                 visit(factor)
-        elif degree is None or degree > order - 2:
+        elif function.series_degree is None or function.series_degree > order - 2:
             # (A piecewise-constant pulse's series ends at order 0, a cubic
             # spline's at 3: their last two terms are zero, so nothing to resolve
             # and no series to compute in every step.)

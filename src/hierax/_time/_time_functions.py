@@ -9,7 +9,7 @@ base, and ask `series`.
 import abc
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -613,6 +613,19 @@ def _hermite_terms(x: Array, step_scale: Array, order: int) -> tuple[Array, Arra
     return m, exponents
 
 
+def largest_degree(degrees: Sequence[int | None]) -> int | None:
+    """The `series_degree` of a sum of series of these degrees: the largest, `None`
+    where one is unknown."""
+    known = [d for d in degrees if d is not None]
+    return max(known) if len(known) == len(degrees) else None
+
+
+def product_degree(left: int | None, right: int | None) -> int | None:
+    """The `series_degree` of the Cauchy product of two series: the sum of theirs,
+    `None` where one is unknown."""
+    return None if left is None or right is None else left + right
+
+
 class TimeFunctionSum(AbstractTimeFunction):
     """The sum $f(t) = \\sum_i f_i(t)$ of time functions (what `f + g` builds)."""
 
@@ -642,9 +655,7 @@ class TimeFunctionSum(AbstractTimeFunction):
 
     @property
     def series_degree(self) -> int | None:
-        degrees = [term.series_degree for term in self.terms]
-        known = [d for d in degrees if d is not None]
-        return max(known) if len(known) == len(degrees) else None
+        return largest_degree([term.series_degree for term in self.terms])
 
     def _scaled(self, factor):
         terms = [term._scaled(factor) for term in self.terms]
@@ -693,8 +704,7 @@ class TimeFunctionProduct(AbstractTimeFunction):
 
     @property
     def series_degree(self) -> int | None:
-        left, right = self.left.series_degree, self.right.series_degree
-        return None if left is None or right is None else left + right
+        return product_degree(self.left.series_degree, self.right.series_degree)
 
     def _scaled(self, factor):
         left = self.left._scaled(factor)
