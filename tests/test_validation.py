@@ -230,6 +230,52 @@ def test_jaxtyping_checks_signatures_at_run_time(tmp_path_factory):
     ]
 
 
+# Constructors whose arguments only the tests' jaxtyping plugin checked (by their
+# annotations) before their own checks were written: in a plain process each one
+# refuses a wrong argument with a message naming it.
+_CONSTRUCTOR_CHECKS = fresh_script(
+    "constructors without the plugin",
+    """
+import numpy as np
+import hierax
+
+calls = {
+    "solver flag": lambda: hierax.TaylorSolver(10, adjoint_steps="yes"),
+    "solver resolve": lambda: hierax.TaylorSolver(10, resolve_functions=None),
+    "functions": lambda: hierax.TimeOperator(3, [np.eye(2)]),
+    "operators": lambda: hierax.OperatorSum(3),
+    "kron": lambda: hierax.kron("x", np.eye(2)),
+    "kron entries": lambda: hierax.kron(np.eye(2), [[1, 0], [0, "a"]]),
+}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "accepted")
+    except Exception as error:
+        print(name, type(error).__name__, str(error).splitlines()[0])
+""",
+)
+
+
+def test_constructors_check_their_arguments_without_the_plugin(tmp_path_factory):
+    result = fresh_output(tmp_path_factory, _CONSTRUCTOR_CHECKS)
+    assert result["status"] == 0, result["stderr"]
+    assert result["stdout"].splitlines() == [
+        "solver flag TypeError `hierax.TaylorSolver`: `adjoint_steps` must be a bool, "
+        "got 'yes'.",
+        "solver resolve TypeError `hierax.TaylorSolver`: `resolve_functions` must be "
+        "a bool, got None.",
+        "functions TypeError `hierax.TimeOperator`: `functions` must be a list or "
+        "tuple of functions, got int.",
+        "operators TypeError `hierax.OperatorSum`: `operators` must be a list or "
+        "tuple of operators, got int.",
+        "kron TypeError `hierax.kron`: `operators[0]` must be a numeric array, got "
+        "'x'.",
+        "kron entries TypeError `hierax.kron`: `operators[1]` must be a numeric "
+        "array, got dtype <U21.",
+    ]
+
+
 _TWO_DEVICES = fresh_script(
     "arrays on two devices",
     """

@@ -10,6 +10,7 @@ Python values live on the host and are checked here.
 
 import math
 import numbers
+from collections.abc import Iterable
 from typing import Any
 
 import equinox as eqx
@@ -31,6 +32,24 @@ def is_int(x: Any) -> bool:
     return not isinstance(x, (bool, np.bool_)) and isinstance(
         x, (numbers.Integral, np.integer)
     )
+
+
+def check_bool(x: Any, name: str, api: str) -> bool:
+    """`x` as a bool, or a `TypeError` naming `name` of `api` if it is none."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"`{api}`: `{name}` must be a bool, got {x!r}.")
+    return bool(x)
+
+
+def as_sequence(x: Any, name: str, api: str, what: str) -> tuple:
+    """`x`, a list or other iterable of `what` (not a string), as a tuple; a
+    `TypeError` naming `name` of `api` otherwise."""
+    if isinstance(x, (str, bytes)) or not isinstance(x, Iterable):
+        raise TypeError(
+            f"`{api}`: `{name}` must be a list or tuple of {what}, got "
+            f"{type(x).__name__}."
+        )
+    return tuple(x)
 
 
 def check_order(order: Any, api: str) -> int:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int
 
-from .._core import is_traced, placed, to_jax
+from .._core import as_numeric_array, is_traced, placed, to_jax
 from ._series import TermSeries, result_dtype
 
 
@@ -423,7 +423,7 @@ def as_sparse(x: Any, name: str, api: str) -> AbstractSparseMatrix:
             indices[valid, 0], indices[valid, 1], data[valid], shape[0], name
         )
     if _is_dense_matrix(x) or isinstance(x, Sequence):
-        array = to_jax(x)
+        array = as_numeric_array(x, name, api)
         _check_square(tuple(array.shape), name, api)
         return dense_to_sparse(array)
     raise TypeError(

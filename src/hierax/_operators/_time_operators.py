@@ -17,6 +17,7 @@ from .._core import (
     OrderLike,
     Time,
     TimeLike,
+    as_sequence,
     as_square_matrix,
     as_time,
     built_for,
@@ -326,7 +327,8 @@ class TimeOperator(AbstractTimeOperator):
         """
         api = "hierax.TimeOperator"
         functions = tuple(
-            as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
+            as_time_function(f, f"functions[{i}]", api)
+            for i, f in enumerate(as_sequence(functions, "functions", api, "functions"))
         )
         if isinstance(matrices, AbstractTermMatrices):
             # Another operator's term matrices (checked when it was built).
@@ -739,7 +741,7 @@ class OperatorSum(AbstractTimeOperator):
         """
         api = "hierax.OperatorSum"
         ops = []
-        for i, op in enumerate(operators):
+        for i, op in enumerate(as_sequence(operators, "operators", api, "operators")):
             ops.extend(summands(to_operator(op, f"operators[{i}]", api)))
         if not ops:
             raise ValueError(f"`{api}`: needs at least one operator.")

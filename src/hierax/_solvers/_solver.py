@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, PyTree
 
-from .._core import on_backend
+from .._core import check_bool, on_backend
 from ._term import AbstractTaylorTerm, UnitTimeTerm
 
 
@@ -122,8 +122,9 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
             of the equation is traced, where nothing can be differentiated.
         """
         self.taylor_order = check_taylor_order(order, "hierax.TaylorSolver")
-        self.adjoint_steps = adjoint_steps
-        self.resolve_functions = resolve_functions
+        api = "hierax.TaylorSolver"
+        self.adjoint_steps = check_bool(adjoint_steps, "adjoint_steps", api)
+        self.resolve_functions = check_bool(resolve_functions, "resolve_functions", api)
 
     def order(self, terms: PyTree) -> int:
         del terms

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..._core import module_jit, on_backend, raise_if
+from ..._core import check_bool, module_jit, on_backend, raise_if
 from ._compress import compress, lookup, magnitude
 from ._strings import i_power, product_phase
 from ._sum import PauliSum, _live, _valid, check_chain, check_int
@@ -192,10 +192,7 @@ def lanczos(
     steps = check_int(steps, api, "steps")
     if capacity is not None:
         capacity = check_int(capacity, api, "capacity")
-    if not isinstance(reorthogonalize, (bool, np.bool_)):
-        raise TypeError(
-            f"`{api}`: `reorthogonalize` must be a bool, got {reorthogonalize!r}."
-        )
+    reorthogonalize = check_bool(reorthogonalize, "reorthogonalize", api)
     capacity = observable.capacity if capacity is None else capacity
     return _lanczos(
         hamiltonian,

@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int, Real, ScalarLike, UInt32
 
 from ..._core import (
+    check_bool,
     complex_dtype,
     float_dtype,
     is_int,
@@ -233,8 +234,7 @@ class PauliSum(eqx.Module):
     def _chain(cls, n_qubits, jxy, jz, hx, hz, periodic, capacity, name) -> "PauliSum":
         api = f"hierax.PauliSum.{name}"
         n = check_int(n_qubits, api, "n_qubits", minimum=2)
-        if not isinstance(periodic, (bool, np.bool_)):
-            raise TypeError(f"`{api}`: `periodic` must be a bool, got {periodic!r}.")
+        periodic = check_bool(periodic, "periodic", api)
         if capacity is not None:
             capacity = check_int(capacity, api, "capacity")
         bonds = [(j, (j + 1) % n) for j in range(n if periodic and n > 2 else n - 1)]
