@@ -86,35 +86,24 @@ REFERENCE_TOLS = (3e-14, 1e-15)
 def method_hierax(system: System, order: int | None = None):
     hamiltonian = system.hamiltonian()
     times = jnp.asarray(system.times)
+
+    def settings(tol):
+        return dict(rtol=tol, atol=tol * 1e-2, order=order, max_steps=10**6)
+
     if system.is_open:
         jumps = [jnp.asarray(j) for j in system.jumps]
         rho = jnp.asarray(system.rho())
 
         def solve(tol):
             return hierax.mesolve(
-                hamiltonian,
-                jumps,
-                rho,
-                times,
-                rtol=tol,
-                atol=tol * 1e-2,
-                order=order,
-                max_steps=10**6,
+                hamiltonian, jumps, rho, times, **settings(tol)
             ).final_state
 
     else:
         psi = jnp.asarray(system.state)
 
         def solve(tol):
-            return hierax.sesolve(
-                hamiltonian,
-                psi,
-                times,
-                rtol=tol,
-                atol=tol * 1e-2,
-                order=order,
-                max_steps=10**6,
-            ).final_state
+            return hierax.sesolve(hamiltonian, psi, times, **settings(tol)).final_state
 
     return solve
 

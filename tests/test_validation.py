@@ -181,6 +181,13 @@ def test_bad_operator_construction():
         hierax.Polynomial(jnp.ones((2, 2)))
 
 
+def _printed(tmp_path_factory, script: str) -> list[str]:
+    """The lines the fresh interpreter's `script` printed (it exited 0)."""
+    result = fresh_output(tmp_path_factory, script)
+    assert result["status"] == 0, result["stderr"]
+    return result["stdout"].splitlines()
+
+
 # Wrong types at three public entry points, in a plain Python process: jaxtyping's
 # pytest plugin (which the suite runs under) must not be what catches them.
 _RUNTIME_CHECKS = fresh_script(
@@ -219,9 +226,7 @@ def test_jaxtyping_checks_signatures_at_run_time(tmp_path_factory):
     (a fresh interpreter, without the tests' jaxtyping plugin): the annotations
     refuse a wrong argument before the hand-written checks see it, also after the
     same module's call with right arguments (checks are kept per signature)."""
-    result = fresh_output(tmp_path_factory, _RUNTIME_CHECKS)
-    assert result["status"] == 0, result["stderr"]
-    assert result["stdout"].splitlines() == [
+    assert _printed(tmp_path_factory, _RUNTIME_CHECKS) == [
         "order refused by jaxtyping: The problem arose whilst typechecking "
         "parameter 'order'.",
         "operator order refused by jaxtyping: The problem arose whilst typechecking "
@@ -258,9 +263,7 @@ for name, call in calls.items():
 
 
 def test_constructors_check_their_arguments_without_the_plugin(tmp_path_factory):
-    result = fresh_output(tmp_path_factory, _CONSTRUCTOR_CHECKS)
-    assert result["status"] == 0, result["stderr"]
-    assert result["stdout"].splitlines() == [
+    assert _printed(tmp_path_factory, _CONSTRUCTOR_CHECKS) == [
         "solver flag TypeError `hierax.TaylorSolver`: `adjoint_steps` must be a bool, "
         "got 'yes'.",
         "solver resolve TypeError `hierax.TaylorSolver`: `resolve_functions` must be "
