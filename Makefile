@@ -24,9 +24,15 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-base
 	$(BIN)/python -m hierax seed
 
-## Format and lint checks, the type check, then the test suite (both cores).
-test: lint typecheck
-	$(BIN)/python -m pytest -n 2 -q
+## Format and lint checks, then the test suite (both cores) with the type check
+## beside it (pyright leaves part of a core idle, the suite none; its output
+## follows the tests'); fails if either fails.
+test: lint
+	@log=$$(mktemp); \
+	$(MAKE) --no-print-directory typecheck > $$log 2>&1 & typecheck=$$!; \
+	$(BIN)/python -m pytest -n 2 -q; tests=$$?; \
+	wait $$typecheck; checked=$$?; cat $$log; rm -f $$log; \
+	test $$tests -eq 0 && test $$checked -eq 0
 
 ## The documentation site, built strictly into site/.
 docs: $(VENV)/.installed-dev
