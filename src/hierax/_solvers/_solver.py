@@ -121,8 +121,8 @@ class TaylorSolver(diffrax.AbstractAdaptiveSolver):
             [`hierax.sesolve`][] and [`hierax.mesolve`][] turn it off when no value
             of the equation is traced, where nothing can be differentiated.
         """
-        self.taylor_order = check_taylor_order(order, "hierax.TaylorSolver")
         api = "hierax.TaylorSolver"
+        self.taylor_order = check_taylor_order(order, api)
         self.adjoint_steps = check_bool(adjoint_steps, "adjoint_steps", api)
         self.resolve_functions = check_bool(resolve_functions, "resolve_functions", api)
 
