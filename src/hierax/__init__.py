@@ -3,6 +3,7 @@
 from importlib.metadata import version as _version
 
 from ._core import (
+    Failure as Failure,
     matmul_precision as matmul_precision,
 )
 from ._data import (

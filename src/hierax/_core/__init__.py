@@ -26,7 +26,12 @@ from ._cache import (
     content_key as content_key,
     flatten_module as flatten_module,
 )
-from ._checks import raise_if as raise_if
+from ._checks import (
+    Failure as Failure,
+    failure as failure,
+    raise_if as raise_if,
+    returned_failure as returned_failure,
+)
 from ._choices import backend_choices as backend_choices
 from ._custom_types import (
     OperatorSeries as OperatorSeries,

@@ -30,7 +30,8 @@ import equinox as eqx
 import jax
 import jax.extend
 import jax.numpy as jnp
-from jaxtyping import Array
+import numpy as np
+from jaxtyping import Array, Bool, Int
 
 
 # The program being traced from Python (its trace) and its failed checks so far,
@@ -46,12 +47,32 @@ def _current_trace() -> Any:
 
 
 class Failure(eqx.Module):
-    """What a program traced from Python returns beside its result: the index of
-    its first failed check in `messages` (-1 where none failed). The messages are
-    static: they come back with the program's output structure, as traced."""
+    """The first failed check of a call, returned instead of raised: what a
+    solve with `throw=False` gives in its [`hierax.Solution`][]'s `failure`
+    (and what a program traced from Python returns beside its result, for the
+    call to raise on the host).
 
-    code: Array
+    `code` is the index of the first failed check in `messages`, -1 where none
+    failed; under `jax.vmap` it has the batch's axes, one code per element. The
+    messages are static: they come back with the output's structure, as traced.
+    """
+
+    code: Int[Array, "*batch"]
     messages: tuple[str, ...] = eqx.field(static=True)
+
+    @property
+    def succeeded(self) -> Bool[Array, "*batch"]:
+        """Where every check passed (per element under `jax.vmap`)."""
+        return self.code < 0
+
+    def throw(self) -> None:
+        """Raise the `ValueError` the call would have raised with `throw=True`, for
+        the first element (in row-major order) whose check failed; nothing where
+        all passed. Reads the codes on the host: call it outside `jax.jit`."""
+        codes = np.asarray(self.code).reshape(-1)
+        failed = codes[codes >= 0]
+        if failed.size:
+            raise ValueError(self.messages[int(failed[0])])
 
 
 def raise_if(
@@ -67,15 +88,7 @@ def raise_if(
     where what follows would run long, or trip a check of its own, on the values
     that failed (a solve's steps on decreasing times), `safe` (a pytree like `x`)
     takes their place when a check fails."""
-    flags = [jnp.asarray(p).reshape(()) for p in failed]
-    # The first failed check, 0 where none failed (under vmap, equinox reports the
-    # largest index in the batch: one that failed).
-    index = jnp.asarray(0)
-    for i in reversed(range(len(flags))):
-        index = jnp.where(flags[i], i, index)
-    any_failed = flags[0]
-    for p in flags[1:]:
-        any_failed = any_failed | p
+    index, any_failed = _first(failed)
     collecting = _COLLECTED.get()
     # Collected only at the top level of the program that collects: a check in a
     # loop's body, a branch or a program of its own is a value of another trace.
@@ -85,6 +98,30 @@ def raise_if(
     if safe is None:
         return x
     return jax.tree.map(lambda s, v: jnp.where(any_failed, s, v), safe, x)
+
+
+def returned_failure(failed: Sequence[Any], messages: Sequence[str]) -> Failure:
+    """The first of the checks `failed` (scalar bools) that holds, as a `Failure`
+    (code -1 where none does): returned by a call with `throw=False`, not raised.
+    """
+    if not failed:
+        return Failure(jnp.asarray(-1, jnp.int32), ())
+    index, any_failed = _first(failed)
+    return Failure(jnp.where(any_failed, index, -1).astype(jnp.int32), tuple(messages))
+
+
+def _first(failed: Sequence[Any]) -> tuple[Array, Array]:
+    """The index of the first of the scalar bools `failed` that holds (0 where
+    none does; under vmap, equinox reports the largest index in the batch: one
+    that failed), and whether any holds."""
+    flags = [jnp.asarray(p).reshape(()) for p in failed]
+    index = jnp.asarray(0)
+    for i in reversed(range(len(flags))):
+        index = jnp.where(flags[i], i, index)
+    any_failed = flags[0]
+    for p in flags[1:]:
+        any_failed = any_failed | p
+    return index, any_failed
 
 
 def at_top_level() -> bool:
@@ -106,19 +143,12 @@ def collecting() -> Iterator[list[tuple[Array, tuple[str, ...]]]]:
         _COLLECTED.reset(token)
 
 
-def failure(found: list[tuple[Array, tuple[str, ...]]]) -> Failure:
-    """The first failed check of the collected `found`, in one `Failure`."""
+def failure(found: Sequence[tuple[Array, tuple[str, ...]]]) -> Failure:
+    """The first failed check of the collected `found` (each group's index of its
+    first failed check, -1 where none, and its messages), in one `Failure`."""
     code = jnp.asarray(-1, jnp.int32)
     offset = sum(len(m) for _, m in found)
     for index, group in reversed(found):
         offset -= len(group)
         code = jnp.where(index >= 0, offset + index, code).astype(jnp.int32)
     return Failure(code, tuple(m for _, group in found for m in group))
-
-
-def raise_failure(failed: Failure) -> None:
-    """Raise the failed check a program's `Failure` names, if any. Reading its code
-    waits for the program."""
-    code = int(failed.code)
-    if code >= 0:
-        raise ValueError(failed.messages[code])

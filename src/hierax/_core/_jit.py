@@ -23,7 +23,7 @@ from jaxtyping import Array
 
 from ._backend import products_context, refuse_unsupported_backend
 from ._cache import flatten_module
-from ._checks import at_top_level, collecting, failure, raise_failure
+from ._checks import at_top_level, collecting, failure
 from ._choices import backend_choices
 
 
@@ -156,7 +156,7 @@ def module_jit(
             if not host:
                 return jitted(leaves, *rest, **static)
             out, failed = jitted(leaves, *rest, **static)
-            raise_failure(failed)
+            failed.throw()
             return out
         # Python scalars would be static under filtering: trace them as arrays.
         args = tuple(

@@ -259,6 +259,11 @@ def _options(options: Any, rtol: Any, atol: Any, order: Any, api: str) -> Taylor
             f"once: in the options (`hierax.TaylorOptions({given[0]}=...)`) or as "
             "the keyword alone."
         )
+    if not options.throw:
+        raise ValueError(
+            f"`{api}`: `options.throw` must be True: its result has no place for "
+            "a failure, so a failed check always raises."
+        )
     return eqx.tree_at(
         lambda o: (o.rtol, o.atol),
         options,

@@ -21,13 +21,17 @@ from jaxtyping import Array, PyTree
 from .._core import (
     GENERATOR_NORMS,
     OPTIONS_BUILT,
+    Failure,
+    check_bool,
     check_finite,
     complex_dtype,
+    failure,
     flatten_module,
     float_dtype,
     module_jit,
     placement,
     raise_if,
+    returned_failure,
     to_jax,
 )
 from .._data import available_memory
@@ -172,7 +176,7 @@ def _max_norm(x: PyTree) -> Array:
 def _plain_key(api: str, shorthands: dict[str, Any]) -> tuple | None:
     """The whole input as a key when every keyword is None or a Python int or
     float (exact types: `1`, `1.0` and `True` differ), else None."""
-    if any(type(v) not in (int, float, type(None)) for v in shorthands.values()):
+    if any(type(v) not in (int, float, bool, type(None)) for v in shorthands.values()):
         return None
     # With x64 and the default device, which decide the dtype and the place of the
     # arrays the options hold.
@@ -183,9 +187,9 @@ def _plain_key(api: str, shorthands: dict[str, Any]) -> tuple | None:
 def _from_shorthands(api: str, shorthands: dict[str, Any]) -> TaylorOptions:
     """`hierax.TaylorOptions` from the flat keywords (`None`: the default), each
     checked here, naming `api` and the keyword, and then kept as it is."""
-    rtol, atol, order, dt, max_steps, adjoint = (
+    rtol, atol, order, dt, max_steps, adjoint, throw = (
         shorthands.get(name)
-        for name in ("rtol", "atol", "order", "dt", "max_steps", "adjoint")
+        for name in ("rtol", "atol", "order", "dt", "max_steps", "adjoint", "throw")
     )
     return TaylorOptions(
         rtol=positive_value(DEFAULT_RTOL if rtol is None else rtol, "rtol", api),
@@ -196,6 +200,7 @@ def _from_shorthands(api: str, shorthands: dict[str, Any]) -> TaylorOptions:
             DEFAULT_MAX_STEPS if max_steps is None else check_max_steps(max_steps, api)
         ),
         adjoint=check_adjoint(adjoint, api),
+        throw=True if throw is None else check_bool(throw, "throw", api),
     )
 
 
@@ -305,6 +310,7 @@ def solve(
             api=api,
             expectation=expectation,
             checks=checks,
+            throw=options.throw,
         )
 
 
@@ -334,15 +340,49 @@ def _solve_impl(
     before the steps, and whether the steps reached the last time after them,
     once each: under `jax.vmap` the lockstep's rule traces `_steps` a second time,
     and each `eqx.error_if` costs its trace a walk of the Python stack (about 18
-    ms; a call from Python collects its checks instead, `_checks`)."""
-    checks = settings.pop("checks")
-    times, state, exp_ops, rtol, atol, dt = _checked(
-        times, state, exp_ops, rtol, atol, dt, settings["api"], checks
-    )
-    return _reached(
-        _stepped((term, state, times, rtol, atol, dt, exp_ops, norms), settings),
-        settings["api"],
-        settings["max_steps"],
+    ms; a call from Python collects its checks instead, `_checks`). With
+    `throw=False` the checks' first failure is returned in the solution's
+    `failure` instead, the states nan where one failed: no host callback."""
+    checks, throw = settings.pop("checks"), settings.pop("throw")
+    api, max_steps = settings["api"], settings["max_steps"]
+    values = (times, state, exp_ops, rtol, atol, dt)
+    failed, messages, owners, safe = _value_checks(*values, api, checks)
+    if throw:
+        if failed:
+            values = raise_if(values, failed, messages, safe)
+        times, state, exp_ops, rtol, atol, dt = values
+        solution = _stepped(
+            (term, state, times, rtol, atol, dt, exp_ops, norms), settings
+        )
+        solution, failed, messages = _reached(solution, api, max_steps)
+        return raise_if(solution, failed, messages)
+    given = returned_failure(failed, messages)
+    times, state, exp_ops, rtol, atol, dt = _own_safe(values, failed, owners, safe)
+    solution = _stepped((term, state, times, rtol, atol, dt, exp_ops, norms), settings)
+    solution, failed, messages = _reached(solution, api, max_steps)
+    steps = returned_failure(failed, messages)
+    found = failure([(given.code, given.messages), (steps.code, steps.messages)])
+    return _with_failure(solution, found)
+
+
+def _with_failure(solution: Solution, found: Failure) -> Solution:
+    """`solution` with `found` as its `failure`, its states, final state and
+    expectation values nan where a check failed (a result nobody checks is then
+    never a wrong number)."""
+
+    def blank(x: Array | None) -> Array | None:
+        return None if x is None else jnp.where(found.succeeded, x, jnp.nan)
+
+    return eqx.tree_at(
+        lambda s: (s.states, s.final_state, s.expects, s.failure),
+        solution,
+        (
+            blank(solution.states),
+            blank(solution.final_state),
+            blank(solution.expects),
+            found,
+        ),
+        is_leaf=lambda x: x is None,
     )
 
 
@@ -408,7 +448,7 @@ def _steps(
     # Parts not assembled before compiling: once here, not in every step.
     term = term.with_program_parts(t0, state.dtype)
     controller, dt0 = _step_control(
-        term, t0, t1, rtol, atol, dt, norms, knots, order, control, api
+        term, t0, t1, rtol, atol, dt, norms, knots, order, control
     )
     ends = times.shape[0] == 2
     if unit:
@@ -419,8 +459,7 @@ def _steps(
         save_times = (times - t0) / span
     else:
         solved, start, end, save_times = term, t0, t1, times
-    if not isinstance(controller, _FixedSteps):
-        controller, dt0 = _FirstStep(controller, dt0), None
+    controller, dt0 = _FirstStep(controller, dt0), None
     if ends:
         # Only the ends: the last state saved as it is reached and the first one
         # given, so the program has no loop that evaluates the steps' series at
@@ -478,7 +517,10 @@ def _steps(
     stats[_FAILED] = jnp.where(
         diffrax.is_okay(result),
         0,
-        jnp.where(result == diffrax.RESULTS.max_steps_reached, 1, 2),
+        # (A fixed step's controller fails only where its step is far too long.)
+        jnp.where(
+            result == diffrax.RESULTS.max_steps_reached, 1, 2 if dt is None else 3
+        ),
     )
     return Solution(
         times, states, expects, stats, order, interpolation, final_state=states[-1]
@@ -487,30 +529,35 @@ def _steps(
 
 # The key of `Solution.stats` that carries a failure of the steps from `_steps` to
 # `_reached`: 0 where they reached the last time, 1 where they ran out of
-# `max_steps`, 2 where diffrax reported another failure.
+# `max_steps`, 2 where diffrax reported another failure, 3 where a fixed step was
+# far too long (`_FixedSteps`).
 _FAILED = "failed"
 
 
-def _reached(solution: Solution, api: str, max_steps: int) -> Solution:
-    """The solution without `_FAILED`, with an error where the steps did not reach
-    the last time."""
+def _reached(
+    solution: Solution, api: str, max_steps: int
+) -> tuple[Solution, list[Array], list[str]]:
+    """The solution without `_FAILED`, and the checks (flags and messages) that the
+    steps reached the last time."""
     failed = solution.stats[_FAILED]
     stats = {k: v for k, v in solution.stats.items() if k != _FAILED}
     solution = eqx.tree_at(lambda s: s.stats, solution, stats)
-    return raise_if(
-        solution,
-        [failed == 1, failed == 2],
-        [
-            f"`{api}`: the solve took `max_steps` = {max_steps} steps without "
-            "reaching the last time. Raise `max_steps`, or loosen `rtol` and "
-            "`atol` if that accuracy is enough.",
-            f"`{api}`: the solve stopped before the last time (diffrax reported "
-            "a failed step).",
-        ],
-    )
+    messages = [
+        f"`{api}`: the solve took `max_steps` = {max_steps} steps without "
+        "reaching the last time. Raise `max_steps`, or loosen `rtol` and "
+        "`atol` if that accuracy is enough.",
+        f"`{api}`: the solve stopped before the last time (diffrax reported "
+        "a failed step).",
+        f"`{api}`: the fixed step `dt` is far too long: a step's error "
+        f"estimate is more than {FIXED_STEP_LIMIT:.0e} times the tolerances "
+        "`atol + rtol * |state|` (its series does not converge). Pass a "
+        "smaller `dt` (or a higher `order`), or leave `dt` unset for adaptive "
+        "steps; or loosen `rtol` and `atol` if that accuracy is enough.",
+    ]
+    return solution, [failed == 1, failed == 2, failed == 3], messages
 
 
-def _checked(
+def _value_checks(
     times: Array,
     state: Array,
     exp_ops: Array | None,
@@ -519,35 +566,52 @@ def _checked(
     dt: Array | None,
     api: str,
     checks: tuple,
-) -> tuple[Array, Array, Array | None, Array, Array, Array | None]:
-    """`(times, state, exp_ops, rtol, atol, dt)`, with run-time checks of the values
-    `checks` names (the tolerances, `times`, `exp_ops`, the state's name): those
-    that were JAX arrays (concrete or traced); values held on the host were
-    checked before compiling. One check for all (`raise_if`), its message naming
-    the first that fails; the solve's inputs come out of it, so nothing runs on
-    bad values (a call from Python solves nothing in their place, then raises)."""
-    failed, messages = [], []
+) -> tuple[list[Array], list[str], list[int], tuple]:
+    """The run-time checks (flags and messages) of the values `checks` names (the
+    tolerances, `times`, `exp_ops`, the state's name): those that were JAX arrays
+    (concrete or traced); values held on the host were checked before compiling.
+    With each check, the index of the value it checks in `(times, state, exp_ops,
+    rtol, atol, dt)`; and the values to solve in their place where a check fails,
+    so that nothing runs on bad values (a short solve of nothing)."""
+    failed, messages, owners = [], [], []
+
+    def check(flag: Array, message: str, owner: int) -> None:
+        failed.append(flag)
+        messages.append(f"`{api}`: {message}")
+        owners.append(owner)
+
     for name in checks:
         if name in ("rtol", "atol", "dt"):
             value = {"rtol": rtol, "atol": atol, "dt": dt}[name]
-            failed.append(~(jnp.isfinite(value) & (value > 0)))
-            messages.append(f"`{api}`: `{name}` must be positive and finite.")
+            owner = {"rtol": 3, "atol": 4, "dt": 5}[name]
+            check(
+                ~(jnp.isfinite(value) & (value > 0)),
+                f"`{name}` must be positive and finite.",
+                owner,
+            )
         elif name == "times":
+            check(
+                ~jnp.all(jnp.isfinite(times)),
+                "`times` must be finite (no nan or inf).",
+                0,
+            )
             # `~(diff > 0)`: a nan fails it (`diff <= 0` would let it through).
-            failed.append(~jnp.all(jnp.isfinite(times)))
-            messages.append(f"`{api}`: `times` must be finite (no nan or inf).")
-            failed.append(~jnp.all(jnp.diff(times) > 0))
-            messages.append(f"`{api}`: `times` must be strictly increasing.")
+            check(
+                ~jnp.all(jnp.diff(times) > 0), "`times` must be strictly increasing.", 0
+            )
         elif name == "exp_ops":
             assert exp_ops is not None
-            failed.append(~jnp.all(jnp.isfinite(exp_ops)))
-            messages.append(f"`{api}`: `exp_ops` must be finite (no nan or inf).")
+            check(
+                ~jnp.all(jnp.isfinite(exp_ops)),
+                "`exp_ops` must be finite (no nan or inf).",
+                2,
+            )
         else:
-            failed.append(~jnp.all(jnp.isfinite(state)))
-            messages.append(f"`{api}`: `{name}` must be finite (no nan or inf).")
-    values = (times, state, exp_ops, rtol, atol, dt)
-    if not failed:
-        return values
+            check(
+                ~jnp.all(jnp.isfinite(state)),
+                f"`{name}` must be finite (no nan or inf).",
+                1,
+            )
     # Where a check fails, a short solve of nothing in its place (zeros from times
     # 0, 1, ... at tolerances and step 1) runs before the call raises.
     safe = (
@@ -558,7 +622,23 @@ def _checked(
         jnp.ones_like(atol),
         None if dt is None else jnp.ones_like(dt),
     )
-    return raise_if(values, failed, messages, safe)
+    return failed, messages, owners, safe
+
+
+def _own_safe(
+    values: tuple, failed: list[Array], owners: list[int], safe: tuple
+) -> tuple:
+    """`values` with each one that fails a check of its own replaced by its safe
+    value. (Not all of them where any fails, as `raise_if` does: under `jax.vmap`
+    a failed state's flag is batched, and the shared times and tolerances it would
+    batch could no longer step the batch in lockstep.)"""
+    out = list(values)
+    for i, value in enumerate(values):
+        flags = [f for f, owner in zip(failed, owners) if owner == i]
+        if flags:
+            bad = functools.reduce(jnp.logical_or, flags)
+            out[i] = jnp.where(bad, safe[i], value)
+    return tuple(out)
 
 
 def _step_control(
@@ -572,7 +652,6 @@ def _step_control(
     knots: Array | None,
     order: int,
     control: tuple[float, float, float, float],
-    api: str,
 ) -> tuple[diffrax.AbstractStepSizeController, Array]:
     """The step-size control and the first step: adaptive steps (the PID
     controller on the largest entry, clipped at the knots of sampled pulses) from
@@ -580,7 +659,7 @@ def _step_control(
     the tolerances (`_FixedSteps`). `control`: the controller's safety factor and
     its P, I and D gains."""
     if dt is not None:
-        return _FixedSteps(rtol, atol, api), jnp.minimum(dt, t1 - t0)
+        return _FixedSteps(rtol, atol), jnp.minimum(dt, t1 - t0)
     safety, pcoeff, icoeff, dcoeff = control
     controller: diffrax.AbstractStepSizeController = diffrax.PIDController(
         rtol=rtol,
@@ -608,12 +687,11 @@ FIXED_STEP_LIMIT = 1e3
 class _FixedSteps(diffrax.AbstractStepSizeController):
     """`diffrax.ConstantStepSize`, with each step's error estimate held to
     `FIXED_STEP_LIMIT` times the tolerances, elementwise `atol + rtol * |y|`: past
-    that the solve stops with an error (at run time, inside any jit) instead of
-    returning a state of 1e35."""
+    that the step is not kept and the solve stops with a failed result (`_steps`
+    and `_reached` name it) instead of returning a state of 1e35."""
 
     rtol: Array
     atol: Array
-    api: str = eqx.field(static=True)
 
     def wrap(self, direction: Any) -> "_FixedSteps":
         del direction
@@ -633,17 +711,12 @@ class _FixedSteps(diffrax.AbstractStepSizeController):
         assert y_error is not None  # the Taylor solver always estimates it
         size = jnp.maximum(jnp.abs(y0), jnp.abs(y1_candidate))
         scale = self.atol + self.rtol * size.astype(self.rtol.dtype)
-        ratio = _max_norm(y_error / scale)  # nan and inf fail too
-        next_t0 = eqx.error_if(
-            next_t0,
-            ~(ratio <= FIXED_STEP_LIMIT),
-            f"`{self.api}`: the fixed step `dt` is far too long: a step's error "
-            f"estimate is more than {FIXED_STEP_LIMIT:.0e} times the tolerances "
-            "`atol + rtol * |state|` (its series does not converge). Pass a "
-            "smaller `dt` (or a higher `order`), or leave `dt` unset for adaptive "
-            "steps; or loosen `rtol` and `atol` if that accuracy is enough.",
+        converges = _max_norm(y_error / scale) <= FIXED_STEP_LIMIT  # not nan
+        next_t1, made_jump, controller_state, result = rest
+        result = diffrax.RESULTS.where(
+            converges, result, diffrax.RESULTS.dt_min_reached
         )
-        return (keep, next_t0, *rest)
+        return (keep & converges, next_t0, next_t1, made_jump, controller_state, result)
 
 
 class _FirstStep(diffrax.AbstractStepSizeController):

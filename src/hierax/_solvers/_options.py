@@ -13,7 +13,7 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, Real
 
-from .._core import MAX_ORDER, to_jax
+from .._core import MAX_ORDER, check_bool, to_jax
 
 
 _API = "hierax.TaylorOptions"
@@ -62,6 +62,7 @@ class TaylorOptions(eqx.Module):
     dcoeff: float = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     adjoint: diffrax.AbstractAdjoint | None = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class TaylorOptions(eqx.Module):
         dcoeff: Any = DCOEFF,
         max_steps: Any = DEFAULT_MAX_STEPS,
         adjoint: Any = None,
+        throw: Any = True,
     ):
         """**Arguments:**
 
@@ -99,6 +101,16 @@ class TaylorOptions(eqx.Module):
         - `adjoint`: how to differentiate, `diffrax.RecursiveCheckpointAdjoint()`
             (`None`, the default), `diffrax.DirectAdjoint()` or
             `diffrax.ForwardMode()` (for `jax.jvp`).
+        - `throw`: whether a failed check of the solve's values raises (`True`,
+            the default: from Python a `ValueError`, inside a `jax.jit` an error
+            at run time by a host callback) or is returned in the solution's
+            `failure` (`False`, as diffrax's `throw=False`): a
+            [`hierax.Failure`][], with the states, final state and expectation
+            values nan where a check failed. The program then holds no host
+            callback, which on an accelerator costs every call of a `jax.jit`
+            that holds one about 2 ms (a TPU v5e). (With more than two `times`,
+            diffrax's own checks of the save times stay: host callbacks too.)
+            Not for `floquet`, whose result has no place for it.
         """
         self.rtol = positive_value(rtol, "rtol", _API)
         self.atol = positive_value(atol, "atol", _API)
@@ -108,6 +120,7 @@ class TaylorOptions(eqx.Module):
         self.safety, self.pcoeff, self.icoeff, self.dcoeff = gains
         self.max_steps = check_max_steps(max_steps, _API)
         self.adjoint = check_adjoint(adjoint, _API)
+        self.throw = check_bool(throw, "throw", _API)
 
 
 def positive_value(x: Any, name: str, api: str) -> Array:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, Real, Shaped
 
-from .._core import is_traced, module_jit
+from .._core import Failure, is_traced, module_jit
 
 
 class Solution(eqx.Module):
@@ -28,6 +28,7 @@ class Solution(eqx.Module):
     stats: dict[str, Int[Array, ""]]
     order: int = eqx.field(static=True)
     interpolation: diffrax.DenseInterpolation | None
+    failure: Failure | None
 
     def __init__(
         self,
@@ -38,6 +39,7 @@ class Solution(eqx.Module):
         order: int,
         interpolation: diffrax.DenseInterpolation | None = None,
         final_state: Array | None = None,
+        failure: Failure | None = None,
     ):
         """**Arguments:**
 
@@ -54,6 +56,10 @@ class Solution(eqx.Module):
             `sesolve` and `mesolve` take it inside their compiled program, so
             reading it costs nothing (indexing `states[-1]` from Python is an
             eager JAX operation of its own: 0.1-0.3 ms, as much as a short solve).
+        - `failure`: with `throw=False`, the solve's first failed check (a
+            [`hierax.Failure`][]: `failure.succeeded`, `failure.throw()`), the
+            states nan where it failed; `None` with `throw=True` (the default),
+            where a failed check raises instead.
         """
         self.times = times
         self.states = states
@@ -62,6 +68,7 @@ class Solution(eqx.Module):
         self.stats = stats
         self.order = order
         self.interpolation = interpolation
+        self.failure = failure
 
     def evaluate(self, t: ArrayLike) -> Array:
         """The state at any time in the solve's span, from the series of the step
