@@ -63,13 +63,16 @@ def generators(system: System) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def diffrax_final(system: System, solver=None, sparse: bool = False):
+def diffrax_final(
+    system: System, solver=None, sparse: bool = False, throw: bool = True
+):
     """`final(start, rtol, atol, scale=1.0)`: the state at the end of the span from
     a complex `start` (a ket, or the open system's density matrix), solved with
     diffrax on the real and imaginary parts (Dopri8 by default,
     `PIDController(rtol, atol)`), every drive times `scale`. With `sparse` the real
     generators are JAX sparse matrices (the references of large chains: the dense
-    ones of a 12-site chain are 0.5 GB each in float64)."""
+    ones of a 12-site chain are 0.5 GB each in float64). `throw`: diffrax's
+    (`False`: no host callback in the program)."""
     solver = diffrax.Dopri8() if solver is None else solver
     g0, gk = generators(system)
     if sparse:
@@ -104,6 +107,7 @@ def diffrax_final(system: System, solver=None, sparse: bool = False):
             args=scale,
             stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
             max_steps=10**7,
+            throw=throw,
         ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
         return (y[:half] + 1j * y[half:]).reshape(start.shape)
 

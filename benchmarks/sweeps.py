@@ -20,9 +20,10 @@ SX = np.array([[0, 1], [1, 0]], complex)
 SZ = np.diag([1.0, -1.0]).astype(complex)
 
 
-def dopri8(field, y0, span, rtol, args=None):
+def dopri8(field, y0, span, rtol, args=None, throw=True):
     """diffrax Dopri8 of `field(t, y, args)` from `y0` over `[0, span]` (PID
-    control at `rtol`, atol rtol / 100): the final state and the steps."""
+    control at `rtol`, atol rtol / 100): the final state and the steps. `throw`:
+    diffrax's (`False`: no host callback in the program)."""
     s = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
         diffrax.Dopri8(),
@@ -33,6 +34,7 @@ def dopri8(field, y0, span, rtol, args=None):
         args=args,
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol / 100),
         max_steps=100_000,
+        throw=throw,
     )
     return s.ys[-1], s.stats["num_steps"]  # pyright: ignore[reportOptionalSubscript]
 
@@ -72,7 +74,7 @@ class QubitSweep:
             [SZ, SX],
         )
 
-    def hierax_one(self, rtol, order=None):
+    def hierax_one(self, rtol, order=None, throw=True):
         times = jnp.array([0.0, self.span])
         start = jnp.asarray(self.start)
 
@@ -84,12 +86,13 @@ class QubitSweep:
                 rtol=rtol,
                 atol=rtol / 100,
                 order=order,
+                throw=throw,
             )
             return s.final_state, s.stats["num_steps"]
 
         return one
 
-    def diffrax_one(self, rtol):
+    def diffrax_one(self, rtol, throw=True):
         z, x = real_embedding(-1j * SZ / 2), real_embedding(-1j * SX / 2)
         z, x = jnp.asarray(z), jnp.asarray(x)
         y0 = jnp.concatenate([np.real(self.start), np.imag(self.start)])
@@ -99,7 +102,7 @@ class QubitSweep:
             return self.detuning(param) * (z @ y) + drive * (x @ y)
 
         def one(param):
-            y, steps = dopri8(field, y0, self.span, rtol, param)
+            y, steps = dopri8(field, y0, self.span, rtol, param, throw)
             return y[:2] + 1j * y[2:], steps
 
         return one
@@ -162,12 +165,14 @@ class StatesSweep:
             [self.h0, self.v],
         )
 
-    def hierax_one(self, rtol, order=None):
+    def hierax_one(self, rtol, order=None, throw=True):
         times = jnp.array([0.0, self.span])
         h = self.hamiltonian()
 
         def one(ket):
-            s = hierax.sesolve(h, ket, times, rtol=rtol, atol=rtol / 100, order=order)
+            s = hierax.sesolve(
+                h, ket, times, rtol=rtol, atol=rtol / 100, order=order, throw=throw
+            )
             return s.final_state, s.stats["num_steps"]
 
         return one
@@ -183,7 +188,7 @@ class StatesSweep:
 
         return solve
 
-    def diffrax_one(self, rtol):
+    def diffrax_one(self, rtol, throw=True):
         g0 = jnp.asarray(real_embedding(-1j * self.h0))
         g1 = jnp.asarray(real_embedding(-1j * self.v))
         n = self.n
@@ -195,7 +200,7 @@ class StatesSweep:
 
         def one(ket):
             y0 = jnp.concatenate([ket.real, ket.imag])
-            y, steps = dopri8(field, y0, self.span, rtol)
+            y, steps = dopri8(field, y0, self.span, rtol, throw=throw)
             return y[:n] + 1j * y[n:], steps
 
         return one
