@@ -189,7 +189,8 @@ def _printed(tmp_path_factory, script: str) -> list[str]:
 
 
 # Wrong types at three public entry points, in a plain Python process: jaxtyping's
-# pytest plugin (which the suite runs under) must not be what catches them.
+# pytest plugin (`make test-typed` runs the suite under it) must not be what
+# catches them.
 _RUNTIME_CHECKS = fresh_script(
     "jaxtyping at run time",
     """
