@@ -136,6 +136,16 @@ REPEATS = 5
 # program; on a TPU any callback costs a call about 2 ms), compared with each other.
 QUIET = "throw=False"
 QUIET_OURS, QUIET_PEER = f"hierax in jit, {QUIET}", f"diffrax Dopri8, {QUIET}"
+# Other series orders for hierax's `throw=False` call in jit (`--orders`), beside
+# the default: never a peer.
+ORDERS: list[int] = []
+
+
+def at_orders(call: Callable) -> dict[str, Callable]:
+    """`call(tol, order)` as one method per order of `ORDERS`."""
+    return {f"{QUIET_OURS}, order {k}": (lambda tol, k=k: call(tol, k)) for k in ORDERS}
+
+
 FLOQUET_OMEGA = 2.0
 SX = np.array([[0, 1], [1, 0]], complex)
 SY = np.array([[0, -1j], [1j, 0]])
@@ -470,7 +480,7 @@ def chain_methods(system: System, precision: str) -> dict[str, Callable]:
     psi = jnp.asarray(system.state, _cdtype())
     rdtype = np.float64 if precision == "x64" else np.float32
 
-    def solve(start, rtol, throw=True):
+    def solve(start, rtol, throw=True, order=None):
         return hierax.sesolve(
             hamiltonian,
             start,
@@ -479,9 +489,10 @@ def chain_methods(system: System, precision: str) -> dict[str, Callable]:
             atol=rtol * 1e-2,
             max_steps=10**6,
             throw=throw,
+            order=order,
         ).final_state
 
-    in_jit = jax.jit(solve, static_argnums=2)
+    in_jit = jax.jit(solve, static_argnums=(2, 3))
     dopri8 = jax.jit(diffrax_final(system))
     quiet = jax.jit(diffrax_final(system, throw=False))
     methods = {
@@ -494,6 +505,7 @@ def chain_methods(system: System, precision: str) -> dict[str, Callable]:
         QUIET_PEER: lambda tol: quiet(
             psi, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
         ),
+        **at_orders(lambda tol, k: in_jit(psi, on_device(tol, rdtype), False, k)),
     }
     return with_dynamiqs(methods, system, precision, psi)
 
@@ -722,7 +734,7 @@ def section_batch(args, refs) -> dict:
     times = jnp.asarray(system.times)
     rdtype = np.float64 if args.precision == "x64" else np.float32
 
-    def sweep(kets, rtol, throw=True):
+    def sweep(kets, rtol, throw=True, order=None):
         def one(psi):
             return hierax.sesolve(
                 hamiltonian,
@@ -732,11 +744,12 @@ def section_batch(args, refs) -> dict:
                 atol=rtol * 1e-2,
                 max_steps=10**6,
                 throw=throw,
+                order=order,
             ).final_state
 
         return jax.vmap(one)(kets)
 
-    in_jit = jax.jit(sweep, static_argnums=2)
+    in_jit = jax.jit(sweep, static_argnums=(2, 3))
     dopri8 = jax.jit(jax.vmap(diffrax_final(system), (0, None, None)))
     quiet = jax.jit(jax.vmap(diffrax_final(system, throw=False), (0, None, None)))
     methods = {
@@ -749,6 +762,7 @@ def section_batch(args, refs) -> dict:
         QUIET_PEER: lambda tol: quiet(
             states, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
         ),
+        **at_orders(lambda tol, k: in_jit(states, on_device(tol, rdtype), False, k)),
     }
     # dynamiqs batches the states itself.
     methods = with_dynamiqs(methods, system, args.precision, states)
@@ -764,13 +778,13 @@ def sweep_methods(sweep: QubitSweep, precision: str) -> dict[str, Callable]:
     rdtype = np.float64 if precision == "x64" else np.float32
     params = jnp.asarray(sweep.params, rdtype)
 
-    def ours(params, rtol, throw=True):
-        return jax.vmap(lambda p: sweep.hierax_one(rtol, throw=throw)(p)[0])(params)
+    def ours(params, rtol, throw=True, order=None):
+        return jax.vmap(lambda p: sweep.hierax_one(rtol, order, throw)(p)[0])(params)
 
     def theirs(params, rtol, throw=True):
         return jax.vmap(lambda p: sweep.diffrax_one(rtol, throw)(p)[0])(params)
 
-    in_jit = jax.jit(ours, static_argnums=2)
+    in_jit = jax.jit(ours, static_argnums=(2, 3))
     dopri8 = jax.jit(theirs, static_argnums=2)
     return {
         "hierax": lambda tol: ours(params, tol),
@@ -778,6 +792,7 @@ def sweep_methods(sweep: QubitSweep, precision: str) -> dict[str, Callable]:
         "diffrax Dopri8": lambda tol: dopri8(params, on_device(tol, rdtype)),
         QUIET_OURS: lambda tol: in_jit(params, on_device(tol, rdtype), False),
         QUIET_PEER: lambda tol: dopri8(params, on_device(tol, rdtype), False),
+        **at_orders(lambda tol, k: in_jit(params, on_device(tol, rdtype), False, k)),
     }
 
 
@@ -978,12 +993,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (CPU smoke)")
     parser.add_argument("--reference", default=None, help="the references' .npz")
     parser.add_argument("--out", default=None, help="write the results as JSON")
+    parser.add_argument(
+        "--orders", default="", help="other orders for hierax's throw=False call"
+    )
     parser.add_argument("--reference-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--reference-keys", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_child:
         reference_child(args.reference_child, args.reference_keys.split(","))
         return
+    ORDERS.extend(int(k) for k in args.orders.split(",") if k)
     unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
