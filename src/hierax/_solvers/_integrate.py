@@ -705,18 +705,19 @@ class _FixedSteps(diffrax.AbstractStepSizeController):
     def adapt_step_size(
         self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
     ):
-        keep, next_t0, *rest = diffrax.ConstantStepSize().adapt_step_size(
-            t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
+        keep, next_t0, next_t1, made_jump, state, result = (
+            diffrax.ConstantStepSize().adapt_step_size(
+                t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
+            )
         )
         assert y_error is not None  # the Taylor solver always estimates it
         size = jnp.maximum(jnp.abs(y0), jnp.abs(y1_candidate))
         scale = self.atol + self.rtol * size.astype(self.rtol.dtype)
         converges = _max_norm(y_error / scale) <= FIXED_STEP_LIMIT  # not nan
-        next_t1, made_jump, controller_state, result = rest
         result = diffrax.RESULTS.where(
             converges, result, diffrax.RESULTS.dt_min_reached
         )
-        return (keep & converges, next_t0, next_t1, made_jump, controller_state, result)
+        return (keep & converges, next_t0, next_t1, made_jump, state, result)
 
 
 class _FirstStep(diffrax.AbstractStepSizeController):
