@@ -73,6 +73,30 @@ def test_powers_of_two_are_exact(dtype):
     assert got.dtype == dtype
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_binades_are_read_off_the_bits(dtype):
+    """`binade(v)`: the power of two p = 2^e with p <= v < 2p, against NumPy's
+    `frexp`, for normal values across the whole range and at powers of two."""
+    from hierax._data._series import binade
+
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(3)
+    v = np.concatenate(
+        [
+            np.ldexp(dtype(1), np.arange(info.minexp, info.maxexp, 7)),
+            np.exp(rng.uniform(np.log(info.tiny), np.log(info.max), 200)),
+            np.array([info.tiny, info.max, 1.0, 1.5, np.nextafter(2.0, 0.0)]),
+        ]
+    ).astype(dtype)
+    power, e = jax.jit(binade)(jnp.asarray(v))
+    _, exponent = np.frexp(v)  # v = f 2^exponent, f in [0.5, 1)
+    np.testing.assert_array_equal(np.asarray(e), (exponent - 1).astype(dtype))
+    np.testing.assert_array_equal(
+        np.asarray(power), np.ldexp(np.ones_like(v), exponent - 1)
+    )
+    assert np.all(np.asarray(power) <= v) and np.all(v / 2 < np.asarray(power))
+
+
 def test_eager_call_and_user_jit_agree(seed_reference):
     """The eager call of a small hierarchy (`hierax._core._jit`'s direct path) and
     the same call inside a user's `jax.jit` (inlined into the user's program) are exact

@@ -2,6 +2,7 @@
 
 from ._series import (
     TermSeries as TermSeries,
+    binade as binade,
     exact_exp2 as exact_exp2,
     exp as exp,
     frobenius as frobenius,
