@@ -475,39 +475,52 @@ def section_accuracy(args, refs) -> dict:
 
 def chain_methods(system: System, precision: str) -> dict[str, Callable]:
     """Each method as solve(tol) -> final state, from the chain's initial state."""
+    return final_methods(system, precision, jnp.asarray(system.state, _cdtype()))
+
+
+def final_methods(
+    system: System, precision: str, start: Any, batched: bool = False
+) -> dict[str, Callable]:
+    """Each method as solve(tol) -> the final state from `start`, or with `batched`
+    the final states of its rows under `jax.vmap` (dynamiqs batches them itself)."""
     hamiltonian = hamiltonian_of(system)
     times = jnp.asarray(system.times)
-    psi = jnp.asarray(system.state, _cdtype())
     rdtype = np.float64 if precision == "x64" else np.float32
 
-    def solve(start, rtol, throw=True, order=None):
-        return hierax.sesolve(
-            hamiltonian,
-            start,
-            times,
-            rtol=rtol,
-            atol=rtol * 1e-2,
-            max_steps=10**6,
-            throw=throw,
-            order=order,
-        ).final_state
+    def ours(kets, rtol, throw=True, order=None):
+        def one(psi):
+            return hierax.sesolve(
+                hamiltonian,
+                psi,
+                times,
+                rtol=rtol,
+                atol=rtol * 1e-2,
+                max_steps=10**6,
+                throw=throw,
+                order=order,
+            ).final_state
 
-    in_jit = jax.jit(solve, static_argnums=(2, 3))
-    dopri8 = jax.jit(diffrax_final(system))
-    quiet = jax.jit(diffrax_final(system, throw=False))
+        return jax.vmap(one)(kets) if batched else one(kets)
+
+    def mapped(final):
+        return jax.vmap(final, (0, None, None)) if batched else final
+
+    in_jit = jax.jit(ours, static_argnums=(2, 3))
+    dopri8 = jax.jit(mapped(diffrax_final(system)))
+    quiet = jax.jit(mapped(diffrax_final(system, throw=False)))
     methods = {
-        "hierax": lambda tol: solve(psi, tol),
-        "hierax in jit": lambda tol: in_jit(psi, on_device(tol, rdtype)),
+        "hierax": lambda tol: ours(start, tol),
+        "hierax in jit": lambda tol: in_jit(start, on_device(tol, rdtype)),
         "diffrax Dopri8": lambda tol: dopri8(
-            psi, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
+            start, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
         ),
-        QUIET_OURS: lambda tol: in_jit(psi, on_device(tol, rdtype), False),
+        QUIET_OURS: lambda tol: in_jit(start, on_device(tol, rdtype), False),
         QUIET_PEER: lambda tol: quiet(
-            psi, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
+            start, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
         ),
-        **at_orders(lambda tol, k: in_jit(psi, on_device(tol, rdtype), False, k)),
+        **at_orders(lambda tol, k: in_jit(start, on_device(tol, rdtype), False, k)),
     }
-    return with_dynamiqs(methods, system, precision, psi)
+    return with_dynamiqs(methods, system, precision, start)
 
 
 def with_dynamiqs(
@@ -730,42 +743,7 @@ def section_batch(args, refs) -> dict:
     sites, count = min(_sites(args)), _batch(args)
     system = chain(sites)
     states = jnp.asarray(batch_states(system, count))
-    hamiltonian = hamiltonian_of(system)
-    times = jnp.asarray(system.times)
-    rdtype = np.float64 if args.precision == "x64" else np.float32
-
-    def sweep(kets, rtol, throw=True, order=None):
-        def one(psi):
-            return hierax.sesolve(
-                hamiltonian,
-                psi,
-                times,
-                rtol=rtol,
-                atol=rtol * 1e-2,
-                max_steps=10**6,
-                throw=throw,
-                order=order,
-            ).final_state
-
-        return jax.vmap(one)(kets)
-
-    in_jit = jax.jit(sweep, static_argnums=(2, 3))
-    dopri8 = jax.jit(jax.vmap(diffrax_final(system), (0, None, None)))
-    quiet = jax.jit(jax.vmap(diffrax_final(system, throw=False), (0, None, None)))
-    methods = {
-        "hierax": lambda tol: sweep(states, tol),
-        "hierax in jit": lambda tol: in_jit(states, on_device(tol, rdtype)),
-        "diffrax Dopri8": lambda tol: dopri8(
-            states, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
-        ),
-        QUIET_OURS: lambda tol: in_jit(states, on_device(tol, rdtype), False),
-        QUIET_PEER: lambda tol: quiet(
-            states, on_device(tol, rdtype), on_device(tol * 1e-2, rdtype)
-        ),
-        **at_orders(lambda tol, k: in_jit(states, on_device(tol, rdtype), False, k)),
-    }
-    # dynamiqs batches the states itself.
-    methods = with_dynamiqs(methods, system, args.precision, states)
+    methods = final_methods(system, args.precision, states, batched=True)
     row = dict(sites=sites, n=system.size, batch=count)
     reference = refs[f"batch_{sites}_{count}"]
     label = f"vmap over {count} states, {sites} sites"
