@@ -97,6 +97,26 @@ def test_binades_are_read_off_the_bits(dtype):
     assert np.all(np.asarray(power) <= v) and np.all(v / 2 < np.asarray(power))
 
 
+def test_unrolled_hermite_terms_are_the_looped_ones():
+    """A `Gaussian`'s Hermite recurrence unrolled (a TPU's choice,
+    `BackendChoices.unroll_scalar_series`) gives the loop's terms to rounding, at
+    small and large x and steps, and both match mp."""
+    from hierax._time._time_functions import _hermite_terms
+
+    order = 20
+    for x, c in ((0.3, 0.7), (-4.0, 2.5), (900.0, 1e-3), (0.0, 40.0)):
+        args = (jnp.asarray(x), jnp.asarray(c), order)
+        looped = [np.asarray(a) for a in _hermite_terms(*args)]
+        unrolled = [np.asarray(a) for a in _hermite_terms(*args, unroll=True)]
+        np.testing.assert_array_equal(unrolled[1], looped[1])  # exact exponents
+        np.testing.assert_allclose(unrolled[0], looped[0], rtol=1e-14, atol=0)
+        for j in (1, 7, order):
+            he = mp.hermite(j, mp.mpf(x) / mp.sqrt(2)) / mp.mpf(2) ** (mp.mpf(j) / 2)
+            want = (-1) ** j * he * mp.mpf(c) ** j / mp.factorial(j)
+            got = mp.mpf(float(unrolled[0][j])) * 2 ** int(unrolled[1][j])
+            assert abs(got - want) <= 1e-12 * abs(want), (x, c, j)
+
+
 def test_eager_call_and_user_jit_agree(seed_reference):
     """The eager call of a small hierarchy (`hierax._core._jit`'s direct path) and
     the same call inside a user's `jax.jit` (inlined into the user's program) are exact

@@ -31,7 +31,9 @@ class BackendChoices(NamedTuple):
     (`product_entry`: complex products below `REAL_DENSITY_SIZE`, real halves from
     there). `host_checks`: a call from Python returns the code of its failed
     check, read and raised on the host, instead of raising from a host callback
-    in the program (`_checks`)."""
+    in the program (`_checks`). `unroll_scalar_series`: a time function's scalar
+    recurrence over the orders (a `Gaussian`'s Hermite terms) is unrolled into
+    straight-line code instead of a loop."""
 
     sparse_density: float
     dense_up_to: int
@@ -40,6 +42,7 @@ class BackendChoices(NamedTuple):
     product: float
     product_entry: tuple[float, float]  # (real halves, complex)
     host_checks: bool
+    unroll_scalar_series: bool
 
     def applies_sparse(self, n: int) -> float | None:
         """The share of nonzeros at or below which a known n x n matrix is applied
@@ -88,6 +91,11 @@ class BackendChoices(NamedTuple):
 # - Checks: a host callback costs a call nothing measurable (0.040 against 0.039
 #   ms), and a read of a failure code would make every call wait for its result
 #   (JAX dispatches calls asynchronously): the callbacks stay.
+# - A `Gaussian`'s Hermite recurrence unrolled (x64, K = 28, a qubit under a
+#   Gaussian pulse, two runs each): one solve 0.135-0.141 -> 0.26-0.34 ms, 256
+#   detunings in lockstep 1.41-1.43 -> 1.58-2.18 ms, a first call 0.92-0.98 ->
+#   1.18-1.27 s (XLA's CPU runtime runs each scalar operation as a step of its
+#   own): the loop stays.
 CPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=0,
@@ -96,6 +104,7 @@ CPU = BackendChoices(
     product=1500.0,
     product_entry=(0.2, 0.4),
     host_checks=False,
+    unroll_scalar_series=False,
 )
 
 # A TPU (v5e), measured 2026-12-06 (complex64, highest precision).
@@ -116,6 +125,12 @@ CPU = BackendChoices(
 #   ms, its flag returned and read on the host instead 1.10 ms), and JAX's
 #   persistent compilation cache never finds it (a `lanczos` program compiles in
 #   13-16 s in every process; without callbacks 0.26 s from the cache).
+# - A `Gaussian`'s Hermite recurrence (K = 16) unrolled: each iteration of a loop
+#   is a kernel at the chip's latency, the unrolled recurrence one fusion. In a
+#   `jax.jit` with `throw=False` at final error 1e-5, 256 detunings of a qubit
+#   under a Gaussian pulse 1.17 -> 0.95 ms and 256 amplitudes 1.27 -> 0.93 ms
+#   (1.85x -> 2.34x and 2.78x -> 3.79x diffrax Dopri8 at `throw=False`), first
+#   calls the same (`results/tpu-v5e/devices-gaussian-{scan,unrolled}-20261206.json`).
 TPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=4096,
@@ -124,6 +139,7 @@ TPU = BackendChoices(
     product=1000.0,
     product_entry=(0.002, 0.002),
     host_checks=True,
+    unroll_scalar_series=True,
 )
 
 # GPUs: not measured yet; the CPU's choices.

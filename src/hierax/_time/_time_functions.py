@@ -26,6 +26,7 @@ from .._core import (
     TimeLike,
     as_numeric_array,
     as_time,
+    backend_choices,
     check_order,
     check_time_finite,
     is_traced,
@@ -569,7 +570,10 @@ class Gaussian(AbstractTimeFunction):
         x = (t - self.mean) / self.width
         step_scale = (1 if time_scale is None else time_scale) / self.width
         m, exponents = _hermite_terms(
-            x.astype(dtype), jnp.asarray(step_scale, dtype), order
+            x.astype(dtype),
+            jnp.asarray(step_scale, dtype),
+            order,
+            backend_choices().unroll_scalar_series,
         )
         # (ln 2 as a Python number: rounded once, not by the backend's `log`.)
         log_factor = exponents * math.log(2.0) - x**2 / 2
@@ -582,8 +586,10 @@ class Gaussian(AbstractTimeFunction):
 # Its own program (inlined by XLA): a solve traces a Gaussian's series several
 # times with the same shapes (each step's series, the first step's bound, the
 # lockstep's second trace), and JAX traces the loop once for all of them.
-@functools.partial(jax.jit, static_argnames="order")
-def _hermite_terms(x: Array, step_scale: Array, order: int) -> tuple[Array, Array]:
+@functools.partial(jax.jit, static_argnames=("order", "unroll"))
+def _hermite_terms(
+    x: Array, step_scale: Array, order: int, unroll: bool = False
+) -> tuple[Array, Array]:
     """`(m, e)` with $g_j = m_j 2^{e_j}$, j = 0 ... `order`: the Taylor
     coefficients of $e^{x^2/2} e^{-(x + c\tau)^2/2}$ in $\tau$, c = `step_scale`.
 
@@ -596,7 +602,8 @@ def _hermite_terms(x: Array, step_scale: Array, order: int) -> tuple[Array, Arra
     exact power of two at every order, built from `log2`, was 137 instructions of
     a qubit's solve program, now 108; a Gaussian-driven qubit's solve 0.147 ->
     0.137 ms on 2 CPU cores, its compile the same within the noise.) The scales
-    carry no gradient: they cancel in g = m 2^e."""
+    carry no gradient: they cancel in g = m 2^e. `unroll`: the recurrence as
+    straight-line code (`BackendChoices.unroll_scalar_series`)."""
     dtype, rdtype = x.dtype, real_dtype(x.dtype)
     one = jnp.ones((), dtype)
     if order == 0:  # (the value alone, as the first step's bound takes it)
@@ -616,7 +623,7 @@ def _hermite_terms(x: Array, step_scale: Array, order: int) -> tuple[Array, Arra
         return (m, m_next), m_next
 
     js = np.arange(order, dtype=rdtype)  # a constant, not an iota
-    _, rest = lax.scan(step, (jnp.zeros((), dtype), one), js)
+    _, rest = lax.scan(step, (jnp.zeros((), dtype), one), js, unroll=unroll)
     exponents = jnp.asarray(np.arange(order + 1, dtype=rdtype)) * (k + log_s)
     return jnp.concatenate([one[None], rest]), exponents.astype(rdtype)
 
