@@ -82,6 +82,28 @@ def test_a_fixed_step_far_too_long_is_returned_too():
     assert bool(jnp.all(jnp.isnan(solution.final_state)))
 
 
+def test_mesolve_returns_its_failures_too():
+    """`mesolve` with `throw=False`: out of `max_steps`, and a nan in the density
+    matrix, each returned with the message `throw=True` raises; a solve that
+    passes gives `throw=True`'s states exactly."""
+    h, jumps = _hamiltonian(), [0.3 * np.diag([1.0, 0.0, 0.0])]
+    rho = jnp.diag(jnp.array([0.5, 0.5, 0.0], complex))
+    long_times = jnp.array([0.0, 30.0])
+
+    def solve(r, t, throw):
+        return hierax.mesolve(h, jumps, r, t, max_steps=3, throw=throw)
+
+    returned = jax.jit(lambda r, t: solve(r, t, False))
+    for r, t in ((rho, long_times), (rho.at[0, 0].set(jnp.nan), TIMES[:2])):
+        message = _raised(lambda r=r, t=t: solve(r, t, True).states)
+        solution = returned(r, t)
+        assert solution.failure.messages[int(solution.failure.code)] == message
+        assert bool(jnp.all(jnp.isnan(solution.final_state)))
+    good = returned(rho, TIMES[:2])
+    assert bool(good.failure.succeeded)
+    np.testing.assert_array_equal(good.states, solve(rho, TIMES[:2], True).states)
+
+
 def _callbacks_in(call, *args) -> int:
     """How many host callbacks the program of `jax.jit(call)(*args)` holds (equinox
     raises through `jax.pure_callback`, a custom call named for it)."""
