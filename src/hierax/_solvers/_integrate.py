@@ -347,19 +347,16 @@ def _solve_impl(
     api, max_steps = settings["api"], settings["max_steps"]
     values = (times, state, exp_ops, rtol, atol, dt)
     failed, messages, owners, safe = _value_checks(*values, api, checks)
-    if throw:
-        if failed:
-            values = raise_if(values, failed, messages, safe)
-        times, state, exp_ops, rtol, atol, dt = values
-        solution = _stepped(
-            (term, state, times, rtol, atol, dt, exp_ops, norms), settings
-        )
-        solution, failed, messages = _reached(solution, api, max_steps)
-        return raise_if(solution, failed, messages)
     given = returned_failure(failed, messages)
-    times, state, exp_ops, rtol, atol, dt = _own_safe(values, failed, owners, safe)
+    if throw and failed:
+        values = raise_if(values, failed, messages, safe)
+    elif not throw:
+        values = _own_safe(values, failed, owners, safe)
+    times, state, exp_ops, rtol, atol, dt = values
     solution = _stepped((term, state, times, rtol, atol, dt, exp_ops, norms), settings)
     solution, failed, messages = _reached(solution, api, max_steps)
+    if throw:
+        return raise_if(solution, failed, messages)
     steps = returned_failure(failed, messages)
     found = failure([(given.code, given.messages), (steps.code, steps.messages)])
     return _with_failure(solution, found)
