@@ -734,6 +734,7 @@ def _names(message: str, api: str, name: str) -> bool:
     return by_hand or annotated
 
 
+@pytest.mark.filterwarnings("error")  # the refusal comes first, no warning
 @pytest.mark.parametrize("bad", BAD_COUNTS, ids=repr)
 def test_qubit_counts_and_capacities_are_ints(bad):
     """Every call that takes a number of qubits, a capacity, a number of steps or an

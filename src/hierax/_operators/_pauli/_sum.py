@@ -39,6 +39,12 @@ _NOT_A_MATRIX = (
 )
 
 
+def _qubit_count(n_qubits: Any) -> int:
+    """`PauliSum`'s `n_qubits` checked as it is set: before equinox sees a bad
+    value in a static field (and warns about it ahead of the error)."""
+    return check_int(n_qubits, "hierax.PauliSum", "n_qubits")
+
+
 class PauliSum(eqx.Module):
     """A sum of Pauli strings on `n_qubits` qubits, $\\sum_j c_j P_j$, with room for
     `capacity` strings: the operators of chains far beyond any matrix (30-128
@@ -78,13 +84,12 @@ class PauliSum(eqx.Module):
     coefficients: Inexact[Array, " capacity"]
     count: Int[Array, ""]
     dropped: Real[Array, ""]
-    n_qubits: int = eqx.field(static=True)
+    n_qubits: int = eqx.field(static=True, converter=_qubit_count)
 
     __array_ufunc__ = None
     not_a_matrix: ClassVar[str] = _NOT_A_MATRIX
 
     def __check_init__(self):
-        check_int(self.n_qubits, "hierax.PauliSum", "n_qubits")
         for name in ("x", "z"):
             if getattr(self, name).dtype != jnp.uint32:
                 raise TypeError(
