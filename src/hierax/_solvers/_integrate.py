@@ -174,8 +174,8 @@ def _max_norm(x: PyTree) -> Array:
 
 
 def _plain_key(api: str, shorthands: dict[str, Any]) -> tuple | None:
-    """The whole input as a key when every keyword is None or a Python int or
-    float (exact types: `1`, `1.0` and `True` differ), else None."""
+    """The whole input as a key when every keyword is None or a Python int, float
+    or bool (exact types: `1`, `1.0` and `True` differ), else None."""
     if any(type(v) not in (int, float, bool, type(None)) for v in shorthands.values()):
         return None
     # With x64 and the default device, which decide the dtype and the place of the
@@ -346,19 +346,25 @@ def _solve_impl(
     checks, throw = settings.pop("checks"), settings.pop("throw")
     api, max_steps = settings["api"], settings["max_steps"]
     values = (times, state, exp_ops, rtol, atol, dt)
-    failed, messages, owners, safe = _value_checks(*values, api, checks)
-    given = returned_failure(failed, messages)
-    if throw and failed:
-        values = raise_if(values, failed, messages, safe)
+    given, given_messages, owners, safe = _value_checks(*values, api, checks)
+    if throw and given:
+        values = raise_if(values, given, given_messages, safe)
     elif not throw:
-        values = _own_safe(values, failed, owners, safe)
+        values = _own_safe(values, given, owners, safe)
     times, state, exp_ops, rtol, atol, dt = values
     solution = _stepped((term, state, times, rtol, atol, dt, exp_ops, norms), settings)
     solution, failed, messages = _reached(solution, api, max_steps)
     if throw:
         return raise_if(solution, failed, messages)
-    steps = returned_failure(failed, messages)
-    found = failure([(given.code, given.messages), (steps.code, steps.messages)])
+    found = failure(
+        [
+            (f.code, f.messages)
+            for f in (
+                returned_failure(given, given_messages),
+                returned_failure(failed, messages),
+            )
+        ]
+    )
     return _with_failure(solution, found)
 
 

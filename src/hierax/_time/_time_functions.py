@@ -591,7 +591,7 @@ def _hermite_terms(
     x: Array, step_scale: Array, order: int, unroll: bool = False
 ) -> tuple[Array, Array]:
     """`(m, e)` with $g_j = m_j 2^{e_j}$, j = 0 ... `order`: the Taylor
-    coefficients of $e^{x^2/2} e^{-(x + c\tau)^2/2}$ in $\tau$, c = `step_scale`.
+    coefficients of $e^{x^2/2} e^{-(x + c\\tau)^2/2}$ in $\\tau$, c = `step_scale`.
 
     g_j = (-1)^j He_j(x) c^j / j! obeys g_{j+1} = -(x g_j c + g_{j-1} c^2) / (j + 1).
     With two exact powers of two read once from the bits (`binade`), s <= max(1,
