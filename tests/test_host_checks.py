@@ -92,9 +92,11 @@ def test_programs_from_python_hold_no_callback(host_checks, monkeypatch):
     """A solve, a hierarchy and `lanczos` called from Python trace no host
     callback, and give
     exactly what the callbacks' programs give; inside a user's `jax.jit` the
-    checks are callbacks again (nothing there returns to the host)."""
+    checks are callbacks again (nothing there returns to the host). (Two times:
+    with more, diffrax's own checks of the save times are callbacks, traced or
+    not by this test depending on which test compiled the program first.)"""
     h, psi = _qutrit(), jnp.array([1.0, 0.0, 0.0], complex)
-    times = jnp.array([0.0, 0.5, 1.0])
+    times = jnp.array([0.0, 1.0])
     observable = np.diag([1.0, 0.0, -1.0]).astype(complex)
 
     chain = hierax.PauliSum.ising_chain(4, 1.0, 0.7)

@@ -5,7 +5,9 @@ A compiled program cannot raise. Inside a trace (a user's `jax.jit`, `jax.vmap`,
 `jax.grad`) a failed check is raised by `eqx.branched_error_if`: a host callback in
 the program. A call from Python with concrete values can instead return its
 first failed check (`Failure`) beside its result, and the call raises on the host
-(`module_jit`): the program holds no callback. (Where the backend chooses it,
+(`module_jit`): the program holds none of hierax's callbacks (a solve saving
+more than two times keeps diffrax's own checks of them). (Where the backend
+chooses it,
 `BackendChoices.host_checks`: a TPU, not a CPU.) That matters on an accelerator,
 where any host callback costs a call about 1.9 ms whether it runs or not (a TPU
 v5e, `benchmarks/results/tpu-v5e/step-latency-callbacks-20261206.json`) and
