@@ -113,7 +113,8 @@ def test_programs_from_python_hold_no_callback(host_checks, monkeypatch):
     assert _callbacks_traced(monkeypatch, calls) == 0
     host = calls()
     inside = jax.jit(lambda y: hierax.sesolve(h, y, times).states)
-    assert _callbacks_traced(monkeypatch, lambda: inside(psi)) > 0
+    # (Read off the lowered program: its solve may have been traced before.)
+    assert inside.lower(psi).as_text().count("callback") > 0
     with pytest.raises(Exception, match="`state` must be finite"):
         jax.block_until_ready(inside(jnp.array([jnp.nan, 0, 0], complex)))
     # Concrete values closed over by a user's jit are traced all the same.

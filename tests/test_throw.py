@@ -25,9 +25,10 @@ BAD = {
 
 
 def _hamiltonian():
-    """A structure of its own (3 levels, a drive), so that the programs here are
-    traced afresh."""
-    return hierax.TimeOperator([hierax.Constant(1.0), hierax.Cos(1.3)], [DRIFT, KICK])
+    """A structure of its own (3 levels, a `Sin` drive: `test_host_checks.py`
+    counts the callbacks its `Cos`-driven qutrit traces), so that the programs
+    here are traced afresh."""
+    return hierax.TimeOperator([hierax.Constant(1.0), hierax.Sin(1.3)], [DRIFT, KICK])
 
 
 def _solve(throw: bool):
