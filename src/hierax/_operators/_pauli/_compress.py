@@ -16,7 +16,9 @@ an index carried along), so with x64 the permutation comes from single-key sorts
 `digit << b | position` (b bits of position), least significant digit first: each
 pass is a stable sort by its digit, and a string of 2N <= 64 - b bits takes one
 pass (two for N = 30 and 2^25 candidates). Without x64 (no 64-bit integers) a
-comparator sort over the 32-bit words is used.
+comparator sort over the 32-bit words is used. On a TPU, where XLA compiles a sort
+of this size in seconds, a sorting network (`_sorting`) gives the same permutation
+and products with a triangular matrix the same running counts (`_counting`).
 """
 
 import jax
@@ -25,6 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Inexact, Int, UInt32
 
+from ..._core import backend_choices
+from ._counting import running_count
+from ._sorting import network_order
 from ._strings import WORD
 
 
@@ -44,17 +49,26 @@ def _x64() -> bool:
 
 
 def sort_order(
-    x: UInt32[Array, "m words"], z: UInt32[Array, "m words"], n_qubits: int
+    x: UInt32[Array, "m words"],
+    z: UInt32[Array, "m words"],
+    n_qubits: int,
+    network: bool | None = None,
 ) -> Int[Array, " m"]:
-    """A permutation that sorts the strings (x words, then z words)."""
+    """A permutation that sorts the strings (x words, then z words), ties in index
+    order. `network`: by a sorting network (`_sorting`) instead of XLA's sort;
+    default: the backend's choice (`BackendChoices.merge_networks`)."""
     m = x.shape[0]
     limbs = _limbs(x, z, n_qubits)
+    if network is None:
+        network = backend_choices().merge_networks
+    if network:
+        return network_order([limb for limb, _ in limbs])
     position_bits = max(1, int(m - 1).bit_length())
     digit_bits = 64 - position_bits
     if not _x64() or digit_bits < WORD:
         keys = [limb for limb, _ in limbs]
         *_, order = lax.sort(
-            (*keys, lax.iota(jnp.int32, m)), num_keys=len(keys), is_stable=False
+            (*keys, lax.iota(jnp.int32, m)), num_keys=len(keys), is_stable=True
         )
         return order
     # Adjacent limbs joined into digits of at most `digit_bits` bits, least
@@ -79,16 +93,18 @@ def sort_order(
 
 
 def segments(
-    x: UInt32[Array, "m words"], z: UInt32[Array, "m words"], n_qubits: int
+    x: UInt32[Array, "m words"],
+    z: UInt32[Array, "m words"],
+    n_qubits: int,
+    networks: bool,
 ) -> tuple[Int[Array, " m"], Int[Array, " m"]]:
     """`(segment, order)`: the strings in sorted order (`x[order]`) and, for each,
-    the index of its run of equal strings (0, 0, 1, 2, 2, ...)."""
-    order = sort_order(x, z, n_qubits)
+    the index of its run of equal strings (0, 0, 1, 2, 2, ...). `networks`: see
+    `BackendChoices.merge_networks`."""
+    order = sort_order(x, z, n_qubits, networks)
     xs, zs = x[order], z[order]
     new = jnp.any((xs[1:] != xs[:-1]) | (zs[1:] != zs[:-1]), axis=1)
-    segment = jnp.concatenate(
-        [jnp.zeros(1, jnp.int32), jnp.cumsum(new, dtype=jnp.int32)]
-    )
+    segment = jnp.concatenate([jnp.zeros(1, jnp.int32), running_count(new, networks)])
     return segment, order
 
 
@@ -144,7 +160,8 @@ def compress(
     Candidates from padding slots must come in as exact zeros (`jnp.where`, not a
     product with a masked value: inf * 0 is nan)."""
     m = x.shape[0]
-    segment, order = segments(x, z, n_qubits)
+    networks = backend_choices().merge_networks
+    segment, order = segments(x, z, n_qubits, networks)
     xs, zs, cs = x[order], z[order], c[order]
     new = jnp.concatenate([jnp.ones(1, bool), segment[1:] != segment[:-1]])
     sums = jax.ops.segment_sum(cs, segment, m, indices_are_sorted=True)
@@ -169,7 +186,7 @@ def compress(
             above = keep & (size > kth)
             tied = keep & (size == kth)
             room = capacity - jnp.sum(above)
-            return above | (tied & (jnp.cumsum(tied) <= room))
+            return above | (tied & (running_count(tied, networks) <= room))
 
         kept = lax.cond(n_keep > capacity, largest, lambda keep: keep, keep)
         removed = keep & ~kept
@@ -181,7 +198,7 @@ def compress(
         keep = kept
     else:
         dropped = jnp.zeros(c.shape[1:], weights.dtype)
-    slot = jnp.where(keep, jnp.cumsum(keep) - 1, capacity)
+    slot = jnp.where(keep, running_count(keep, networks) - 1, capacity)
     source = first
     out_x = (
         jnp.zeros((capacity, x.shape[1]), x.dtype).at[slot].set(xs[source], mode="drop")

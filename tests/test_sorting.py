@@ -1,0 +1,135 @@
+"""The sorting network and the running counts by products that merge Pauli
+strings where a backend chooses them (`BackendChoices.merge_networks`, the TPU's):
+the same permutation as NumPy's stable lexicographic sort, the same counts as
+NumPy's cumulative sum, and a Pauli computation under the TPU's choices equal to
+the dense one (the suite has no TPU: the backend is set through the seam
+`_choices.default_platform`)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hierax
+from hierax._core import _cache, _choices
+from hierax._operators._pauli._compress import compress, sort_order
+from hierax._operators._pauli._counting import running_count
+from hierax._operators._pauli._sorting import network_order
+
+from .helpers import compile_count
+
+
+def _numpy_order(keys: list[np.ndarray]) -> np.ndarray:
+    """NumPy's stable lexicographic sort, the first key most significant."""
+    return np.lexsort(keys[::-1])
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 100, 1025])
+@pytest.mark.parametrize("n_keys", [1, 3])
+def test_the_network_sorts_as_numpy_stably(m, n_keys):
+    """Many ties (few distinct values), the largest key value (the padding's), and
+    lengths on and off a power of two: the permutation is NumPy's, ties in index
+    order."""
+    rng = np.random.default_rng(m * 10 + n_keys)
+    keys = [
+        rng.choice(np.array([0, 1, 7, 0xFFFFFFFF], np.uint32), size=m)
+        for _ in range(n_keys)
+    ]
+    order = jax.jit(network_order)([jnp.asarray(k) for k in keys])
+    assert order.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(order), _numpy_order(keys))
+
+
+def test_the_network_sorts_all_largest_keys_before_the_padding():
+    """Every key the largest value: the entries stay in index order, none swapped
+    with the padding that fills the length up to a power of two."""
+    keys = [jnp.full(6, 0xFFFFFFFF, jnp.uint32)] * 2
+    np.testing.assert_array_equal(np.asarray(network_order(keys)), np.arange(6))
+
+
+@pytest.mark.parametrize("m", [1, 127, 128, 129, 40000])
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_running_counts_by_products_are_numpys(m, share):
+    """One, two and three levels of blocks (40000 > 128^2), no flag, some, and
+    every one (the largest counts): exactly NumPy's cumulative sum, in int32."""
+    flags = np.random.default_rng(m).random(m) < share
+    for by_products in (True, False):
+        counts = jax.jit(running_count, static_argnums=1)(
+            jnp.asarray(flags), by_products
+        )
+        assert counts.dtype == jnp.int32
+        np.testing.assert_array_equal(np.asarray(counts), np.cumsum(flags))
+
+
+@pytest.mark.parametrize("n_qubits", [5, 40])
+@pytest.mark.parametrize("x64", [True, False])
+def test_string_orders_agree_with_and_without_the_network(n_qubits, x64):
+    """`sort_order` by the network and by XLA's sorts (in x64 the radix passes, in
+    x32 the comparator sort), one and two words a string: both NumPy's stable
+    order of (x words, z words)."""
+    words = (n_qubits + 31) // 32
+    rng = np.random.default_rng(n_qubits)
+    top = 1 << min(n_qubits, 32)
+    pool_x = rng.integers(0, top, size=(40, words), dtype=np.uint64).astype(np.uint32)
+    pool_z = rng.integers(0, top, size=(40, words), dtype=np.uint64).astype(np.uint32)
+    pick = rng.integers(0, 40, size=300)  # repeated strings: ties
+    x, z = pool_x[pick], pool_z[pick]
+    keys = [x[:, w] for w in range(words)] + [z[:, w] for w in range(words)]
+    expected = _numpy_order(keys)
+    try:
+        jax.config.update("jax_enable_x64", x64)
+        for network in (True, False):
+            order = jax.jit(sort_order, static_argnums=(2, 3))(
+                jnp.asarray(x), jnp.asarray(z), n_qubits, network
+            )
+            np.testing.assert_array_equal(np.asarray(order), expected)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
+def test_compress_is_the_same_by_either_sort(monkeypatch):
+    """The merge that every Pauli operation ends in, traced under the TPU's choices
+    (no sort in its program) and the CPU's (a sort): equal strings are summed in
+    the same order either way, so the results agree to the last bit."""
+    rng = np.random.default_rng(3)
+    pick = rng.integers(0, 50, size=500)
+    x = rng.integers(0, 1 << 12, size=(50, 1), dtype=np.uint32)[pick]
+    z = rng.integers(0, 1 << 12, size=(50, 1), dtype=np.uint32)[pick]
+    c = rng.normal(size=500) + 1j * rng.normal(size=500)
+    results = []
+    for platform in ("tpu", "cpu"):
+        monkeypatch.setattr(_choices, "default_platform", lambda p=platform: p)
+        merged = jax.jit(lambda x, z, c: compress(x, z, c, 12, 30))  # traced anew
+        program = merged.lower(x, z, c).as_text()
+        assert ("stablehlo.sort" in program) == (platform == "cpu")
+        assert ("reduce_window" in program) == (platform == "cpu")  # cumsum
+        results.append(merged(x, z, c))
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.fixture
+def on_tpu(monkeypatch):
+    """The TPU's choices for what is traced from then on."""
+    monkeypatch.setattr(_choices, "default_platform", lambda: "tpu")
+    yield
+    _cache.clear()
+
+
+def test_lanczos_under_the_tpus_choices_against_dense(on_tpu):
+    """`lanczos` and `moments` with the strings sorted by the network (a capacity no
+    other test uses, so the programs are traced here, under the TPU's choices)
+    against |L^k O|^2 from dense matrices."""
+    assert _choices.backend_choices().merge_networks
+    h = hierax.PauliSum.ising_chain(4, 1.0, 0.9, 0.4)
+    o = hierax.PauliSum.from_strings(["ZIII", "IXII"], [1.0, 0.5])
+    dh, do = np.asarray(h.todense()), np.asarray(o.todense())
+    before = compile_count()
+    mu, lost = hierax.moments(h, o, 6, capacity=4**4 - 3)
+    assert compile_count() > before  # traced and compiled here
+    a, norm2 = do, np.trace(do @ do).real
+    for k in range(1, 7):
+        a = dh @ a - a @ dh
+        expected = np.trace(a.conj().T @ a).real / norm2
+        np.testing.assert_allclose(float(mu[k]), expected, rtol=1e-12)
+    assert np.all(np.asarray(lost) == 0)
