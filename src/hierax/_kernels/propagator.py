@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._core import by_differentiation, exact_products
+from .._core import backend_choices, by_differentiation, exact_products
 from .._data import (
     AbstractSparseMatrix,
     SparseTerms,
@@ -27,6 +27,13 @@ from .._data import (
     real_dtype,
     sparse_products,
 )
+
+
+def _order_loop(order: int, body: Any, init: Any) -> Any:
+    """`lax.fori_loop(0, order, body, init)`, a loop over the orders, unrolled by the
+    backend's factor (`BackendChoices.order_unroll`): a fixed factor, so the program
+    does not grow with the order."""
+    return lax.fori_loop(0, order, body, init, unroll=backend_choices().order_unroll)
 
 
 def step_signs(step: Array, order: int) -> Array:
@@ -444,7 +451,7 @@ def series_loop(
             return lax.dynamic_update_index_in_dim(v, turned, j + 1, 0)
 
         v = jnp.zeros((order + 1, n, width), rdtype).at[0].set(start)
-        v = lax.fori_loop(0, order, body, v)
+        v = _order_loop(order, body, v)
         both = lax.complex(v[..., :columns], v[..., columns:])
         return both.reshape((order + 1,) + y0.shape)
 
@@ -453,8 +460,7 @@ def series_loop(
             return turned_loop(arrays, y0)
         v = jnp.zeros((order + 1,) + y0.shape, dtype).at[0].set(y0)
         if sparse is None or n * columns < _PARALLEL_STATE_SIZE:
-            return lax.fori_loop(
-                0,
+            return _order_loop(
                 order,
                 lambda j, v: lax.dynamic_update_index_in_dim(
                     v, body(arrays, sparse, j, v, None), j + 1, 0
@@ -473,7 +479,7 @@ def series_loop(
             out = body(arrays, sparse, j, v, current)
             return lax.dynamic_update_index_in_dim(v, out, j + 1, 0), out
 
-        v, last = lax.fori_loop(0, order, carried, (v, v[0]))
+        v, last = _order_loop(order, carried, (v, v[0]))
         return lax.dynamic_update_index_in_dim(v, last, order, 0)
 
     # (Per-column coefficients are stepped forward only: `hierax.sesolve`
@@ -666,7 +672,7 @@ def _by_adjoint(
                 jnp.zeros((order, rows[0].size + rows[1].size, n * columns), v.dtype)
                 for rows in rows_all
             ]
-            g, zs = lax.fori_loop(0, order, back, (jnp.zeros_like(v_bar), zs))
+            g, zs = _order_loop(order, back, (jnp.zeros_like(v_bar), zs))
             g = lax.dynamic_update_index_in_dim(g, gathered(zs, 0), 0, 0)
         past = flat[:order]
         scale = inverse[:order]
@@ -738,7 +744,7 @@ def _constant_rows_adjoint(
         return lax.dynamic_update_index_in_dim(g, earlier, j, 0)
 
     g = lax.dynamic_update_index_in_dim(jnp.zeros_like(v_bar), v_bar[order], order, 0)
-    g = lax.fori_loop(0, order, back, g)
+    g = _order_loop(order, back, g)
     # (n, K m): every later cotangent side by side, against each part's S^T.
     later = jnp.moveaxis(g[1:].reshape(order, n, columns), 0, 1).reshape(n, -1)
     zs = []
@@ -1061,7 +1067,7 @@ def _small_embedded_series(
         return lax.dynamic_update_index_in_dim(past, term, order - j - 1, 0)
 
     def run(generator, past):
-        past = lax.fori_loop(0, order, lambda j, p: body(generator, j, p), past)
+        past = _order_loop(order, lambda j, p: body(generator, j, p), past)
         return past[order::-1]
 
     v = (_small_by_adjoint(run, order, width) if adjoint else run)(generator, past)
@@ -1101,7 +1107,7 @@ def _small_by_adjoint(run: Any, order: int, width: int) -> Any:
                 g, window + z.reshape(window.shape), order - j, 0
             )
 
-        g = lax.fori_loop(0, order, back, g)
+        g = _order_loop(order, back, g)
         # The loop overwrites the terms below `order` before reading them.
         read = (np.arange(2 * order + 2) >= order).reshape((-1, 1, 1))
         past_bar = jnp.where(read, g, 0)
@@ -1159,4 +1165,4 @@ def series_errors(h: Array, series: Array) -> Array:
         return errors.at[j + 1].set(jnp.where(total > 0, total / own, 0))
 
     start = jnp.zeros((order + 1,), rdtype).at[0].set(float(np.finfo(rdtype).eps))
-    return lax.fori_loop(0, order, body, start)
+    return _order_loop(order, body, start)
