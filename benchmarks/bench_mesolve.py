@@ -55,6 +55,7 @@ from timing import alternating_times, median_time, timed  # noqa: E402
 from work_precision import (  # noqa: E402
     LADDER,
     TARGETS,
+    at_plateau,
     coefficient_hierax,
     coefficient_jnp,
     coefficient_np,
@@ -284,8 +285,7 @@ def bench_system(system, methods, budget, slow_limit):
                     compile_time = first - seconds
             err = error(out, reference)
             ladder.append(dict(tol=tol, error=err, seconds=seconds))
-            previous = [r["error"] for r in ladder][:-1]
-            plateau = bool(previous) and err < 1e-8 and err > 0.7 * previous[-1]
+            plateau = at_plateau([r["error"] for r in ladder])
             if err < min(TARGETS) / 10 or seconds > slow_limit or plateau:
                 break
         ladders[name] = ladder

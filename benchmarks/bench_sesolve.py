@@ -54,6 +54,7 @@ from work_precision import (  # noqa: E402
     COARSE_LADDER,
     LADDER,
     TARGETS,
+    at_plateau,
     coefficient_hierax,
     coefficient_jnp,
     coefficient_np,
@@ -242,16 +243,7 @@ def bench_system(system, methods, budget, slow_limit):
                     compile_time = first - seconds
             err = error(out, reference)
             ladder.append(dict(tol=tol, error=err, seconds=seconds))
-            # A plateau: the last two tolerances gained nothing on the best before
-            # them. (One rung's error can sit above the previous ones and fall again
-            # at the next: hierax on the transmon read 2.1e-10 at 1e-7, 3.5e-9 at
-            # 3.2e-8, 1.7e-11 at 1e-8.)
-            errors = [r["error"] for r in ladder]
-            plateau = (
-                len(errors) >= 3
-                and err < 1e-8
-                and min(errors[-2:]) > 0.7 * min(errors[:-2])
-            )
+            plateau = at_plateau([r["error"] for r in ladder])
             if err < min(TARGETS) / 10 or seconds > slow_limit or plateau:
                 break
         ladders[name] = ladder

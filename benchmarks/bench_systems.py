@@ -64,6 +64,7 @@ from peers import diffrax_final, dynamiqs_final  # noqa: E402
 from rows import emit, row  # noqa: E402
 from systems import SYSTEMS, System  # noqa: E402
 from timing import Stopwatch, median_time, time_at, timed  # noqa: E402
+from work_precision import at_plateau  # noqa: E402
 
 import hierax  # noqa: E402
 
@@ -245,10 +246,8 @@ def run_ladder(solve, reference, tols, slow_limit):
         seconds = median_time(solve, (tol,), 3, warm=False, budgets=BUDGETS)
         err = relative_error(out, reference)
         points.append(dict(tol=tol, error=err, seconds=seconds, first=first))
-        # A floor (the reference's, or the method's rounding): two points in a
-        # row that do not improve on the one before them.
-        errors = [p["error"] for p in points[-3:]]
-        plateau = len(errors) == 3 and err < 1e-8 and min(errors[1:]) > 0.7 * errors[0]
+        # A floor (the reference's, or the method's rounding).
+        plateau = at_plateau([p["error"] for p in points])
         if err < min(TARGETS) / 10 or plateau or seconds > slow_limit:
             break
     return points

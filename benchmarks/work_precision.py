@@ -15,6 +15,20 @@ LADDER = tuple(10.0 ** -(k / 2) for k in range(8, 29))
 COARSE_LADDER = tuple(10.0**-k for k in range(4, 15))
 
 
+def at_plateau(errors: list[float]) -> bool:
+    """Whether a ladder's final errors, in the order of its tolerances, have stopped
+    falling: the last two tolerances gained nothing on the best before them, below
+    1e-8. (One rung's error can sit above the previous one and fall again at the
+    next: hierax on the transmon read 2.1e-10 at 1e-7, 3.5e-9 at 3.2e-8, 1.7e-11 at
+    1e-8; on the dephasing Ising chain 7.8e-10 at 1e-8 and 3.3e-10 at 1e-9, then
+    2.1e-11 at 1e-10. A rule on one rung stopped those ladders short of 1e-10.)"""
+    return (
+        len(errors) >= 3
+        and errors[-1] < 1e-8
+        and min(errors[-2:]) > 0.7 * min(errors[:-2])
+    )
+
+
 # --- the systems -----------------------------------------------------------------
 
 
