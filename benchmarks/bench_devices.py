@@ -110,8 +110,6 @@ from timing import (
 )
 
 import hierax
-from hierax._core import backend_choices
-from hierax._operators._pauli._compress import sort_order
 
 
 warnings.filterwarnings("ignore", message=".*[Cc]omplex.*")
@@ -860,31 +858,15 @@ def section_lanczos(args, refs) -> dict:
     whole = jax.jit(lambda: hierax.lanczos(h, o, steps, capacity=capacity))
     lower, build, _ = compile_phases(whole, ())
     print(f"  ahead of time: trace and lower {_ms(lower)}, compile {_ms(build)}")
-    # The candidates' merge sorts them (`_compress.sort_order`): its sort by XLA's
-    # sort and by the sorting network (`BackendChoices.merge_networks`), compiled
-    # and run alone, by size (x32's path: two 32-bit words and the indices).
+    # XLA's compile of one sort (the candidates' merge sorts them), by size.
     sorts = {}
-    rng = np.random.default_rng(0)
     for size in (1 << 10, 1 << 14, 147456):
-        x, z = (
-            jnp.asarray(rng.integers(0, 1 << qubits, (size, 1), dtype=np.uint32))
-            for _ in range(2)
-        )
-        for network in (False, True):
-            jax.clear_caches()
-            order = jax.jit(
-                lambda x, z, network=network: sort_order(x, z, qubits, network)
-            )
-            built = compile_phases(order, (x, z))
-            run = median_time(built[2], (x, z), REPEATS)
-            kind = "network" if network else "sort"
-            sorts[f"{kind} {size}"] = dict(compile=built[1], run=run)
+        jax.clear_caches()
+        keys = jnp.zeros(size, jnp.uint32)
+        sorts[size] = compile_phases(jax.jit(jnp.sort), (keys,))[1]
     print(
-        "  sort_order, compile / run: "
-        + ", ".join(
-            f"{key} {_ms(t['compile'])} / {_ms(t['run'])}" for key, t in sorts.items()
-        ),
-        flush=True,
+        "  compile of one sort of uint32: "
+        + ", ".join(f"{size} keys {_ms(t)}" for size, t in sorts.items())
     )
     return dict(
         qubits=qubits,
@@ -895,8 +877,7 @@ def section_lanczos(args, refs) -> dict:
         difference=difference,
         trace_lower=lower,
         compile=build,
-        sorts=sorts,
-        merge_networks=backend_choices().merge_networks,
+        sort_compile={str(k): v for k, v in sorts.items()},
     )
 
 
