@@ -1,3 +1,4 @@
+import gc
 import os
 import subprocess
 import sys
@@ -7,6 +8,16 @@ import sys
 # cost more than they save here (measured: about a quarter of the suite's CPU time).
 # Set before JAX starts, so that the scripts the tests run in subprocesses inherit it.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
+# One OpenBLAS thread a process (NumPy's and SciPy's references): the suite runs one
+# test process a core (`pytest -n 2` on two cores), and OpenBLAS's threads, which
+# spin while they wait, otherwise fight the other worker for its core (measured on
+# test_density_layouts, test_fuzz_lockstep_large and test_pauli with `-n 2`: 100 ->
+# 78 s of CPU time, 53 -> 43 s). The same algorithms; as with any other thread
+# count, a large product may round differently in its last bits. Read when OpenBLAS
+# loads: it reaches the pytest-xdist workers and the scripts the tests start (a
+# process that has loaded NumPy before this file keeps its own count).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _fast_compile_flag() -> None:
@@ -81,6 +92,19 @@ def _memoised_frame_filter() -> None:
 _memoised_frame_filter()
 
 
+# Python's cyclic garbage collector, tuned for tracing: JAX's traces allocate
+# millions of short-lived containers, which at the default thresholds (700, 10, 10)
+# outlive two young collections and are promoted into the oldest generation, whose
+# full collections then scan the caches' several million objects again and again
+# (measured on the whole suite: 33-53 full collections a worker, 35-42 s of its
+# ~480). A young generation of 100000 lets them die young (test_lockstep.py: the
+# collector's time 5.9 -> 0.7 s). Only when garbage is collected changes: nothing a
+# test checks (tests that need a collection call `gc.collect()`). The scripts run in
+# subprocesses set the same (`helpers._SCRIPT_RUNNER`).
+GC_THRESHOLDS = (100_000, 50, 10)
+gc.set_threshold(*GC_THRESHOLDS)
+
+
 import pytest  # noqa: E402
 
 
@@ -94,3 +118,17 @@ def _no_precision_left_behind():
     yield
     after = jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
     assert after == before, f"JAX's default_matmul_precision {before!r} -> {after!r}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """The session's garbage collected once after its last test and fixture, then
+    the survivors frozen (`gc.freeze`): pytest's own collections at exit, which
+    report what finalizers raised, then look only at what is new, instead of
+    walking a worker's several million cached objects twice (2.8 s each). A
+    pytest-xdist worker that is not done 5 s after it reports its end is sent
+    SIGINT, which landed in JAX's garbage-collection callback and was reported as
+    a warning (the controller waited ~10 s for its workers). What this collection's
+    finalizers raise is reported as before."""
+    gc.collect()
+    gc.freeze()

@@ -10,6 +10,7 @@ loads before any test module imports this one.
 
 import contextlib
 import functools
+import gc
 import json
 import os
 import pathlib
@@ -247,12 +248,14 @@ def run_script(
 # Scripts run one after another in one subprocess (one interpreter and one JAX
 # start for all of them), each as `python <file> <argv...>` would run it: in a fresh
 # namespace with `__name__ == "__main__"`, its own `sys.argv` and output, and x64
-# reset to JAX's default (off).
+# reset to JAX's default (off). The garbage collector's thresholds are the test
+# process's (`conftest.py`: when garbage is collected, not what a script computes).
 _SCRIPT_RUNNER = """
-import contextlib, io, json, sys, traceback
-import jax
+import contextlib, gc, io, json, sys, traceback
 
-listing, results_path = sys.argv[1], sys.argv[2]
+listing, results_path, thresholds = sys.argv[1], sys.argv[2], sys.argv[3]
+gc.set_threshold(*json.loads(thresholds))
+import jax
 scripts = json.loads(open(listing, encoding="utf-8").read())
 results = {}
 for name, script in scripts.items():
@@ -302,6 +305,7 @@ def run_scripts(
             _SCRIPT_RUNNER,
             str(folder / "scripts.json"),
             str(results),
+            json.dumps(gc.get_threshold()),
         ],
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
         devices=devices,

@@ -5,6 +5,7 @@ driven one), in complex128 and complex64, a gradient through it against central
 differences and against the structured kernel (which traced matrices take), and
 the memory of its assembly."""
 
+import functools
 import tracemalloc
 
 import jax
@@ -111,6 +112,26 @@ def test_the_choice_follows_the_band_width_at_a_fixed_size():
     assert switches == 1, layouts
 
 
+_EXPM_TIMES = (0.0, 0.7, 1.5)
+
+
+@functools.cache
+def _expm_reference(n: int) -> np.ndarray:
+    """rho(t) at `_EXPM_TIMES` for the oscillator of n levels with the drive held
+    constant, by `scipy.linalg.expm` of the dense Liouvillian (n^2 x n^2): computed
+    once per process for both dtypes (read-only, so that no test changes it)."""
+    h0, h1, jumps, rho = _oscillator(n)
+    generator = _liouvillian(h0 + h1, jumps)
+    reference = np.stack(
+        [
+            (scipy.linalg.expm(generator * t) @ rho.reshape(-1)).reshape(n, n)
+            for t in _EXPM_TIMES
+        ]
+    )
+    reference.flags.writeable = False
+    return reference
+
+
 @pytest.mark.parametrize("dtype", [np.complex128, np.complex64])
 def test_constant_generator_against_expm(dtype):
     """n = 30, the drive held constant: against `scipy.linalg.expm` of the dense
@@ -119,13 +140,8 @@ def test_constant_generator_against_expm(dtype):
     h0, h1, jumps, rho = _oscillator(n)
     hamiltonian = h0 + h1
     assert _layout(hamiltonian, jumps) == "diagonals"
-    times = np.array([0.0, 0.7, 1.5])
-    generator = _liouvillian(hamiltonian, jumps)
-    reference = [
-        (scipy.linalg.expm(generator * t) @ rho.reshape(-1)).reshape(n, n)
-        for t in times
-    ]
-    _check_in(dtype, hamiltonian, jumps, rho, times, np.stack(reference))
+    times = np.array(_EXPM_TIMES)
+    _check_in(dtype, hamiltonian, jumps, rho, times, _expm_reference(n))
 
 
 def _check_in(dtype, hamiltonian, jumps, rho, times, reference) -> None:

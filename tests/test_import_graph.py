@@ -12,6 +12,7 @@ subpackage taken as one module, as issue 50 counts it) does not grow back.
 """
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -67,10 +68,17 @@ def _resolve(importer: str, node: ast.ImportFrom) -> str | None:
     return base
 
 
-def _imports(name: str) -> list[tuple[str, str | None, int]]:
+@functools.cache
+def _tree(name: str) -> ast.Module:
+    """A module's parsed text (parsed once per process; nothing changes a tree)."""
+    return ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
+
+
+@functools.cache
+def _imports(name: str) -> tuple[tuple[str, str | None, int], ...]:
     """Each intra-package import of a module: (module read, name taken or None,
     line). `from m import x` with `x` a submodule of `m` reads the submodule."""
-    tree = ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
+    tree = _tree(name)
     found: list[tuple[str, str | None, int]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -87,7 +95,7 @@ def _imports(name: str) -> list[tuple[str, str | None, int]]:
                     found.append((submodule, None, node.lineno))
                 else:
                     found.append((base, alias.name, node.lineno))
-    return found
+    return tuple(found)
 
 
 def _edges() -> dict[str, set[str]]:
@@ -212,8 +220,7 @@ def test_no_private_name_across_packages():
     # another folder needs is public within the library (no underscore).
     offenders = []
     for name in MODULES:
-        path = MODULES[name]
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = _tree(name)
         module_aliases: dict[str, str] = {}
         home = name if _is_package(name) else name.rpartition(".")[0]
         for target, taken, line in _imports(name):
@@ -250,15 +257,15 @@ def test_no_private_name_across_packages():
     assert list(dict.fromkeys(offenders)) == []
 
 
-def _passed_on(name: str) -> set[str]:
+@functools.cache
+def _passed_on(name: str) -> frozenset[str]:
     """The names a module imports at its top level (and so could pass on)."""
-    tree = ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
-    return {
+    return frozenset(
         alias.asname or alias.name.split(".")[0]
-        for node in tree.body
+        for node in _tree(name).body
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
-    }
+    )
 
 
 def test_names_come_from_where_they_are_defined():
