@@ -29,7 +29,7 @@ from jaxtyping import Array, Inexact, Int, UInt32
 
 from ..._core import backend_choices
 from ._counting import running_count
-from ._sorting import network_order
+from ._sorting import lexicographic_less, network_order
 from ._strings import WORD
 
 
@@ -227,11 +227,7 @@ def lookup(
     query += [qz[:, w] for w in range(qz.shape[1])]
 
     def less(i):  # keys[i] < query, lexicographically
-        result = jnp.zeros(query[0].shape, bool)
-        for key, q in zip(reversed(keys), reversed(query)):
-            k = key[i]
-            result = (k < q) | ((k == q) & result)
-        return result
+        return lexicographic_less([key[i] for key in keys], query)
 
     def halve(_, bounds):
         lo, hi = bounds

@@ -29,7 +29,7 @@ def _rotated(a: Array, shift: Array) -> Array:
     return lax.dynamic_slice_in_dim(doubled, (size - shift) % size, size)
 
 
-def _less(a: list[Array], b: list[Array]) -> Array:
+def lexicographic_less(a: list[Array], b: list[Array]) -> Array:
     """`a < b` lexicographically, elementwise, the first key most significant."""
     result = jnp.zeros(a[0].shape, bool)
     for x, y in zip(reversed(a), reversed(b)):
@@ -68,7 +68,7 @@ def network_order(keys: list[UInt32[Array, " m"]]) -> Int[Array, " m"]:
         # Keep the smaller of the pair where the entry is the lower one of an
         # ascending block or the upper one of a descending block.
         keep_smaller = upper != ascending
-        smaller = _less(rows, partner)
+        smaller = lexicographic_less(rows, partner)
         own = smaller == keep_smaller
         return [jnp.where(own, r, q) for r, q in zip(rows, partner)]
 
