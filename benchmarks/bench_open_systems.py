@@ -2,9 +2,10 @@
 QuTiP at matched final error, and what bounds hierax's step.
 
     .venv/bin/python benchmarks/bench_open_systems.py [--quick] [--out PATH]
-        [--n N] [--sizes 20,25,30] [--steps STEPS]
+        [--n 30,50] [--sizes 20,25,30] [--steps STEPS]
 
-The system (float64/complex128, CPU), n Fock levels (30; `--quick`: 20; `--n`):
+The system (float64/complex128, CPU), n Fock levels (30 and 50, the ladders of each;
+`--quick`: 20; `--n`):
 $H = \\Delta a^\\dagger a + \\frac{K}{2} a^{\\dagger 2} a^2
 + \\epsilon(t)(a + a^\\dagger)$, $\\Delta = -1$, $K = 0.6$, a drive switched on as
 $\\epsilon(t) = 1.5\\,(1 - e^{-t})$; jump operators $\\sqrt{0.1}\\, a$ (one-photon
@@ -660,20 +661,23 @@ def step_cost(sizes, steps, calls) -> list:
     return out
 
 
-def result_rows(system, ladders, targets, bound, cost) -> list:
-    """The headline numbers as the runner's rows: time and steps at each target
-    error, steps against rtol, the stability bound, cost per step against n."""
-    case = f"kerr oscillator n = {system.n}, 3 jump operators"
+def result_rows(runs, bound, cost) -> list:
+    """The headline numbers as the runner's rows: for each `(system, ladders,
+    targets)` of `runs`, time and steps at each target error and steps against
+    rtol; the stability bound (of the first), cost per step against n."""
     out = []
-    for method, by_target in targets.items():
-        for key, value in by_target.items():
-            out.append(row(case, method, "seconds", value["seconds"], error=key))
-    for method, points in ladders.items():
-        for p in points:
-            count = p.get("evaluations", p["steps"])
-            metric = "evaluations" if "evaluations" in p else "steps"
-            out.append(row(case, method, metric, count, "", rtol=p["rtol"]))
-            out.append(row(case, method, "error", p["error"], rtol=p["rtol"]))
+    for system, ladders, targets in runs:
+        case = f"kerr oscillator n = {system.n}, 3 jump operators"
+        for method, by_target in targets.items():
+            for key, value in by_target.items():
+                out.append(row(case, method, "seconds", value["seconds"], error=key))
+        for method, points in ladders.items():
+            for p in points:
+                count = p.get("evaluations", p["steps"])
+                metric = "evaluations" if "evaluations" in p else "steps"
+                out.append(row(case, method, metric, count, "", rtol=p["rtol"]))
+                out.append(row(case, method, "error", p["error"], rtol=p["rtol"]))
+    case = f"kerr oscillator n = {runs[0][0].n}, 3 jump operators"
     for replay in bound["replays"]:
         out.append(
             row(case, "hierax", "step", replay["step_median"], "", rtol=replay["rtol"])
@@ -695,34 +699,9 @@ def result_rows(system, ladders, targets, bound, cost) -> list:
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description="hierax mesolve of an open oscillator")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--n", type=int, default=None, help="levels of the ladders")
-    parser.add_argument(
-        "--sizes", default=None, help="levels of the cost per step, e.g. 20,25,30"
-    )
-    parser.add_argument(
-        "--steps", type=int, default=None, help="fixed steps of the cost per step"
-    )
-    ns = parser.parse_args()
-    warm_up()
-    load = [list(os.getloadavg())]
-    print(f"load before: {load[0]}")
-    precision = import_dynamiqs()
-    if ns.quick:
-        system = Oscillator(20, 5.0)
-        rtols, repeats = [1e-4, 1e-7, 1e-10], 2
-        orders, sizes = (16, 28), (20, 30)
-    else:
-        system = Oscillator(30, 10.0)
-        rtols, repeats = [10.0**-k for k in range(2, 13)], 5
-        orders, sizes = (12, 16, 20, 28, 40, 56), (16, 20, 24, 25, 30, 32, 40, 50)
-    if ns.n is not None:
-        system = Oscillator(ns.n, system.span)
-    if ns.sizes is not None:
-        sizes = tuple(int(n) for n in ns.sizes.split(","))
+def ladder_run(system, rtols, repeats) -> tuple:
+    """The reference, the methods' ladders and their times at the target errors,
+    for one oscillator."""
     clock = Stopwatch()
     reference = system.reference()
     check = hierax.mesolve(
@@ -755,6 +734,44 @@ def main():
                 for name, s in at.items()
             )
         )
+    return system, ladders, targets
+
+
+def main():
+    parser = argparse.ArgumentParser(description="hierax mesolve of an open oscillator")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--n",
+        default=None,
+        help="levels of the ladders, e.g. 30,50 (the first's step bound is analysed)",
+    )
+    parser.add_argument(
+        "--sizes", default=None, help="levels of the cost per step, e.g. 20,25,30"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="fixed steps of the cost per step"
+    )
+    ns = parser.parse_args()
+    warm_up()
+    load = [list(os.getloadavg())]
+    print(f"load before: {load[0]}")
+    precision = import_dynamiqs()
+    if ns.quick:
+        levels, span = (20,), 5.0
+        rtols, repeats = [1e-4, 1e-7, 1e-10], 2
+        orders, sizes = (16, 28), (20, 30)
+    else:
+        # (The issue's range, 20-50 levels: its two larger ends.)
+        levels, span = (30, 50), 10.0
+        rtols, repeats = [10.0**-k for k in range(2, 13)], 5
+        orders, sizes = (12, 16, 20, 28, 40, 56), (16, 20, 24, 25, 30, 32, 40, 50)
+    if ns.n is not None:
+        levels = tuple(int(n) for n in ns.n.split(","))
+    if ns.sizes is not None:
+        sizes = tuple(int(n) for n in ns.sizes.split(","))
+    runs = [ladder_run(Oscillator(n, span), rtols, repeats) for n in levels]
+    system, ladders, targets = runs[0]
     load.append(list(os.getloadavg()))
     bound = bound_analysis(
         system,
@@ -767,7 +784,7 @@ def main():
     cost = step_cost(sizes, steps, repeats)
     load.append(list(os.getloadavg()))
     print(f"load after: {load[-1]}")
-    emit(result_rows(system, ladders, targets, bound, cost))
+    emit(result_rows(runs, bound, cost))
     if ns.out:
         with open(ns.out, "w") as file:
             json.dump(
@@ -779,6 +796,10 @@ def main():
                     precision=precision,
                     ladders=ladders,
                     targets=targets,
+                    more=[
+                        dict(n=other.n, ladders=lad, targets=tar)
+                        for other, lad, tar in runs[1:]
+                    ],
                     bound=bound,
                     step_cost=cost,
                     load=load,
