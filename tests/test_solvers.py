@@ -1651,3 +1651,55 @@ def test_final_errors_track_the_tolerance():
         assert rtol / 100 <= error <= 10 * rtol, (rtol, error)
         steps.append(int(solution.stats["num_steps"]))
     assert steps[0] <= min(steps[1:]), steps
+
+
+# A one-step solve's derivative with respect to its end points (the first step covers
+# the span): diffrax takes min(t0 + dt0, t1), and at a tie JAX splits the derivative
+# between the two; it came out half the true one, whatever the adjoint.
+_W = math.hypot(0.5, 0.3)
+
+
+def _excited(final):
+    return jnp.abs(final[1]) ** 2
+
+
+@pytest.mark.parametrize(
+    "kind", ["two times", "fixed step of the span", "knots", "forward", "mesolve"]
+)
+def test_one_step_solves_differentiate_with_respect_to_their_ends(kind):
+    sx = np.array([[0, 1], [1, 0]], complex)
+    sz = np.diag([1.0, -1.0]).astype(complex)
+    h = 0.5 * sz + 0.3 * sx
+    psi = np.array([1, 0], complex)
+    adjoint = diffrax.ForwardMode() if kind == "forward" else None
+
+    def excited(t0, t1):
+        times = jnp.stack([t0, t1])
+        if kind == "mesolve":
+            # No loss: rho_11 is the closed system's population.
+            rho = np.outer(psi, psi.conj())
+            out = hierax.mesolve(h, [0 * sx], rho, times)
+            return jnp.real(out.final_state[1, 1]), out.stats["num_steps"]
+        hamiltonian: Any = h
+        kw: dict[str, Any] = {} if adjoint is None else {"adjoint": adjoint}
+        if kind == "fixed step of the span":
+            kw["dt"] = t1 - t0
+        if kind == "knots":
+            # One segment over the span: knots keep physical time.
+            hamiltonian = hierax.PiecewiseConstant([-1.0, 3.0], [1.0]) * sx * 0.3
+            hamiltonian = hamiltonian + 0.5 * sz
+        out = hierax.sesolve(hamiltonian, psi, times, **kw)
+        return _excited(out.final_state), out.stats["num_steps"]
+
+    t0, t1 = jnp.asarray(0.2), jnp.asarray(1.5)
+    assert int(excited(t0, t1)[1]) == 1
+    # The closed form: (0.3/W)^2 sin^2(W (t1 - t0)).
+    exact = (0.3 / _W) ** 2 * _W * math.sin(2 * _W * float(t1 - t0))
+    if kind == "forward":
+        d1 = jax.jacfwd(lambda t: excited(t0, t)[0])(t1)
+        d0 = jax.jacfwd(lambda t: excited(t, t1)[0])(t0)
+    else:
+        d1 = jax.grad(lambda t: excited(t0, t)[0])(t1)
+        d0 = jax.grad(lambda t: excited(t, t1)[0])(t0)
+    np.testing.assert_allclose(float(d1), exact, rtol=1e-9)
+    np.testing.assert_allclose(float(d0), -exact, rtol=1e-9)

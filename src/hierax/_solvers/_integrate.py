@@ -454,14 +454,21 @@ def _steps(
         term, t0, t1, rtol, atol, dt, norms, knots, order, control
     )
     ends = times.shape[0] == 2
+    # The first step is a choice of the control, with no derivative, and past the
+    # end where it covers the span: diffrax takes `minimum(t0 + dt0, t1)`, and at a
+    # tie JAX splits the derivative between the two (a one-step solve's derivative
+    # with respect to t1 came out half the true one).
+    covers = dt0 >= span
     if unit:
         solved: diffrax.AbstractTerm = UnitTimeTerm(term, t0, span)
         # (NumPy scalars: constants in the times' dtype.)
         start, end = np.zeros((), times.dtype), np.ones((), times.dtype)
-        dt0 = dt0 / span
+        dt0 = jnp.where(covers, 2, dt0 / span)
         save_times = (times - t0) / span
     else:
         solved, start, end, save_times = term, t0, t1, times
+        dt0 = jnp.where(covers, 2 * span, dt0)
+    dt0 = jax.lax.stop_gradient(dt0)
     controller, dt0 = _FirstStep(controller, dt0), None
     if ends:
         # Only the ends: the last state saved as it is reached and the first one
