@@ -488,12 +488,15 @@ def _steps(
         solution = diffrax.diffeqsolve(
             solved,
             # The default adjoint differentiates in reverse mode only.
-            TaylorSolver(
-                order,
-                adjoint_steps=isinstance(
-                    adjoint.value, diffrax.RecursiveCheckpointAdjoint
+            _with_norms(
+                TaylorSolver(
+                    order,
+                    adjoint_steps=isinstance(
+                        adjoint.value, diffrax.RecursiveCheckpointAdjoint
+                    ),
+                    resolve_functions=resolve_functions,
                 ),
-                resolve_functions=resolve_functions,
+                norms,
             ),
             start,
             end,
@@ -534,6 +537,13 @@ def _steps(
     )
     return Solution(
         times, states, expects, stats, order, interpolation, final_state=states[-1]
+    )
+
+
+def _with_norms(solver: TaylorSolver, norms: Any) -> TaylorSolver:
+    """`solver` with the operators' `term_norms` (`None` for fixed steps)."""
+    return eqx.tree_at(
+        lambda s: s.generator_norms, solver, norms, is_leaf=lambda x: x is None
     )
 
 

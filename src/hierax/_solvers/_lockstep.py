@@ -35,6 +35,7 @@ from .._data import TermSeries
 from .._kernels.propagator import REAL_STATE_SIZE
 from .._operators import bind_args, jump_times, operator_bound, time_operators
 from .._time import AbstractTimeFunction, Constant
+from ._remainder import may_hide_a_peak, remainder_size
 from ._resolution import equation_truncation, has_linear_amplitude
 from ._solution import Solution
 from ._term import (
@@ -141,6 +142,20 @@ class ColumnsTerm(AbstractTaylorTerm):
         # Per column: each element's own functions, a row over the columns.
         shares = jax.vmap(one, in_axes=(self.axes,))(hamiltonian)
         return shares.reshape(1, -1)
+
+    def generator_remainder(self, t, step, order, args, norms):
+        hamiltonian = bind_args(self.term.hamiltonian, args)
+        if not may_hide_a_peak(hamiltonian):
+            return None
+        known = None if norms is None else norms[0]
+
+        def one(h):
+            found = remainder_size(h, t, step, order, known)
+            return jnp.zeros(()) if found is None else found
+
+        # Per column, each element's own functions: a row over the columns.
+        found = jax.vmap(one, in_axes=(self.axes,))(hamiltonian)
+        return found.reshape(1, -1)
 
     def generator_bound(self, t, norms):
         bound = lambda h: operator_bound(h, t, norms[0])  # noqa: E731

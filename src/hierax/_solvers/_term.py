@@ -50,6 +50,7 @@ from .._operators import (
     to_operator,
 )
 from ._density import density_step_terms, program_density_parts
+from ._remainder import remainder_size
 from ._resolution import equation_truncation
 
 
@@ -116,6 +117,16 @@ class AbstractTaylorTerm(_TimeControl):
         against the state, or `None` without time-dependent functions (see
         `_resolution`)."""
         return equation_truncation(self.operators, args, t, step, order)
+
+    def generator_remainder(
+        self, t: Array, step: Array, order: int, args: PyTree, norms: Any
+    ) -> Array | None:
+        """A bound on how far the generator's series of order K at `t` strays from
+        the generator anywhere in a step of length `step`, counted for the time
+        functions whose series may hide a peak (`_remainder`); `None` where there
+        are none. `norms`: the operators' `term_norms`, or `None`."""
+        del t, step, order, args, norms
+        return None
 
     @abc.abstractmethod
     def generator_bound(self, t: Array, norms: tuple[Any, ...]) -> Array:
@@ -195,6 +206,10 @@ class SchrodingerTerm(AbstractTaylorTerm):
     def generator_bound(self, t, norms):
         return operator_bound(self.hamiltonian, t, norms[0])
 
+    def generator_remainder(self, t, step, order, args, norms):
+        operator = bind_args(self.hamiltonian, args)
+        return remainder_size(operator, t, step, order, _norms_of(norms, 0))
+
     @on_backend("hierax.SchrodingerTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:
         # Sparse terms stay sparse. (Not the public `apply`: its check that `t` is
@@ -206,6 +221,11 @@ class SchrodingerTerm(AbstractTaylorTerm):
         dtype = jnp.result_type(y, hy, self.energy_shift, 1j)
         y = y.astype(dtype)
         return -1j * (hy.astype(dtype) + self.energy_shift.astype(dtype) * y)
+
+
+def _norms_of(norms: Any, i: int) -> Any:
+    """The `term_norms` of operator `i`, `None` where not known."""
+    return None if norms is None else norms[i]
 
 
 def schrodinger_terms(
@@ -493,6 +513,23 @@ class LindbladTerm(AbstractTaylorTerm):
         for op, op_norms in zip(self.jump_operators, norms[1:]):
             size = size + 2 * operator_bound(op, t, op_norms) ** 2
         return size
+
+    def generator_remainder(self, t, step, order, args, norms):
+        # The commutator's 2 |dH|; a dissipator's |L rho L^+ - L' rho L'^+| and its
+        # anticommutator's are each at most |dL| (|L| + |L'|), with |L'| <= |L| +
+        # |dL| and |L| over the step at most its value at t plus |dL| (the series
+        # to order K is exact up to the remainder).
+        hamiltonian, jumps = bind_args((self.hamiltonian, self.jump_operators), args)
+        found = remainder_size(hamiltonian, t, step, order, _norms_of(norms, 0))
+        total = None if found is None else 2 * found
+        for k, op in enumerate(jumps):
+            d = remainder_size(op, t, step, order, _norms_of(norms, k + 1))
+            if d is None:
+                continue
+            size = operator_bound(op, t, _norms_of(norms, k + 1))
+            part = 4 * d * (2 * (size + d))
+            total = part if total is None else total + part
+        return total
 
     @on_backend("hierax.LindbladTerm")
     def vf(self, t: ArrayLike, y: Array, args: PyTree) -> Array:

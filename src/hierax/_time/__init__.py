@@ -3,6 +3,10 @@
 from ._function_series import (
     callable_series as callable_series,
 )
+from ._majorants import (
+    hides_its_peak as hides_its_peak,
+    remainder_bound as remainder_bound,
+)
 from ._splines import (
     CubicSpline as CubicSpline,
     PiecewiseConstant as PiecewiseConstant,
