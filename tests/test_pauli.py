@@ -993,3 +993,25 @@ def test_second_calls_stay_on_the_device():
         ValueError, match=r"^`hierax.PauliHierarchy\(...\)\(t\)`: `t` must"
     ):
         hierarchy(jnp.asarray(np.nan))
+
+
+@pytest.mark.parametrize("reorthogonalize", [False, True])
+@pytest.mark.parametrize("case", ["commutes", "three-dimensional space"])
+def test_lanczos_stops_where_the_krylov_space_is_spent(case, reorthogonalize):
+    """Where b_n is the rounding of the sums that formed A_n (an observable that
+    commutes with H: b_1 = 0; a Krylov space of dimension 3: b_3 = 0), the
+    coefficients from there on are 0, as in exact arithmetic, not O(|H|) numbers
+    grown from the rounding noise normalised to 1."""
+    if case == "commutes":
+        h = hierax.PauliSum.ising_chain(4, 1.0, 1.05, 0.5)
+        o, steps, capacity, live = h, 5, 64, 0
+    else:
+        h = hierax.PauliSum.from_strings(["XII"], [0.7])
+        o = hierax.PauliSum.from_strings(["ZII", "IZI"], [1.0, 0.3])
+        steps, capacity, live = 6, 16, 2
+    result = hierax.lanczos(h, o, steps, capacity, reorthogonalize=reorthogonalize)
+    b = np.asarray(result.b)
+    dh, do = np.asarray(h.todense()), np.asarray(o.todense())
+    np.testing.assert_allclose(b[:live], dense_lanczos(dh, do, live), rtol=1e-12)
+    assert np.all(b[live:] == 0)
+    assert np.all(np.isfinite(np.asarray(result.orthogonality)))
