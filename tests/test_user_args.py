@@ -216,6 +216,27 @@ def test_new_args_never_recompile_a_direct_call():
     assert compile_count() == before
 
 
+@pytest.mark.parametrize("kind", ["python", "numpy"])
+def test_new_float_args_never_recompile_a_solve(kind):
+    """`with_args({"w": 2.0})`, as the docs write it: a Python (or NumPy) float
+    is held as a JAX array (a Python float in a module's field is static, and each
+    new one compiled the solve again)."""
+    f = hierax.CallableTimeFunction(_drive, takes_args=True, args={"w": 1.0})
+    op = hierax.CallableOperator(_matrix, takes_args=True, args={"w": 1.0})
+    value = float if kind == "python" else np.float64
+
+    def final(w):
+        h = 0.5 * SZ + f.with_args({"w": value(w)}) * SX
+        h = h + op.with_args({"w": value(w)})
+        return np.asarray(hierax.sesolve(h, KET, [0.0, 1.0]).final_state)
+
+    final(1.0)
+    before = compile_count()
+    states = [final(w) for w in (2.0, 3.0)]
+    assert compile_count() == before
+    assert not np.allclose(states[0], states[1])
+
+
 def test_without_args_nothing_changes():
     plain = hierax.CallableTimeFunction(lambda t: 1.3 * jnp.cos(t))
     assert plain.takes_args is False and plain.args is None

@@ -55,6 +55,7 @@ from .._time import (
     bound_args,
     callable_series,
     check_takes_args,
+    held_args,
     largest_degree,
     product_degree,
     register_operator_product,
@@ -498,6 +499,14 @@ class CallableOperator(AbstractTimeOperator):
     value never retraces), and [`hierax.SchrodingerTerm`][] and
     [`hierax.LindbladTerm`][] replace it with the `args` given to
     `diffrax.diffeqsolve`. The series is in $t$ alone: `args` are held fixed.
+    Float and complex numbers in `args` are held as JAX arrays; ints and other
+    objects are static (a new one compiles again).
+
+    `fn` is traced once per structure and its compiled program is kept by the
+    identity of `fn`: a value it reads from outside (a global, a closed-over
+    variable, a NumPy array changed in place) is frozen into that program, and a
+    new value there is not seen, as with `jax.jit`. Give what changes as `args`
+    (or as a traced value of the enclosing `jax.jit`).
     """
 
     fn: Callable[..., Array]
@@ -526,7 +535,7 @@ class CallableOperator(AbstractTimeOperator):
         api = "hierax.CallableOperator"
         self.takes_args = check_takes_args(takes_args, args, api)
         self.fn = fn
-        self.args = args
+        self.args = held_args(args)
         self.n = check_callable_operator(self._function_of_time(api), "fn", api)
 
     @property
@@ -551,7 +560,9 @@ class CallableOperator(AbstractTimeOperator):
                 "`hierax.CallableOperator.with_args`: this operator's `fn` takes no "
                 "`args` (built with `takes_args=False`)."
             )
-        return eqx.tree_at(lambda f: f.args, self, args, is_leaf=lambda x: x is None)
+        return eqx.tree_at(
+            lambda f: f.args, self, held_args(args), is_leaf=lambda x: x is None
+        )
 
     def _function_of_time(self, api: str) -> Callable[[Array], Array]:
         """`fn` as a function of time alone, with `args` bound where it takes them

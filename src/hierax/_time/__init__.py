@@ -26,6 +26,7 @@ from ._time_functions import (
     as_time_function as as_time_function,
     bound_args as bound_args,
     check_takes_args as check_takes_args,
+    held_args as held_args,
     largest_degree as largest_degree,
     product_degree as product_degree,
     register_operator_product as register_operator_product,

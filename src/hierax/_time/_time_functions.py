@@ -764,6 +764,14 @@ class CallableTimeFunction(AbstractTimeFunction):
     value never retraces), and [`hierax.SchrodingerTerm`][] and
     [`hierax.LindbladTerm`][] replace it with the `args` given to
     `diffrax.diffeqsolve`. The series is in $t$ alone: `args` are held fixed.
+    Float and complex numbers in `args` are held as JAX arrays; ints and other
+    objects are static (a new one compiles again).
+
+    `fn` is traced once per structure and its compiled program is kept by the
+    identity of `fn`: a value it reads from outside (a global, a closed-over
+    variable, a NumPy array changed in place) is frozen into that program, and a
+    new value there is not seen, as with `jax.jit`. Give what changes as `args`
+    (or as a traced value of the enclosing `jax.jit`).
 
     """
 
@@ -792,7 +800,7 @@ class CallableTimeFunction(AbstractTimeFunction):
         api = "hierax.CallableTimeFunction"
         self.takes_args = check_takes_args(takes_args, args, api)
         self.fn = fn
-        self.args = args
+        self.args = held_args(args)
         out = trace_callable(self._function_of_time(api), "fn", api)
         if not isinstance(out, jax.ShapeDtypeStruct) or out.shape not in ((), (1,)):
             raise ValueError(
@@ -827,7 +835,9 @@ class CallableTimeFunction(AbstractTimeFunction):
                 f"`{api}`: this function's `fn` takes no `args` (built with "
                 "`takes_args=False`)."
             )
-        return eqx.tree_at(lambda f: f.args, self, args, is_leaf=lambda x: x is None)
+        return eqx.tree_at(
+            lambda f: f.args, self, held_args(args), is_leaf=lambda x: x is None
+        )
 
     def _function_of_time(self, api: str) -> Callable[[Array], Array]:
         """`fn` as a function of time alone, with `args` bound where it takes them."""
@@ -838,6 +848,25 @@ class CallableTimeFunction(AbstractTimeFunction):
         fn = self._function_of_time(api)
         out = callable_series(fn, t, order, time_scale, api)
         return out.reshape(order + 1)
+
+
+def held_args(args: PyTree) -> PyTree:
+    """`args` with its float and complex numbers (Python or NumPy) as JAX arrays:
+    dynamic fields, so that a new value compiles nothing (a Python float in a
+    module's field is static, and each new one compiled the solve again). Ints,
+    bools and other objects stay as they are (they may size arrays or steer
+    Python control flow): a new one compiles again."""
+
+    def held(x: Any) -> Any:
+        if isinstance(x, float | complex) and not isinstance(x, bool):
+            return to_jax(x)
+        if isinstance(x, np.ndarray | np.generic) and np.issubdtype(
+            x.dtype, np.inexact
+        ):
+            return to_jax(x)
+        return x
+
+    return jax.tree.map(held, args)
 
 
 def check_takes_args(takes_args: Any, args: PyTree, api: str) -> bool:
