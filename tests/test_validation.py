@@ -103,7 +103,7 @@ def test_integer_and_real_matrices_are_promoted():
         (jnp.asarray(jnp.inf), ValueError, "`t` must be finite"),
         (jnp.ones(3), ValueError, "`t` must be a scalar"),
         (True, TypeError, "`t` must be a real or complex number, got True"),
-        ("1.0", TypeError, "(`t` must be a numeric|parameter 't')"),
+        ("1.0", TypeError, "`t` must be (a numeric|an array or a number)"),
     ],
 )
 def test_bad_time(t, error, match):
@@ -155,7 +155,7 @@ def test_bad_callables():
         hierax.CallableOperator(lambda t: sx > t)
     with pytest.raises(TypeError, match="calling `fn` on a scalar time failed"):
         hierax.CallableOperator(returns_a_string)
-    with pytest.raises(TypeError, match="(`fn` must be callable|parameter 'fn')"):
+    with pytest.raises(TypeError, match="`fn` must be"):
         hierax.CallableOperator(not_callable)
     # Through HeisenbergHierarchy, a callable of the wrong size is named too.
     with pytest.raises(ValueError, match="observable"):
@@ -213,9 +213,9 @@ for name, call in calls.items():
     try:
         call()
         print(name, "accepted")
-    except jaxtyping.TypeCheckError as error:
-        where = [line for line in str(error).splitlines() if "arose" in line]
-        print(name, "refused by jaxtyping:", *where)
+    except TypeError as error:
+        # jaxtyping's report, as one line naming the call and the argument.
+        print(name, "refused:", error, isinstance(error, jaxtyping.TypeCheckError))
     except Exception as error:
         print(name, "refused by", type(error).__name__)
 """,
@@ -228,11 +228,12 @@ def test_jaxtyping_checks_signatures_at_run_time(tmp_path_factory):
     refuse a wrong argument before the hand-written checks see it, also after the
     same module's call with right arguments (checks are kept per signature)."""
     assert _printed(tmp_path_factory, _RUNTIME_CHECKS) == [
-        "order refused by jaxtyping: The problem arose whilst typechecking "
-        "parameter 'order'.",
-        "operator order refused by jaxtyping: The problem arose whilst typechecking "
-        "parameter 'order'.",
-        "t refused by jaxtyping: The problem arose whilst typechecking parameter 't'.",
+        "order refused: `hierax.Cos.taylor`: `order` must be int | numpy.integer, "
+        "got 3.0. False",
+        "operator order refused: `hierax.TimeOperator.taylor`: `order` must be int "
+        "| numpy.integer, got 2.0. False",
+        "t refused: `hierax.HeisenbergHierarchy.__call__`: `t` must be an array or "
+        "a number (or None), got '0.5'. False",
     ]
 
 

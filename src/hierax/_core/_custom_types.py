@@ -1,6 +1,7 @@
 """jaxtyping aliases shared by the modules of hierax."""
 
 import functools
+import re
 from typing import Any
 
 import equinox as eqx
@@ -8,7 +9,15 @@ import jax
 import numpy as np
 from beartype import beartype
 from jax.core import Tracer
-from jaxtyping import Array, ArrayLike, Inexact, ScalarLike, Shaped, jaxtyped
+from jaxtyping import (
+    Array,
+    ArrayLike,
+    Inexact,
+    ScalarLike,
+    Shaped,
+    TypeCheckError,
+    jaxtyped,
+)
 
 from ._cache import MODULE_SIGNATURES, flatten_module
 
@@ -101,8 +110,22 @@ def typechecked(fn):
     (a dictionary look-up instead of the full check, which cost about 20% of a
     small call). Under `jit` it runs once per trace.
     """
-    checked = jaxtyped(typechecker=beartype)(fn)
+    typed = jaxtyped(typechecker=beartype)(fn)
     seen: set[Any] = set()
+    where = f"{fn.__module__}.{fn.__qualname__}"
+    api = f"hierax.{fn.__qualname__}"
+
+    def checked(*args, **kwargs):
+        try:
+            return typed(*args, **kwargs)
+        except TypeCheckError as error:
+            name = api
+            if "." in fn.__qualname__ and args:  # a method: its object's class
+                name = f"hierax.{type(args[0]).__name__}.{fn.__name__}"
+            message = _argument_message(str(error), where, name)
+            if message is None:
+                raise
+            raise TypeError(message) from None
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -121,3 +144,24 @@ def typechecked(fn):
         return out
 
     return call
+
+
+def _argument_message(text: str, where: str, api: str) -> str | None:
+    """jaxtyping's report of a wrong argument of `where` (the function's full
+    name), as one line naming the public call and the argument; `None` for any
+    other report (a check inside the call, a return value). (Its own report lists
+    every parameter and annotation: 1400 characters for a wrong `throw=1`.)"""
+    if f"checking the parameters of {where}." not in text:
+        return None
+    name = re.search(r"typechecking parameter '(\w+)'", text)
+    expected = re.search(r"Expected type: (.*?)\.?\n", text)
+    value = re.search(r"Actual value: (.*)\n", text)
+    if name is None or expected is None:
+        return None
+    kind = re.sub(r"<class '([\w.]+)'>", r"\1", expected.group(1).strip())
+    if "Shaped[" in kind and "''" in kind:  # `ScalarLike`
+        kind = "a scalar (a number or a 0-d array)"
+    elif "numpy.ndarray" in kind and "Array" in kind:  # `ArrayLike`
+        kind = "an array or a number" + (" (or None)" if "NoneType" in kind else "")
+    got = "" if value is None else f", got {value.group(1).strip()[:80]}"
+    return f"`{api}`: `{name.group(1)}` must be {kind}{got}."

@@ -169,9 +169,15 @@ def check_order(order: Any, api: str) -> int:
 
 
 def check_max_steps(max_steps: Any, api: str) -> int:
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+    # (A NumPy integer is an int; a bool is not.)
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int | np.integer):
+        raise ValueError(
+            f"`{api}`: `max_steps` must be an int >= 1, got "
+            f"{type(max_steps).__name__} {max_steps!r}."
+        )
+    if max_steps < 1:
         raise ValueError(f"`{api}`: `max_steps` must be an int >= 1, got {max_steps}.")
-    return max_steps
+    return int(max_steps)
 
 
 def check_adjoint(adjoint: Any, api: str) -> diffrax.AbstractAdjoint | None:
