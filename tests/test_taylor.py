@@ -449,3 +449,21 @@ def test_bad_time(t):
 def test_bad_function():
     with pytest.raises(TypeError, match="fn"):
         taylor(3.0, T0, 3)  # pyright: ignore[reportArgumentType]
+
+
+def test_a_python_int_time_is_a_real_time():
+    import hierax
+
+    """`t = 3` (a Python int) is the real time 3.0: an integer input series made the
+    series of t^2 [9, 0, 0, 0] and that of sin at 0 all zeros. Checked against
+    the closed forms, and the same program as a float time."""
+    np.testing.assert_allclose(
+        np.asarray(hierax.taylor(lambda t: t**2, 3, order=3)), [9, 6, 1, 0], rtol=0
+    )
+    np.testing.assert_allclose(
+        np.asarray(hierax.taylor(jnp.sin, 0, order=3)), [0, 1, 0, -1 / 6], rtol=1e-15
+    )
+    series = np.asarray(hierax.Gaussian().taylor(2, 2))
+    np.testing.assert_allclose(
+        series, np.exp(-2.0) * np.array([1, -2, 1.5]), rtol=1e-14
+    )

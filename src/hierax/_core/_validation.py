@@ -274,7 +274,9 @@ def as_time(t: Any, api: str, canonical: bool = True, in_program: bool = False) 
         dtype = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
         if math.isfinite(t) and abs(t) <= float(np.finfo(dtype).max):
             value = dtype.type(t)
-            return value if canonical else jnp.asarray(t)
+            # (A Python int as a float: an integer time would make the series of
+            # `t ** 2` integer, [9, 0, 0] at t = 3 where it is [9, 6, 1].)
+            return value if canonical else jnp.asarray(float(t))
         overflow = math.isfinite(t)
         raise ValueError(
             f"`{api}`: `t` must be finite in {dtype}, got {t!r}"
