@@ -99,6 +99,40 @@ def test_gaussian_high_order_no_overflow():
     assert np.all(np.isfinite(cos)) and cos[0] == 1.0
 
 
+@pytest.mark.parametrize(
+    "dtype, t, order, scale",
+    [
+        (np.float32, 8.0, 40, None),
+        (np.float32, 5.0, 60, 8.0),
+        (np.float32, 8.0, 60, 8.0),
+        (np.float64, 8.0, 200, 8.0),
+        (np.float64, 0.3, 120, 1.0),
+    ],
+)
+def test_gaussian_high_orders_do_not_underflow(dtype, t, order, scale):
+    """Coefficients well inside the dtype's range come out, against mpmath at 60
+    digits: the recurrence's scaled terms fell like 1/j! far in the tail and
+    underflowed (float32 from order 31 at x = 8, a coefficient of 9.5e8 at order 40
+    with scale 8 read 0; float64 from 173)."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    gaussian = lambda s: mpmath.exp(-(s**2) / 2)  # noqa: E731
+    c = mpmath.taylor(gaussian, mpmath.mpf(t), order)
+    s = 1 if scale is None else scale
+    exact = np.array([float(ci * mpmath.mpf(s) ** i) for i, ci in enumerate(c)])
+    f = hierax.Gaussian(dtype(0.0), dtype(1.0))
+    time_scale = None if scale is None else jnp.asarray(scale, dtype)
+    got = np.asarray(f.series(jnp.asarray(t, dtype), order, time_scale))
+    assert got.dtype == dtype
+    # Where the exact value is a normal number of the dtype (sqrt of the smallest
+    # normal: the largest relative error of float32's rounding stays small).
+    normal = np.abs(exact) > np.sqrt(np.finfo(dtype).tiny)
+    assert normal.sum() > order // 2
+    rtol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got[normal], exact[normal], rtol=rtol)
+
+
 def test_parameters_are_differentiable():
     def value(freq):
         return hierax.Cos(freq, 0.1).taylor(0.3, 5)[3]
@@ -289,3 +323,18 @@ def test_a_product_with_a_wrapped_sparse_matrix_names_the_product():
         message = str(info.value)
         assert "hierax.Cos * ..." in message and "hierax.Constant" not in message
         assert "sparse matrix itself" in message
+
+
+def test_an_overflowing_complex_exponential_is_inf_not_nan():
+    """e^{(100 + i) t} at t = 1 overflows float32: its value and series read inf,
+    as `jnp.exp` gives, not the nan of inf times a complex number."""
+    f = hierax.Exp(np.complex64(100 + 1j))
+    t = jnp.asarray(1.0, jnp.float32)
+    for out in (np.asarray(f(t)), np.asarray(f.taylor(t, 3))):
+        assert out.dtype == np.complex64
+        assert not np.any(np.isnan(out)) and np.all(np.isinf(np.real(out)))
+    # Within range, against the closed form.
+    g = hierax.Exp(-0.5 + 2j, 0.3)
+    k = np.arange(4)
+    exact = 0.3 * np.exp((-0.5 + 2j) * 1.5) * (-0.5 + 2j) ** k / [1, 1, 2, 6]
+    np.testing.assert_allclose(np.asarray(g.taylor(1.5, 3)), exact, rtol=1e-14)

@@ -519,9 +519,14 @@ class Exp(AbstractTimeFunction):
         dtype = jnp.result_type(self.rate, self.amplitude, t, 1.0)
         rate = self.rate if time_scale is None else self.rate * time_scale
         if jnp.iscomplexobj(self.rate) and not jnp.iscomplexobj(t):
-            # e^{a t} e^{i b t}, the phase b t kept exact at large t.
+            # e^{a t} e^{i b t}, the phase b t kept exact at large t, and the growth
+            # e^{a t} applied last as a real factor (`times_exp`): an overflowing
+            # one gives inf, where its product with the complex series was
+            # inf - inf = nan.
             cos_x, sin_x = _phase(self.rate.imag, t, None)
-            value = exp(self.rate.real * t) * lax.complex(cos_x, sin_x)
+            unit = lax.complex(cos_x, sin_x)
+            series = (self.amplitude * unit * power_series(rate, order)).astype(dtype)
+            return times_exp(series, self.rate.real * t)
         else:
             value = exp(self.rate * t)
         return (self.amplitude * value * power_series(rate, order)).astype(dtype)
@@ -597,13 +602,13 @@ def _hermite_terms(
     With two exact powers of two read once from the bits (`binade`), s <= max(1,
     |x|) < 2s and c = c' 2^k with |c'| in [1, 2), m_j = g_j / (s 2^k)^j obeys
     m_{j+1} = -((x/s) c' m_j + c'^2 m_{j-1} / s^2) / (j + 1): |x/s| < 2 and
-    |He_j(x)| / s^j grows no faster than 2^j sqrt(j!), so m_j stays within
-    float32's range at any x, and e_j = j (k + log2 s) is exact. (A rescale by an
-    exact power of two at every order, built from `log2`, was 137 instructions of
-    a qubit's solve program, now 108; a Gaussian-driven qubit's solve 0.147 ->
-    0.137 ms on 2 CPU cores, its compile the same within the noise.) The scales
-    carry no gradient: they cancel in g = m 2^e. `unroll`: the recurrence as
-    straight-line code (`BackendChoices.unroll_scalar_series`)."""
+    |He_j(x)| / s^j grows no faster than 2^j sqrt(j!), so m_j never overflows.
+    It falls, though (like 1/j! in the tails): at every order the pair is divided
+    by the exact power of two of its larger modulus, read off the bits (`binade`;
+    one built from `log2` cost ten times the operations), and e_j = j (k + log2 s)
+    plus the powers taken so far, all exact. The scales carry no gradient: they
+    cancel in g = m 2^e. `unroll`: the recurrence as straight-line code
+    (`BackendChoices.unroll_scalar_series`)."""
     dtype, rdtype = x.dtype, real_dtype(x.dtype)
     one = jnp.ones((), dtype)
     if order == 0:  # (the value alone, as the first step's bound takes it)
@@ -617,14 +622,27 @@ def _hermite_terms(
     inverse_square = (1 / (s * s)).astype(dtype)
     a, b = -ratio * c, -(c * c) * inverse_square
 
+    tiny = np.finfo(rdtype).tiny
+
     def step(carry, j):
-        m_prev, m = carry
+        m_prev, m, shift = carry
         m_next = (a * m + b * m_prev) / (j + 1)
-        return (m, m_next), m_next
+        # The pair renormalised by an exact power of two, its exponent carried: m_j
+        # falls like 1/j! far in the tails and like 1/sqrt(j!) near the centre, and
+        # underflowed (float32 from order 31 at x = 8, float64 from 173) where
+        # the coefficients themselves are well within range.
+        size = jnp.maximum(jnp.abs(m), jnp.abs(m_next)).astype(rdtype)
+        usable = (size >= tiny) & jnp.isfinite(size)
+        power, e = binade(jnp.where(usable, size, 1.0))
+        m, m_next = m / power.astype(dtype), m_next / power.astype(dtype)
+        shift = shift + e
+        return (m, m_next, shift), (m_next, shift)
 
     js = np.arange(order, dtype=rdtype)  # a constant, not an iota
-    _, rest = lax.scan(step, (jnp.zeros((), dtype), one), js, unroll=unroll)
+    start = (jnp.zeros((), dtype), one, jnp.zeros((), rdtype))
+    _, (rest, shifts) = lax.scan(step, start, js, unroll=unroll)
     exponents = jnp.asarray(np.arange(order + 1, dtype=rdtype)) * (k + log_s)
+    exponents = exponents + jnp.concatenate([jnp.zeros((1,), rdtype), shifts])
     return jnp.concatenate([one[None], rest]), exponents.astype(rdtype)
 
 

@@ -331,6 +331,10 @@ def _moments_impl(h, o, *, order, capacity, api):
     lost0 = jnp.zeros((), jnp.finfo(dtype).dtype)
     _, (mu, lost) = lax.scan(step, ((ox, oz, oc, count), lost0), None, length=order)
     mu = jnp.concatenate([jnp.ones(1, mu.dtype), mu])
+    # Past an overflow the coefficients are inf and their commutators inf - inf =
+    # nan; the moments are log-convex from mu_0 = 1, so every one after an
+    # infinite one is +inf too.
+    mu = jnp.where((jnp.cumsum(jnp.isinf(mu)) > 0) & jnp.isnan(mu), jnp.inf, mu)
     return mu, jnp.concatenate([jnp.zeros(1, lost.dtype), lost])
 
 
