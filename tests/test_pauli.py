@@ -1015,3 +1015,26 @@ def test_lanczos_stops_where_the_krylov_space_is_spent(case, reorthogonalize):
     np.testing.assert_allclose(b[:live], dense_lanczos(dh, do, live), rtol=1e-12)
     assert np.all(b[live:] == 0)
     assert np.all(np.isfinite(np.asarray(result.orthogonality)))
+
+
+def test_moments_past_an_overflow_are_inf_not_nan():
+    """Moments whose true values overflow read +inf (they are log-convex from
+    mu_0 = 1), and the autocorrelation series +-inf: past the overflow the strings'
+    commutators were inf - inf = nan."""
+    h = hierax.PauliSum.ising_chain(4, 1e100, 1.05e100, 0.5e100)
+    o = hierax.PauliSum.from_strings(["ZIII"], [1.0])
+    mu, _ = hierax.moments(h, o, 5, capacity=256)
+    mu = np.asarray(mu)
+    assert mu[0] == 1 and np.isfinite(mu[1]) and np.all(np.isposinf(mu[2:]))
+    series = np.asarray(hierax.autocorrelation_series(h, o, 5, capacity=256))
+    assert not np.any(np.isnan(series))
+
+
+def test_a_sum_times_zero_holds_no_strings():
+    """The first `count` slots hold nonzero coefficients: `O * 0` had kept its
+    strings with zero coefficients (`O - O` held none)."""
+    o = hierax.PauliSum.from_strings(["ZIIII", "IIXII"], [1.0, 2.0])
+    for zero in (0, 0.0, jnp.asarray(0.0)):
+        scaled = o * zero
+        assert int(scaled.count) == 0 and scaled.terms() == {}
+    assert (o * 2.0).terms() == {"ZIIII": 2.0, "IIXII": 4.0}

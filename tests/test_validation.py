@@ -436,3 +436,43 @@ def test_failed_check_inside_a_users_jit(caplog):
     with pytest.raises(ValueError) as info:
         hierarchy(jnp.asarray(jnp.nan))
     assert str(info.value) == message
+
+
+# A NumPy state finite in float64 but not in complex64 (x64 off, the default of a
+# fresh process): refused as the Hamiltonian is, not run to `max_steps`.
+_OVERFLOWING_STATE = fresh_script(
+    "a state that overflows complex64",
+    """
+import numpy as np
+import hierax
+
+sz = np.diag([1.0, -1.0])
+for call in (
+    lambda: hierax.sesolve(sz, np.array([1e39, 0.0]), [0.0, 1.0]),
+    lambda: hierax.mesolve(sz, [], np.diag([1e39, 0.0]), [0.0, 1.0]),
+):
+    try:
+        call()
+        print("accepted")
+    except ValueError as error:
+        print(str(error).split(",")[0])
+""",
+)
+
+
+def test_a_state_that_overflows_the_working_dtype_is_refused(tmp_path_factory):
+    assert _printed(tmp_path_factory, _OVERFLOWING_STATE) == [
+        "`hierax.sesolve`: `state` must be finite",
+        "`hierax.mesolve`: `rho` must be finite",
+    ]
+
+
+def test_one_matrix_for_exp_ops_is_named():
+    """`exp_ops=sz` (one matrix, where a list is asked): its rows were taken for
+    observables ("`exp_ops[0]` has shape (2,)"); the message now says what to pass."""
+    sz = np.diag([1.0, -1.0])
+    match = r"`exp_ops` must be a list of operators .* pass `\[exp_ops\]`"
+    with pytest.raises(TypeError, match=match):
+        hierax.sesolve(sz, np.array([1.0, 0.0]), [0.0, 1.0], exp_ops=sz)
+    with pytest.raises(TypeError, match=match):
+        hierax.mesolve(sz, [], np.diag([1.0, 0.0]), [0.0, 1.0], exp_ops=jnp.asarray(sz))

@@ -234,6 +234,13 @@ def check_exp_ops(
             f"`(n, m)`; a square `state` of shape {tuple(state.shape)} is a "
             "propagator, which has no expectation values."
         )
+    if getattr(exp_ops, "ndim", None) == 2:
+        # One matrix: iterating would take its rows for observables.
+        raise TypeError(
+            f"`{api}`: `exp_ops` must be a list of operators (or an (E, n, n) "
+            f"array), got one matrix of shape {tuple(exp_ops.shape)}; pass "
+            "`[exp_ops]`."
+        )
     checked = []
     for i, op in enumerate(exp_ops):
         op = op if isinstance(op, jax.Array) else np.asarray(op)

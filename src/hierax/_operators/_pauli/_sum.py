@@ -728,7 +728,9 @@ def _scale(s: PauliSum, factor: Array) -> PauliSum:
         x=s.x,
         z=s.z,
         coefficients=c,
-        count=s.count,
+        # Times zero, no string is left (the first `count` slots hold nonzero
+        # coefficients).
+        count=jnp.where(factor == 0, 0, s.count).astype(s.count.dtype),
         dropped=root**2,
         n_qubits=s.n_qubits,
     )
