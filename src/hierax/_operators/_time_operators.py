@@ -499,14 +499,9 @@ class CallableOperator(AbstractTimeOperator):
     value never retraces), and [`hierax.SchrodingerTerm`][] and
     [`hierax.LindbladTerm`][] replace it with the `args` given to
     `diffrax.diffeqsolve`. The series is in $t$ alone: `args` are held fixed.
-    Float and complex numbers in `args` are held as JAX arrays; ints and other
-    objects are static (a new one compiles again).
-
-    `fn` is traced once per structure and its compiled program is kept by the
-    identity of `fn`: a value it reads from outside (a global, a closed-over
-    variable, a NumPy array changed in place) is frozen into that program, and a
-    new value there is not seen, as with `jax.jit`. Give what changes as `args`
-    (or as a traced value of the enclosing `jax.jit`).
+    What `args` holds, and what `fn` may read from outside it, are as for
+    [`hierax.CallableTimeFunction`][]: its compiled program is kept by the
+    identity of `fn`, and a global it reads is frozen into it.
     """
 
     fn: Callable[..., Array]
