@@ -146,9 +146,10 @@ def read_state(x: Any, name: str, api: str) -> tuple[Array, bool]:
     if values is None or values.dtype.kind not in "iufc":
         kind = type(x).__name__ if values is None else f"{values.dtype}"
         raise ValueError(f"`{api}`: `{name}` must be a numeric array, got {kind}.")
+    check_finite(values, name, api)
     dtype = complex_dtype(jax.dtypes.canonicalize_dtype(values.dtype))
-    # Checked in the dtype it is solved in: a finite float64 1e39 is inf in
-    # complex64 (x64 off), and ran to `max_steps` before.
+    # And in the dtype it is solved in: a finite float64 1e39 is inf in complex64
+    # (x64 off), and ran to `max_steps` before.
     with np.errstate(over="ignore", invalid="ignore"):
         placed_values = values.astype(np.dtype(dtype))
     check_finite(placed_values, name, api)

@@ -3,10 +3,16 @@
 from collections.abc import Callable
 
 import jax.numpy as jnp
-from beartype import beartype
-from jaxtyping import Array, PyTree, Shaped, jaxtyped
+from jaxtyping import Array, PyTree, Shaped
 
-from .._core import TimeLike, as_time_array, check_order, check_time_finite, module_jit
+from .._core import (
+    TimeLike,
+    as_time_array,
+    check_order,
+    check_time_finite,
+    module_jit,
+    typechecked,
+)
 from ._interpreter import expand, function_name
 
 
@@ -29,7 +35,7 @@ def _taylor_impl(fn: Callable, t: Array, order: int) -> PyTree[Array]:
 _taylor = module_jit(_taylor_impl, api="hierax.taylor", exact_products=False)
 
 
-@jaxtyped(typechecker=beartype)
+@typechecked
 def taylor(
     fn: Callable, t: TimeLike, order: int
 ) -> PyTree[Shaped[Array, "order_plus_1 ..."]]:
