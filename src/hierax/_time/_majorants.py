@@ -56,9 +56,17 @@ def log_majorant(function: AbstractTimeFunction, t: Array, radius: Array) -> Any
     if degree is None:
         return None
     c = jnp.abs(function.series(t, degree, None))
-    k = np.arange(degree + 1)
-    terms = jnp.log(c)[None, :] + k[None, :] * jnp.log(radius)[:, None]
-    return jax.nn.logsumexp(terms, axis=1)
+    log_radius = jnp.log(radius)
+    return _log_sum([jnp.log(c[k]) + k * log_radius for k in range(degree + 1)])
+
+
+def _log_sum(logs: list[Array]) -> Array:
+    """$\\log \\sum_i e^{\\ell_i}$ of a few arrays, term by term: elementwise
+    operations that XLA fuses with their neighbours (a reduction is a kernel of its
+    own, and each kernel a step of its CPU runtime in every solver step)."""
+    top = functools.reduce(jnp.maximum, logs)
+    finite = jnp.where(jnp.isfinite(top), top, 0)
+    return finite + jnp.log(sum(jnp.exp(x - finite) for x in logs))
 
 
 def _log_abs(x: Array) -> Array:
@@ -109,7 +117,7 @@ def _(function: TimeFunctionSum, t, radius):
     parts = [log_majorant(f, t, radius) for f in function.factors]
     if any(p is None for p in parts):
         return None
-    return jax.nn.logsumexp(jnp.stack(parts), axis=0)
+    return _log_sum(parts)
 
 
 @log_majorant.register
@@ -147,7 +155,9 @@ def remainder_bound(
     if log_m is None:
         return None
     log_bound = log_m - (order + 1) * np.log(ratios) - np.log(1 - 1 / ratios)
-    # (All of the function's majorants -inf: a zero amplitude, a zero bound.)
-    best = jnp.min(jnp.real(log_bound).astype(rdtype))
+    # (All of the function's majorants -inf: a zero amplitude, a zero bound.) The
+    # least over the radii term by term, as `_log_sum`.
+    log_bound = jnp.real(log_bound).astype(rdtype)
+    best = functools.reduce(jnp.minimum, [log_bound[i] for i in range(len(ratios))])
     bound = jnp.exp(jnp.minimum(best, np.log(np.finfo(rdtype).max)))
     return jnp.where(h > 0, bound, 0).astype(rdtype)
