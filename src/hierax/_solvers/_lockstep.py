@@ -151,7 +151,8 @@ class ColumnsTerm(AbstractTaylorTerm):
 
         def one(h):
             found = remainder_size(h, t, step, order, known)
-            return jnp.zeros(()) if found is None else found
+            assert found is not None  # (`may_hide_a_peak` above)
+            return found
 
         # Per column, each element's own functions: a row over the columns.
         found = jax.vmap(one, in_axes=(self.axes,))(hamiltonian)

@@ -527,8 +527,7 @@ class Exp(AbstractTimeFunction):
             unit = lax.complex(cos_x, sin_x)
             series = (self.amplitude * unit * power_series(rate, order)).astype(dtype)
             return times_exp(series, self.rate.real * t)
-        else:
-            value = exp(self.rate * t)
+        value = exp(self.rate * t)
         return (self.amplitude * value * power_series(rate, order)).astype(dtype)
 
 
@@ -605,11 +604,10 @@ def _hermite_terms(
     |He_j(x)| / s^j grows no faster than 2^j sqrt(j!). Carried scaled by fixed
     powers of two (below), and e_j = j (k + log2 s) + n_j, all exact. (A rescale
     by a power of two read from the values at every order, built from `log2`,
-    was 137 instructions of a qubit's solve program against 108; one read off
-    the bits made a Gaussian-driven qutrit's solve in a `jax.jit` 95.7 -> 126.6 us
-    on 2 CPU cores: each operation in the loop is a step of XLA's CPU runtime.)
-    The scales carry no gradient: they cancel in g = m 2^e. `unroll`: the
-    recurrence as straight-line code (`BackendChoices.unroll_scalar_series`)."""
+    was 137 instructions of a qubit's solve program against 108: each operation
+    in the loop is a step of XLA's CPU runtime.) The scales carry no gradient:
+    they cancel in g = m 2^e. `unroll`: the recurrence as straight-line code
+    (`BackendChoices.unroll_scalar_series`)."""
     dtype, rdtype = x.dtype, real_dtype(x.dtype)
     one = jnp.ones((), dtype)
     if order == 0:  # (the value alone, as the first step's bound takes it)
@@ -892,7 +890,7 @@ def held_args(args: PyTree) -> PyTree:
     Python control flow): a new one compiles again."""
 
     def held(x: Any) -> Any:
-        if isinstance(x, float | complex) and not isinstance(x, bool):
+        if isinstance(x, float | complex):  # (a bool is an int, not a float)
             return to_jax(x)
         if isinstance(x, np.ndarray | np.generic) and np.issubdtype(
             x.dtype, np.inexact
