@@ -381,3 +381,23 @@ def no_reads_to_the_host():
                 delattr(kind, name)
             else:
                 setattr(kind, name, method)
+
+
+def dense_lanczos(dh, do, steps):
+    """b_1 ... b_steps of the observable `do` under the Hamiltonian `dh` (dense
+    matrices), by Lanczos with full reorthogonalisation, twice, in NumPy."""
+    d = dh.shape[0]
+    inner = lambda a, b: np.trace(a.conj().T @ b) / d
+    previous, current, b_prev, bs, basis = 0 * do, do, 0.0, [], []
+    current = current / np.sqrt(inner(do, do).real)
+    basis.append(current)
+    for _ in range(steps):
+        a = dh @ current - current @ dh - b_prev * previous
+        for _ in range(2):
+            for v in basis:
+                a = a - inner(v, a) * v
+        b = np.sqrt(inner(a, a).real)
+        bs.append(b)
+        previous, current, b_prev = current, a / b, b
+        basis.append(current)
+    return np.array(bs)

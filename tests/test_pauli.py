@@ -13,7 +13,7 @@ import scipy.linalg
 
 import hierax
 
-from .helpers import compile_count, fresh_output, fresh_script
+from .helpers import compile_count, dense_lanczos, fresh_output, fresh_script
 
 
 PAULI = {
@@ -224,24 +224,6 @@ def test_bad_input_is_named():
             hierax.PauliSum.from_strings("XII", [1j]),
             3,
         )
-
-
-def dense_lanczos(dh, do, steps):
-    d = dh.shape[0]
-    inner = lambda a, b: np.trace(a.conj().T @ b) / d
-    previous, current, b_prev, bs, basis = 0 * do, do, 0.0, [], []
-    current = current / np.sqrt(inner(do, do).real)
-    basis.append(current)
-    for _ in range(steps):
-        a = dh @ current - current @ dh - b_prev * previous
-        for _ in range(2):
-            for v in basis:
-                a = a - inner(v, a) * v
-        b = np.sqrt(inner(a, a).real)
-        bs.append(b)
-        previous, current, b_prev = current, a / b, b
-        basis.append(current)
-    return np.array(bs)
 
 
 def test_lanczos_moments_and_autocorrelation_against_dense():

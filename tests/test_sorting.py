@@ -12,11 +12,12 @@ import pytest
 
 import hierax
 from hierax._core import _cache, _choices
+from hierax._operators._pauli import _growth
 from hierax._operators._pauli._compress import compress, sort_order
 from hierax._operators._pauli._counting import running_count
 from hierax._operators._pauli._sorting import network_order
 
-from .helpers import compile_count
+from .helpers import compile_count, dense_lanczos
 
 
 def _numpy_order(keys: list[np.ndarray]) -> np.ndarray:
@@ -133,3 +134,24 @@ def test_lanczos_under_the_tpus_choices_against_dense(on_tpu):
         expected = np.trace(a.conj().T @ a).real / norm2
         np.testing.assert_allclose(float(mu[k]), expected, rtol=1e-12)
     assert np.all(np.asarray(lost) == 0)
+
+
+def test_lanczos_on_the_tpus_working_sizes(monkeypatch):
+    """The TPU's working sizes of a Pauli step (capacity / 16^k: two compiled
+    branches at capacity 4096 where the CPU's capacity / 4^k have three), with the
+    Krylov operators growing from the smaller one into the larger (past 256
+    strings from step 14): the same coefficients as dense Lanczos, exact to
+    rounding."""
+    sizes = {}
+    for platform in ("cpu", "tpu"):
+        monkeypatch.setattr(_choices, "default_platform", lambda p=platform: p)
+        sizes[platform] = _growth._sizes(4096)
+    assert sizes == {"cpu": [256, 1024, 4096], "tpu": [256, 4096]}
+    _cache.clear()
+    h = hierax.PauliSum.ising_chain(5, 1.0, 1.05, 0.5)
+    o = hierax.PauliSum.from_strings(["ZIIII"], [1.0])
+    result = hierax.lanczos(h, o, 16, capacity=4096)  # under the TPU's choices
+    expected = dense_lanczos(np.asarray(h.todense()), np.asarray(o.todense()), 16)
+    np.testing.assert_allclose(np.asarray(result.b), expected, rtol=1e-12)
+    assert np.all(np.asarray(result.dropped) == 0)
+    _cache.clear()

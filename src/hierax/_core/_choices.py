@@ -38,7 +38,9 @@ class BackendChoices(NamedTuple):
     counts by products with a triangular matrix (`_operators._pauli._counting`)
     instead of XLA's sort and cumulative sum. `order_unroll`: the factor by which
     the loops over a Schrodinger step's orders (`_kernels.propagator`) are
-    unrolled."""
+    unrolled. `pauli_size_step`: the ratio of one working size of a Pauli
+    recursion's step (`lanczos`, `moments`) to the next smaller one (capacity /
+    step^k, one compiled branch each; `_operators._pauli._growth`)."""
 
     sparse_density: float
     dense_up_to: int
@@ -50,6 +52,7 @@ class BackendChoices(NamedTuple):
     unroll_scalar_series: bool
     merge_networks: bool
     order_unroll: int
+    pauli_size_step: int
 
     def applies_sparse(self, n: int) -> float | None:
         """The share of nonzeros at or below which a known n x n matrix is applied
@@ -107,6 +110,9 @@ class BackendChoices(NamedTuple):
 #   bitonic network 154 ms against XLA's sort's 36-40 ms, its compile 0.15 s
 #   against 0.03 s; XLA's cumulative sums compile in 0.2 s: XLA's sort and sums
 #   stay.
+# - The working sizes of a Pauli recursion's step, capacity / 4^k: 30 Lanczos
+#   steps of the chaotic Ising chain at capacity 2^16, whose Krylov operators fill
+#   it only after ~25 steps, took 35 s at full size alone.
 CPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=0,
@@ -118,6 +124,7 @@ CPU = BackendChoices(
     unroll_scalar_series=False,
     merge_networks=False,
     order_unroll=1,
+    pauli_size_step=4,
 )
 
 # A TPU (v5e), measured 2026-12-06 (complex64, highest precision).
@@ -159,6 +166,12 @@ CPU = BackendChoices(
 #   5.44 / 5.02-5.14 / 4.26 / 3.86 ms, 256 detunings of a qubit 1.04 / 0.93-0.97 /
 #   0.91 / 0.88 ms; first calls the same within 0.1 s but at 8 (+0.1-0.5 s)
 #   (`results/tpu-v5e/order-unroll-20261207.json`).
+# - The working sizes of a Pauli recursion's step (`lanczos` of Z_0 under the
+#   30-site Ising chain, 30 steps, capacity 2^14, complex64, compiled ahead of
+#   time): XLA compiles each size's branch in about 1.5-3 s. Sizes capacity / 4^k
+#   (four: 256 ... 16384) compile in 14.5 s and run in 9.73 s; the top two in 8.06
+#   / 9.42 s; capacity / 16^k (1024, 16384) in 6.84 / 8.86 s; the capacity alone
+#   in 5.69 / 16.15 s (`results/tpu-v5e/lanczos-variants-30-20261207.json`).
 TPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=4096,
@@ -170,6 +183,7 @@ TPU = BackendChoices(
     unroll_scalar_series=True,
     merge_networks=True,
     order_unroll=4,
+    pauli_size_step=16,
 )
 
 # GPUs: not measured yet; the CPU's choices.

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..._core import check_bool, module_jit, on_backend, raise_if
+from ..._core import backend_choices, check_bool, module_jit, on_backend, raise_if
 from ._compress import compress, lookup, magnitude
 from ._strings import i_power, product_phase
 from ._sum import PauliSum, _live, _valid, check_chain, check_int
@@ -107,17 +107,17 @@ def _check_pair(hamiltonian: PauliSum, observable: PauliSum, api: str) -> None:
 
 
 # Working sizes: the step runs on the first `size` slots of its operators, the
-# smallest of capacity / 4^k (down to this) that holds their strings, so that the
-# early steps of a recursion (a few strings in a large capacity) cost what their
-# strings cost: 30 Lanczos steps of the chaotic Ising chain at capacity 2^16,
-# whose Krylov operators fill it only after ~25 steps, took 35 s at full size.
+# smallest of capacity / step^k (down to this; the step is the backend's
+# `pauli_size_step`) that holds their strings, so that the early steps of a
+# recursion (a few strings in a large capacity) cost what their strings cost.
 _SMALLEST = 256
 
 
 def _sizes(capacity: int) -> list[int]:
+    step = backend_choices().pauli_size_step
     sizes = [capacity]
-    while sizes[-1] // 4 >= _SMALLEST:
-        sizes.append(sizes[-1] // 4)
+    while sizes[-1] // step >= _SMALLEST:
+        sizes.append(sizes[-1] // step)
     return sizes[::-1]
 
 
