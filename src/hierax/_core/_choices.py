@@ -167,11 +167,14 @@ CPU = BackendChoices(
 #   0.91 / 0.88 ms; first calls the same within 0.1 s but at 8 (+0.1-0.5 s)
 #   (`results/tpu-v5e/order-unroll-20261207.json`).
 # - The working sizes of a Pauli recursion's step (`lanczos` of Z_0 under the
-#   30-site Ising chain, 30 steps, capacity 2^14, complex64, compiled ahead of
-#   time): XLA compiles each size's branch in about 1.5-3 s. Sizes capacity / 4^k
-#   (four: 256 ... 16384) compile in 14.5 s and run in 9.73 s; the top two in 8.06
-#   / 9.42 s; capacity / 16^k (1024, 16384) in 6.84 / 8.86 s; the capacity alone
-#   in 5.69 / 16.15 s (`results/tpu-v5e/lanczos-variants-30-20261207.json`).
+#   30-site Ising chain, 30 steps, capacity 2^14, complex64): XLA compiles each
+#   size's branches (the merge, the overlaps) in 2-4 s. Compiled ahead of time in
+#   one process, compile / later call: sizes capacity / 4^k (256 ... 16384) 14.5 /
+#   9.73 s, the top two 8.1 / 9.4 s, capacity / 16^k (1024, 16384) 6.8 / 8.9 s,
+#   the capacity alone 5.7 / 16.2 s (the later variants partly warm). From Python
+#   in a fresh process, capacity / 4^k -> 16^k: the first call 25.98 -> 19.5-19.9
+#   s (XLA's compile 10.05 s), later calls 9.71 -> 9.06 s
+#   (`results/tpu-v5e/lanczos{-variants-30,30-sizes16,30-parts}-20261207.json`).
 TPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=4096,
