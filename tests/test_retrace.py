@@ -100,3 +100,34 @@ def test_solves_with_new_values_compile_nothing():
             again = solve(*values(k, on_device))
             assert not np.allclose(again[2], first[2])
         assert compile_count() == before, on_device
+
+
+def test_int_parameters_are_the_floats_they_equal():
+    """An int given for a time function's float parameter is the Python float it
+    equals, weakly typed as that float is: `Cos(4)` after `Cos(4.0)` compiles
+    nothing (it was a strong float array, a new type to `jax.jit`), for every
+    constructor and for a number in the arithmetic (`2 * f`, `f + 1`)."""
+    state = np.array([1.0, 0.0], complex)
+
+    def solve(a, b, c):
+        drive = (
+            hierax.Cos(a, b, c)
+            + hierax.Sin(a, b, c)
+            + hierax.Exp(-b, c)
+            + hierax.Gaussian(b, a, c)
+            + hierax.Constant(c)
+            + hierax.Polynomial([c, b])
+            + hierax.PiecewiseConstant([0, a], [c])
+            + hierax.PiecewiseLinear([0, a], [b, c])
+            + hierax.CubicSpline([0, 1, a], [b, c, b])
+        )
+        hamiltonian = (c * drive + b) * SIGMA_X + a * np.asarray(SIGMA_Z)
+        return hierax.sesolve(hamiltonian, state, [0.0, 0.5]).final_state
+
+    first = solve(4.0, 1.0, 2.0)
+    before = compile_count()
+    for a, b, c in [(4, 1, 2), (5, 2, 3), (5.0, 2, 3.0)]:
+        out = solve(a, b, c)
+        assert compile_count() == before, (a, b, c)
+        np.testing.assert_array_equal(out, solve(float(a), float(b), float(c)))
+    np.testing.assert_array_equal(solve(4, 1, 2), first)

@@ -51,7 +51,12 @@ from ._function_series import callable_series
 
 
 def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:
-    """A scalar parameter: numeric, finite where its value is known, real if asked."""
+    """A scalar parameter: numeric, finite where its value is known, real if asked.
+    A Python int is the Python float it equals (weakly typed, as that float is):
+    `Cos(4)` and `Cos(4.0)` are then one program, where an int became a strong
+    float array, a different type to `jax.jit`, and compiled a solve again."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        x = _int_as_float(x, name, api)
     array = as_numeric_array(x, name, api, finite=True)
     if real and jnp.iscomplexobj(array):
         raise TypeError(f"`{api}`: `{name}` must be real, got dtype {array.dtype}.")
@@ -63,6 +68,16 @@ def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:
     return array
 
 
+def _int_as_float(x: int, name: str, api: str) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(
+            f"`{api}`: `{name}` must be finite, got an int of {x.bit_length()} bits, "
+            "beyond the float range."
+        ) from None
+
+
 class AbstractTimeFunction(eqx.Module):
     """A scalar function of time $f(t)$ whose Taylor series hierax can compute.
 
@@ -70,6 +85,9 @@ class AbstractTimeFunction(eqx.Module):
     Calling the object gives the value, `taylor` the series. Time functions combine
     with `+`, `-`, `*` and numbers, and a time function times a square matrix is a
     [`hierax.TimeOperator`][].
+
+    An int parameter is the float it equals: `hierax.Cos(4)` is
+    `hierax.Cos(4.0)`, the same compiled program.
 
     """
 
