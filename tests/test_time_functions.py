@@ -6,6 +6,8 @@ import sympy as sp
 
 import hierax
 
+from .helpers import SIGMA_X
+
 
 t = sp.Symbol("t", real=True)
 ORDER = 14
@@ -338,3 +340,38 @@ def test_an_overflowing_complex_exponential_is_inf_not_nan():
     k = np.arange(4)
     exact = 0.3 * np.exp((-0.5 + 2j) * 1.5) * (-0.5 + 2j) ** k / [1, 1, 2, 6]
     np.testing.assert_allclose(np.asarray(g.taylor(1.5, 3)), exact, rtol=1e-14)
+
+
+def test_a_numpy_scalar_factor_keeps_the_functions_precision():
+    """A NumPy scalar times a time function is a number as a Python one is: its
+    value kept exactly, its dtype not imposed. `np.float32(0.1) * Cos(w)` is
+    float64 under x64 (the float32 factor had made the series float32, wrong from
+    the 8th digit), and a float64 NumPy factor leaves a float32 function float32."""
+    w, t0 = 1.3, 0.5
+    k = np.arange(4)
+    # d^k/dt^k cos(w t) / k! in NumPy float64.
+    cos_series = np.cos(w * t0 + k * np.pi / 2) * w**k / [1, 1, 2, 6]
+    for a in (np.float32(0.1), np.array(0.1, np.float32), np.complex64(0.1 + 0.2j)):
+        exact = a.item() * cos_series  # the factor's exact value, in float64
+        for f in (a * hierax.Cos(w), hierax.Cos(w) * a):
+            series = f.taylor(t0, 3)
+            assert series.dtype == exact.dtype
+            np.testing.assert_allclose(
+                np.asarray(series), exact, rtol=1e-15, atol=1e-16
+            )
+        h = a * (hierax.Cos(w) * SIGMA_X)
+        np.testing.assert_allclose(
+            np.asarray(h.taylor(t0, 3))[:, 0, 1], exact, rtol=1e-15, atol=1e-16
+        )
+        total = a + hierax.Cos(w)
+        np.testing.assert_allclose(
+            np.asarray(total(t0)), a.item() + cos_series[0], rtol=1e-15
+        )
+    # Neither a NumPy float64 nor a Python float widens a float32 function.
+    single = hierax.Cos(np.float32(w), amplitude=np.float32(0.5))
+    for a in (np.float64(2.0), 2.0, np.int64(2), 2):
+        scaled = a * single
+        assert scaled.amplitude.dtype == jnp.float32, type(a)
+        assert scaled.taylor(np.float32(t0), 3).dtype == jnp.float32
+    # A JAX array factor promotes by JAX's rules (a chosen dtype).
+    assert (jnp.float32(2.0) * hierax.Cos(w)).amplitude.dtype == jnp.float32

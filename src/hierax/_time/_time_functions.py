@@ -86,8 +86,17 @@ class AbstractTimeFunction(eqx.Module):
     with `+`, `-`, `*` and numbers, and a time function times a square matrix is a
     [`hierax.TimeOperator`][].
 
-    An int parameter is the float it equals: `hierax.Cos(4)` is
-    `hierax.Cos(4.0)`, the same compiled program.
+    A number in this arithmetic, a Python number or a NumPy scalar (or 0-d NumPy
+    array), scales the function in the function's own precision, as a Python
+    number does in JAX: its value is kept exactly and its dtype is not imposed, so
+    `np.float32(0.5) * hierax.Cos(w)` is float64 under x64 (the factor is
+    float32's nearest value to 0.5, widened exactly), and
+    `np.float64(2) * hierax.Cos(np.float32(w))` stays float32. A NumPy scalar is
+    most often a by-product (an entry of a data array, `np.sqrt(2)`), not a
+    choice of precision; choose one with the parameters themselves
+    (`hierax.Cos(np.float32(w), amplitude=np.float32(a))`) or with a JAX array
+    factor, which promotes by JAX's rules. An int parameter is the float it
+    equals: `hierax.Cos(4)` is `hierax.Cos(4.0)`, the same compiled program.
 
     """
 
@@ -301,14 +310,28 @@ def _as_time_function_or_none(x: Any) -> "AbstractTimeFunction | None":
         return x
     if isinstance(x, bool):
         return None
-    if isinstance(x, (int, float, complex)):
-        return Constant(x)
     if hasattr(x, "shape") and hasattr(x, "dtype") and x.shape == ():
         # Numbers only: a 0-d object array (`np.asarray` of a sparse matrix) is an
         # operand of another kind, which the product then names.
-        if np.issubdtype(np.dtype(x.dtype), np.number):
-            return Constant(x)
+        if not np.issubdtype(np.dtype(x.dtype), np.number):
+            return None
+        if isinstance(x, np.generic | np.ndarray):
+            # A NumPy scalar (`np.float64` too, a Python float's subclass) is a
+            # number as a Python one is, its value weakly typed: a strong float32
+            # factor made `np.float32(2) * Cos(w)` float32 under x64.
+            return Constant(_numpy_number(x))
+        return Constant(x)
+    if isinstance(x, (int, float, complex)):
+        return Constant(x)
     return None
+
+
+def _numpy_number(x: np.generic | np.ndarray) -> Any:
+    """A 0-d NumPy number as the Python number of its value (exact: a Python float
+    and complex hold float32's and float64's values), or as itself where Python
+    has none (long double)."""
+    value = x.item()
+    return value if isinstance(value, int | float | complex) else x
 
 
 def as_time_function(x: Any, name: str, api: str) -> AbstractTimeFunction:
