@@ -116,3 +116,29 @@ def test_exp_is_within_an_ulp_everywhere(dtype):
     assert np.isnan(out[4])
     g = jax.grad(exp)(jnp.asarray(0.7, dtype))
     assert abs(float(g) - np.exp(0.7)) <= 4 * float(np.spacing(dtype(np.exp(0.7))))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_times_exp_in_range_is_one_exp_and_one_product(dtype):
+    """A factor in the finite range is applied at once: `times_exp(x, E)` is
+    `x * exp(E)` to the bit (four equal steps rounded four times and carried
+    four times `exp`'s error: 3 ulp against mpmath where `exp` is within 1)."""
+    import mpmath
+
+    from hierax._data import exp
+
+    mpmath.mp.dps = 40
+    top = 0.99 * float(np.log(np.finfo(dtype).max))
+    # (Products in the normal range: a subnormal one has fewer digits.)
+    exponent = np.random.default_rng(0).uniform(2 - top, top, 400).astype(dtype)
+    x = np.random.default_rng(1).uniform(0.5, 2.0, 400).astype(dtype)
+    got = np.asarray(times_exp(jnp.asarray(x), jnp.asarray(exponent)))
+    np.testing.assert_array_equal(got, x * np.asarray(exp(jnp.asarray(exponent))))
+    # The error in mpmath (the exact value rounded to `dtype` first would add up
+    # to half an ulp): `exp` is within 1.05 ulp, and the product rounds once.
+    ulps = [
+        abs(mpmath.mpf(float(g)) - mpmath.mpf(float(a)) * mpmath.exp(float(e)))
+        / float(np.spacing(g))
+        for g, a, e in zip(got, x, exponent)
+    ]
+    assert max(ulps) <= 1.6, max(ulps)

@@ -1,3 +1,5 @@
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -375,3 +377,91 @@ def test_a_numpy_scalar_factor_keeps_the_functions_precision():
         assert scaled.taylor(np.float32(t0), 3).dtype == jnp.float32
     # A JAX array factor promotes by JAX's rules (a chosen dtype).
     assert (jnp.float32(2.0) * hierax.Cos(w)).amplitude.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "rate,amplitude",
+    [
+        (1.0, 1 + 1j),  # A e^{t}: in range
+        (-0.5, 2.0 - 3j),
+        (100.0, 1 + 1j),  # e^{100} overflows float32: inf + inf i, not nan
+        (800.0, 1 - 2j),  # ... and float64
+        (100.0, 1e-30),  # e^{100} overflows float32, A e^{100} does not
+        (100.0, 1e-30 + 2e-30j),
+        (-800.0, 1e300),  # e^{-800} underflows float64, A e^{-800} does not
+        (-800.0, 1e300 - 1e300j),
+        (-120.0, 1e30 + 1e30j),  # ... and e^{-120} float32
+    ],
+)
+def test_a_real_rate_exponential_is_its_closed_form_or_inf_never_nan(
+    dtype, rate, amplitude
+):
+    """A e^{lambda t} with a real rate: its value and series against the closed
+    form A e^{lambda t} lambda^j / j! (mpmath), the growth applied last as a real
+    factor as for a complex rate: inf (with the amplitude's signs) where the true
+    value overflows, the finite value where only e^{lambda t} alone would
+    overflow or underflow, and never nan (inf times a complex amplitude was
+    inf - inf = nan)."""
+    import mpmath
+
+    mpmath.mp.dps = 40
+    complex_dtype = np.result_type(dtype, np.complex64)
+    amplitude_dtype = complex_dtype if isinstance(amplitude, complex) else dtype
+    if abs(amplitude) > float(np.finfo(dtype).max):
+        pytest.skip("the amplitude is beyond this dtype's range")
+    a = np.asarray(amplitude, amplitude_dtype)
+    f = hierax.Exp(dtype(rate), a)
+    t = jnp.asarray(1.0, dtype)
+    order = 3
+    big = float(np.finfo(dtype).max)
+    tiny = float(np.finfo(dtype).tiny)
+    exact = [
+        mpmath.mpc(a.item())
+        * mpmath.exp(rate)
+        * mpmath.mpf(rate) ** j
+        / mpmath.factorial(j)
+        for j in range(order + 1)
+    ]
+    for got, want in [
+        (np.asarray(f(t)), exact[:1]),
+        (np.asarray(f.taylor(t, order)), exact),
+    ]:
+        got = np.atleast_1d(got)
+        assert got.dtype == np.result_type(a.dtype, dtype)
+        assert not np.isnan(got).any(), got
+        for g, w in zip(got, want):
+            for part, g_part in [(w.real, g.real), (w.imag, np.imag(g))]:
+                if abs(part) > big:
+                    assert np.isinf(g_part) and np.sign(g_part) == mpmath.sign(part)
+                elif abs(part) >= tiny:
+                    np.testing.assert_allclose(
+                        g_part, float(part), rtol=8 * np.finfo(dtype).eps
+                    )
+                else:
+                    assert abs(g_part) < 2 * tiny
+
+
+def test_exponential_derivatives_with_respect_to_its_parameters():
+    """d/d lambda and d/dA of A e^{lambda t} lambda^j / j! (the growth applied as
+    a real factor carries its derivative), against the closed forms."""
+    t, order = 0.7, 4
+    j = np.arange(order + 1)
+    fact = np.array([math.factorial(i) for i in j], float)
+
+    def series(rate, amplitude):
+        return hierax.Exp(rate, amplitude).taylor(t, order)
+
+    for rate in (-1.3, 0.4):
+        d_rate = jax.jacfwd(series, argnums=0)(rate, 2.0)
+        exact = (
+            2.0
+            * np.exp(rate * t)
+            * (t * rate**j + j * rate ** np.maximum(j - 1, 0))
+            / fact
+        )
+        np.testing.assert_allclose(d_rate, exact, rtol=1e-13)
+        d_amplitude = jax.jacrev(series, argnums=1)(rate, 2.0)
+        np.testing.assert_allclose(
+            d_amplitude, np.exp(rate * t) * rate**j / fact, rtol=1e-14
+        )

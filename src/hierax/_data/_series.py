@@ -148,25 +148,35 @@ def _times_real(x: Array, factor: Array) -> Array:
     return x * factor
 
 
-# Steps in which `times_exp` applies a factor e^E: each step's exponent is at most
-# 0.99 of the largest finite exponent, so the factors themselves never overflow, and
-# four steps reach every representable result from every representable input.
+# Steps in which `times_exp` applies a factor e^E beyond the float range: each
+# step's exponent is at most 0.99 of the largest finite exponent, so the factors
+# themselves never overflow, and four steps reach every representable result from
+# every representable input.
 _EXP_STEPS = 4
 
 
 def times_exp(x: Array, exponent: Array) -> Array:
     """`x * exp(exponent)` (exponent real, broadcast along the leading axis of `x`)
-    without forming an overflowing or underflowing factor: applied in a few equal
-    steps, each clipped to the finite range. The product is inf or 0 only where the
-    true value is, exact zeros stay zero (never `0 * inf = nan`), and no mask is
-    used, so the derivative with respect to `x` is the factor itself even where `x`
-    is exactly zero."""
+    without forming an overflowing or underflowing factor: a factor in the finite
+    range is applied at once (one `exp` and one rounding: within an ulp or so of
+    `x * exp(exponent)`), one beyond it in a few equal steps, each clipped to the
+    finite range. The product is inf or 0 only where the true value is, exact
+    zeros stay zero (never `0 * inf = nan`), complex `x` is scaled part by part
+    (never `inf * 0 = nan` in the other part), and the derivative with respect to
+    `x` is the factor itself even where `x` is exactly zero."""
     rdtype = real_dtype(x.dtype)
     exponent = jnp.asarray(exponent).astype(rdtype)
     exponent = exponent.reshape(exponent.shape + (1,) * (x.ndim - exponent.ndim))
     limit = 0.99 * math.log(float(np.finfo(rdtype).max))
-    step = exp(jnp.clip(exponent / _EXP_STEPS, -limit, limit))
-    for _ in range(_EXP_STEPS):
+    # In range, the whole factor and then three exact products by 1: the same
+    # single `exp` as equal steps, without their four roundings (3 ulp, not 1).
+    inside = jnp.abs(exponent) <= limit
+    first = exp(
+        jnp.clip(jnp.where(inside, exponent, exponent / _EXP_STEPS), -limit, limit)
+    )
+    x = _times_real(x, first)
+    step = jnp.where(inside, jnp.ones((), rdtype), first)
+    for _ in range(_EXP_STEPS - 1):
         x = _times_real(x, step)
     return x
 

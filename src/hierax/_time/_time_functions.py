@@ -559,17 +559,20 @@ class Exp(AbstractTimeFunction):
     def series(self, t, order, time_scale):
         dtype = jnp.result_type(self.rate, self.amplitude, t, 1.0)
         rate = self.rate if time_scale is None else self.rate * time_scale
-        if jnp.iscomplexobj(self.rate) and not jnp.iscomplexobj(t):
-            # e^{a t} e^{i b t}, the phase b t kept exact at large t, and the growth
-            # e^{a t} applied last as a real factor (`times_exp`): an overflowing
-            # one gives inf, where its product with the complex series was
-            # inf - inf = nan.
+        if jnp.iscomplexobj(t):  # holomorphic use
+            value = exp(self.rate * t)
+            return (self.amplitude * value * power_series(rate, order)).astype(dtype)
+        # The growth e^{a t}, a = Re(rate), applied last as a real factor
+        # (`times_exp`), to a real rate's series too: e^{a t} alone overflows or
+        # underflows where A e^{a t} (a t)^j / j! need not (it read inf for
+        # 1e-30 e^{100 t} in float32, 0 for 1e300 e^{-800 t}), and its inf times a
+        # complex amplitude or phase was inf - inf = nan.
+        series = self.amplitude * power_series(rate, order)
+        if jnp.iscomplexobj(self.rate):
+            # The phase e^{i b t} kept exact at large t.
             cos_x, sin_x = _phase(self.rate.imag, t, None)
-            unit = lax.complex(cos_x, sin_x)
-            series = (self.amplitude * unit * power_series(rate, order)).astype(dtype)
-            return times_exp(series, self.rate.real * t)
-        value = exp(self.rate * t)
-        return (self.amplitude * value * power_series(rate, order)).astype(dtype)
+            series = series * lax.complex(cos_x, sin_x)
+        return times_exp(series.astype(dtype), self.rate.real * t)
 
 
 class Gaussian(AbstractTimeFunction):
