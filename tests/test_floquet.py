@@ -670,3 +670,34 @@ def test_pairs_whose_quasienergies_sum_to_where_one_hermitian_mix_meets(
     modes = np.asarray(basis.modes).astype(complex)
     residual = u @ modes - modes * np.exp(-1j * got * period)
     assert np.max(np.abs(residual)) < 10 * tolerance
+
+
+def test_too_low_an_order_is_named_with_floquets_settings():
+    """A low `order` takes very many short steps (order 1 runs out of `max_steps`
+    at the default tolerances): the error names `hierax.floquet`, the order, and
+    floquet's way to raise the step limit (it has no `max_steps` keyword; the
+    error named `hierax.sesolve` and asked for one). `modes_at` names itself, as
+    a one-line ValueError (it was JAX's run-time error, with a traceback)."""
+    for arguments in (
+        dict(order=1),
+        dict(options=hierax.TaylorOptions(order=2, rtol=1e-6, max_steps=200)),
+    ):
+        with pytest.raises(ValueError) as info:
+            hierax.floquet(H_QUBIT, PERIOD, **arguments)
+        message = str(info.value)
+        assert message.startswith("`hierax.floquet`: the solve over the period")
+        order = arguments.get("order") or arguments["options"].order
+        assert f"at `order` = {order}." in message and "Raise `order`" in message
+        assert "hierax.TaylorOptions(max_steps=...)" in message
+        assert "sesolve" not in message and "\n" not in message
+    # Between the steps of half a period and of a whole one (measured: 400-800
+    # and 800-1600): the basis, over half a period by the drive's symmetry, is
+    # built; a time nearly a period on runs out of them.
+    options = hierax.TaylorOptions(order=4, rtol=1e-8, max_steps=800)
+    basis = hierax.floquet(H_QUBIT, PERIOD, options=options)
+    with pytest.raises(ValueError) as info:
+        basis.modes_at(0.99 * PERIOD)
+    message = str(info.value)
+    assert message.startswith("`hierax.FloquetBasis.modes_at`: the solve from `t0`")
+    assert "at `order` = 4 (given to `hierax.floquet`)" in message
+    assert "\n" not in message

@@ -48,6 +48,7 @@ from .._core import (
     is_traced,
     module_jit,
     on_backend,
+    run_checked,
     to_jax,
 )
 from .._operators import (
@@ -56,7 +57,7 @@ from .._operators import (
     time_operators,
     to_operator,
 )
-from .._solvers import TaylorOptions, default_order, sesolve
+from .._solvers import TaylorOptions, default_order, schrodinger_solve
 from .._time import CallableTimeFunction
 from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
 
@@ -113,7 +114,10 @@ class FloquetBasis(eqx.Module):
         The modes at `t` as the columns of an `(n, n)` array.
         """
         api = "hierax.FloquetBasis.modes_at"
-        return _modes_at(self, real_scalar(t, "t", api, self.period.dtype))
+        # (A failed check in the program, a device time's or the steps', raised
+        # as its message alone.)
+        t = real_scalar(t, "t", api, self.period.dtype)
+        return run_checked(_modes_at, self, t)
 
 
 def _modes_at_impl(basis: FloquetBasis, t: Any) -> Array:
@@ -124,11 +128,17 @@ def _modes_at_impl(basis: FloquetBasis, t: Any) -> Array:
     )
     local = basis.t0 + jnp.mod(t - basis.t0, basis.period)
     local = jnp.where(local <= basis.t0, local + basis.period, local)
-    evolved = sesolve(
+    api = "hierax.FloquetBasis.modes_at"
+    options = basis.options
+    evolved = schrodinger_solve(
         basis.hamiltonian,
         basis.modes,
         jnp.stack([basis.t0, local]),
-        options=basis.options,
+        options=options,
+        api=api,
+        max_steps_advice=_max_steps_advice(
+            "the solve from `t0`", options, basis.modes.dtype, "hierax.floquet"
+        ),
     ).final_state
     phases = jnp.exp(1j * basis.quasienergies * (local - basis.t0))
     return evolved * phases[None, :].astype(evolved.dtype)
@@ -175,7 +185,9 @@ def floquet(
         many drives make memory-bound. Measured on sweeps of 1000 amplitudes
         (driven transmons, n = 4, 6, 10, one `jax.vmap`, matched quasienergy error
         1e-9): 0.53x, 0.90x and 0.57x the time of order 28; single calls within
-        noise of it.
+        noise of it. A low order takes very many short steps (a step's error
+        falls as its length to the power order + 1): at the default tolerances
+        orders below about 4 can run out of `max_steps`, and the error says so.
 
     H must be T-periodic and Hermitian. Where its time functions have closed forms
     (`Cos`, `Sin`, `Exp`, constants, their sums and products) a frequency that is
@@ -598,6 +610,25 @@ def _checked(
     return period
 
 
+def _max_steps_advice(
+    what: str, options: TaylorOptions, dtype: Any, given_to: str | None = None
+) -> str:
+    """The error where the one-period solve runs out of steps, in `floquet`'s
+    settings (it has no `max_steps` keyword): most often a low `order`, whose
+    steps shrink like rtol^(1/order) (order 1 or 2 ran out at rtol 1e-6 on a
+    driven qubit, 3 at the default 1e-12). `given_to`: the call whose settings
+    these are, where it is not the one that failed."""
+    order = options.order or default_order(dtype)
+    where = f" (given to `{given_to}`)" if given_to else ""
+    return (
+        f"{what} took `max_steps` = {options.max_steps} steps without reaching its "
+        f"end, at `order` = {order}{where}. Raise `order` (16 by default): a "
+        "step's error falls as its length to the power order + 1, so a low order "
+        "takes very many steps at these tolerances. Or loosen `rtol` and `atol`, "
+        "or allow more steps with `options=hierax.TaylorOptions(max_steps=...)`."
+    )
+
+
 def _period_solver(
     static: Any,
     n: int,
@@ -626,11 +657,15 @@ def _period_solver(
         period = _checked(operator, period, t0, options.rtol, options.atol, checks)
 
         def solve(times: list[Array]) -> Array:
-            return sesolve(
+            return schrodinger_solve(
                 operator,
                 jnp.eye(n, dtype=dtype),
                 jnp.stack(times),
                 options=options,
+                api="hierax.floquet",
+                max_steps_advice=_max_steps_advice(
+                    "the solve over the period", options, dtype
+                ),
             ).states
 
         if where is None:

@@ -3,7 +3,10 @@
 
 from ._mesolve import mesolve as mesolve
 from ._options import TaylorOptions as TaylorOptions
-from ._sesolve import sesolve as sesolve
+from ._sesolve import (
+    schrodinger_solve as schrodinger_solve,  # for floquet
+    sesolve as sesolve,
+)
 from ._solution import Solution as Solution
 from ._solver import (
     TaylorSolver as TaylorSolver,

@@ -259,6 +259,7 @@ def solve(
     state_name: str,
     state_checked: bool,
     exp_ops_checked: bool = True,
+    max_steps_advice: str | None = None,
 ) -> Solution:
     """The solve shared by `sesolve` and `mesolve`: checks the times (the state's
     shape and the observables are the caller's) and runs the compiled solve with
@@ -268,7 +269,10 @@ def solve(
     inside the program, `state_name` naming it; so are the observables (finite)
     unless `exp_ops_checked`. `expectation(exp_ops, states)`
     gives the expectation values of the caller's kind of state. The step's parts
-    assembled before compiling travel as fields of `term` (`with_parts`)."""
+    assembled before compiling travel as fields of `term` (`with_parts`).
+    `max_steps_advice`: what the error says after `api` where the steps run out
+    (a call built on this solve, such as `floquet`, names its own settings);
+    `None` for `sesolve`'s and `mesolve`'s."""
     times, times_checked = _check_times(times, api)
     rtol, atol, dt = options.rtol, options.atol, options.dt
     # Values held on the host (lists, NumPy arrays) were checked before; JAX
@@ -317,6 +321,7 @@ def solve(
             expectation=expectation,
             checks=checks,
             throw=options.throw,
+            max_steps_advice=max_steps_advice,
         )
 
 
@@ -350,6 +355,7 @@ def _solve_impl(
     `throw=False` the checks' first failure is returned in the solution's
     `failure` instead, the states nan where one failed: no host callback."""
     checks, throw = settings.pop("checks"), settings.pop("throw")
+    advice = settings.pop("max_steps_advice")
     api, max_steps = settings["api"], settings["max_steps"]
     values = (times, state, exp_ops, rtol, atol, dt)
     given, given_messages, owners, safe = _value_checks(*values, api, checks)
@@ -359,7 +365,7 @@ def _solve_impl(
         values = _own_safe(values, given, owners, safe)
     times, state, exp_ops, rtol, atol, dt = values
     solution = _stepped((term, state, times, rtol, atol, dt, exp_ops, norms), settings)
-    solution, failed, messages = _reached(solution, api, max_steps)
+    solution, failed, messages = _reached(solution, api, max_steps, advice)
     if throw:
         return raise_if(solution, failed, messages)
     found = failure(
@@ -561,17 +567,22 @@ _FAILED = "failed"
 
 
 def _reached(
-    solution: Solution, api: str, max_steps: int
+    solution: Solution, api: str, max_steps: int, advice: str | None = None
 ) -> tuple[Solution, list[Array], list[str]]:
     """The solution without `_FAILED`, and the checks (flags and messages) that the
-    steps reached the last time."""
+    steps reached the last time (`advice`: the caller's words where they ran out
+    of `max_steps`, after `api`)."""
     failed = solution.stats[_FAILED]
     stats = {k: v for k, v in solution.stats.items() if k != _FAILED}
     solution = eqx.tree_at(lambda s: s.stats, solution, stats)
+    if advice is None:
+        advice = (
+            f"the solve took `max_steps` = {max_steps} steps without reaching the "
+            "last time. Raise `max_steps`, or loosen `rtol` and `atol` if that "
+            "accuracy is enough."
+        )
     messages = [
-        f"`{api}`: the solve took `max_steps` = {max_steps} steps without "
-        "reaching the last time. Raise `max_steps`, or loosen `rtol` and "
-        "`atol` if that accuracy is enough.",
+        f"`{api}`: {advice}",
         f"`{api}`: the solve stopped before the last time (diffrax reported "
         "a failed step).",
         f"`{api}`: the fixed step `dt` is far too long: a step's error "

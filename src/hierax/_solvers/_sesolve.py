@@ -28,6 +28,7 @@ from ._integrate import (
     resolve_options,
     solve,
 )
+from ._options import TaylorOptions
 from ._solution import Solution
 from ._term import SchrodingerTerm, known_embedded_parts, with_parts
 
@@ -144,39 +145,68 @@ def sesolve(
         ```
     """
     check_no_foreign_keywords(unknown, _API)
+    options = resolve_options(
+        options,
+        _API,
+        rtol=rtol,
+        atol=atol,
+        order=order,
+        dt=dt,
+        max_steps=max_steps,
+        adjoint=adjoint,
+        throw=throw,
+    )
+    return schrodinger_solve(
+        hamiltonian,
+        state,
+        times,
+        options=options,
+        api=_API,
+        exp_ops=exp_ops,
+        progress=progress,
+        dense=dense,
+    )
+
+
+def schrodinger_solve(
+    hamiltonian: Any,
+    state: Any,
+    times: Any,
+    *,
+    options: TaylorOptions,
+    api: str,
+    exp_ops: Any = None,
+    progress: bool = False,
+    dense: bool = False,
+    max_steps_advice: str | None = None,
+) -> Solution:
+    """`sesolve` with resolved `options`, its errors naming `api`: a call built on
+    it (`floquet`) names itself, and says what to change in its own settings where
+    the steps run out (`max_steps_advice`, see `solve`)."""
     term, with_known_parts = _term(hamiltonian)
     n = term.size
-    state, checked = read_state(as_state(state, "state", _API), "state", _API)
-    _check_state(state, n)
+    state, checked = read_state(as_state(state, "state", api), "state", api)
+    _check_state(state, n, api)
     # The terms' real embeddings held by their diagonals, assembled before
     # compiling (none where they do not pay).
     term = with_known_parts(complex_dtype(state.dtype))
     exp_ops, exp_checked = check_exp_ops(
-        as_matrices(exp_ops, "exp_ops", _API), state, n, _API
+        as_matrices(exp_ops, "exp_ops", api), state, n, api
     )
     return solve(
         term,
         state,
         times,
-        options=resolve_options(
-            options,
-            _API,
-            rtol=rtol,
-            atol=atol,
-            order=order,
-            dt=dt,
-            max_steps=max_steps,
-            adjoint=adjoint,
-            throw=throw,
-        ),
+        options=options,
         exp_ops=exp_ops,
         progress=progress,
         dense=dense,
-        api=_API,
+        api=api,
         expectation=_ket_expectations,
         state_name="state",
         state_checked=checked,
         exp_ops_checked=exp_checked,
+        max_steps_advice=max_steps_advice,
     )
 
 
@@ -207,15 +237,15 @@ def _ket_expectations(exp_ops: Array, states: Array) -> Array:
     )
 
 
-def _check_state(state: Array, n: int) -> None:
+def _check_state(state: Array, n: int, api: str) -> None:
     if state.ndim not in (1, 2):
         raise ValueError(
-            f"`{_API}`: `state` must be a numeric array of shape ({n},), ({n}, m) or "
+            f"`{api}`: `state` must be a numeric array of shape ({n},), ({n}, m) or "
             f"({n}, {n}), got {state.dtype} of shape {tuple(state.shape)}."
         )
     if state.shape[0] != n:
         raise ValueError(
-            f"`{_API}`: `state` has shape {tuple(state.shape)} but the `hamiltonian` "
+            f"`{api}`: `state` has shape {tuple(state.shape)} but the `hamiltonian` "
             f"is {n}x{n}; the state's first axis must have size {n}."
         )
 
