@@ -1020,3 +1020,137 @@ def test_a_sum_times_zero_holds_no_strings():
         scaled = o * zero
         assert int(scaled.count) == 0 and scaled.terms() == {}
     assert (o * 2.0).terms() == {"ZIIII": 2.0, "IIXII": 4.0}
+
+
+def test_pauli_time_sum_arithmetic_against_dense_matrices():
+    """`+`, `-`, unary `-`, `*` and `/` by numbers and `*` by time functions (both
+    sides), `sum(...)` and `0 +`: the Pauli Hamiltonian's value at t against the
+    same combination of dense matrices and closed-form functions in NumPy. They
+    raised Python's bare "unsupported operand" errors, and `f * H` a message
+    that called it no matrix."""
+    hx = hierax.PauliSum.from_strings(["XII", "IXI", "IIX"], [0.5, -1.0, 2.0])
+    hzz = hierax.PauliSum.from_strings(["ZZI", "IZZ"], [1.0, 0.25j])
+    dx = 0.5 * dense_string("XII") - dense_string("IXI") + 2 * dense_string("IIX")
+    dzz = dense_string("ZZI") + 0.25j * dense_string("IZZ")
+    w = 1.3
+    h = hierax.Cos(w) * hx + hzz
+    g = hierax.Gaussian(0.2, 0.5)
+
+    def cos(t):
+        return np.cos(w * t)
+
+    def gauss(t):
+        return np.exp(-((t - 0.2) ** 2) / 0.5)
+
+    cases = [
+        (-h, lambda t: -(cos(t) * dx + dzz)),
+        (h - hzz, lambda t: cos(t) * dx),
+        (hzz - h, lambda t: -cos(t) * dx),
+        (h - h, lambda t: 0 * dx),
+        (2 * h, lambda t: 2 * (cos(t) * dx + dzz)),
+        (h * (1 - 2j), lambda t: (1 - 2j) * (cos(t) * dx + dzz)),
+        (h * np.float32(0.5), lambda t: 0.5 * (cos(t) * dx + dzz)),
+        (h / 4, lambda t: (cos(t) * dx + dzz) / 4),
+        (h * g, lambda t: gauss(t) * (cos(t) * dx + dzz)),
+        (g * h, lambda t: gauss(t) * (cos(t) * dx + dzz)),
+        (sum([h, hzz]), lambda t: cos(t) * dx + 2 * dzz),
+        (0 + h - 0, lambda t: cos(t) * dx + dzz),
+        (0 - h, lambda t: -(cos(t) * dx + dzz)),
+    ]
+    for i, (op, dense) in enumerate(cases):
+        assert isinstance(op, hierax.PauliTimeSum), i
+        for t in (0.0, 0.7, -1.9):
+            np.testing.assert_allclose(
+                np.asarray(op(t).todense()), dense(t), atol=1e-14, err_msg=str(i)
+            )
+    # Numbers fold into the functions' amplitudes: the Pauli sums are untouched,
+    # and a traced factor reuses one program.
+    assert (2 * h).sums == h.sums
+    assert [type(f) for f in (2 * h).functions] == [hierax.Cos, hierax.Constant]
+    levels = jax.jit(lambda a: hierax.PauliHierarchy(a * h, hzz, 2)(0.3)[1].todense())
+    np.testing.assert_allclose(
+        np.asarray(levels(2.0)),
+        np.asarray(hierax.PauliHierarchy(2 * h, hzz, 2)(0.3)[1].todense()),
+        atol=1e-13,
+    )
+
+
+def test_pauli_time_sum_refusals_name_the_operation():
+    """Bad operands and constructor arguments get a one-line error naming the
+    operation and what to do, never a raw Python or NumPy error (they were
+    "object of type 'Cos' has no len()", "'numpy.ndarray' object has no attribute
+    'n_qubits'", NumPy's matmul signature, and a float taken as a function)."""
+    hx = hierax.PauliSum.from_strings(["XI", "IX"])
+    h = hierax.Cos(1.0) * hx
+    sx = np.array([[0.0, 1.0], [1.0, 0.0]])
+    refused = [
+        (lambda: h + 1, TypeError, "PauliTimeSum + ...`: cannot add", "identity"),
+        (lambda: 2 - h, TypeError, "... - hierax.PauliTimeSum`", "identity"),
+        (lambda: h + hierax.Cos(), TypeError, "cannot add", "multiply it by a Pauli"),
+        (lambda: h + sx, TypeError, "cannot add a value of type ndarray", "matrices"),
+        (lambda: sx - h, TypeError, "... - hierax.PauliTimeSum`", "matrices"),
+        (lambda: h + None, TypeError, "cannot add", "hierax.PauliSum"),
+        (lambda: h * hx, TypeError, "PauliTimeSum * ...`", "no operator product"),
+        (lambda: hx * h, TypeError, "... * hierax.PauliTimeSum`", "no operator pr"),
+        (lambda: h @ hx, TypeError, "PauliTimeSum @ ...`", "f * (a @ b)"),
+        (lambda: hx @ h, TypeError, "... @ hierax.PauliTimeSum`", "f * (a @ b)"),
+        (lambda: h @ sx, TypeError, "PauliTimeSum @ ...`", "no operator product"),
+        (lambda: h * sx, TypeError, "PauliTimeSum * ...`", "matrices do not mix"),
+        (lambda: sx * h, TypeError, "... * hierax.PauliTimeSum`", "matrices do not"),
+        (lambda: h * "a", TypeError, "PauliTimeSum * ...`", "got str"),
+        (lambda: h * np.nan, ValueError, "PauliTimeSum * number`", "finite, got nan"),
+        (lambda: np.inf * h, ValueError, "number * hierax.PauliTimeSum`", "finite"),
+        (lambda: h * True, TypeError, "PauliTimeSum * number`", "the boolean True"),
+        (lambda: h * 10**400, ValueError, "PauliTimeSum * number`", "1329 bits"),
+        (lambda: h / 0, ValueError, "PauliTimeSum / number`", "division by zero"),
+        (lambda: h / hx, TypeError, "PauliTimeSum / number`", "must be a number"),
+        (lambda: hx * 10**400, ValueError, "hierax.PauliSum * number`", "1329 bits"),
+        (
+            lambda: hierax.PauliTimeSum(hierax.Cos(), hx),
+            TypeError,
+            "PauliTimeSum`: `functions` must be a tuple or list",
+            "got Cos",
+        ),
+        (
+            lambda: hierax.PauliTimeSum((hierax.Cos(),), (sx,)),
+            TypeError,
+            "PauliTimeSum`: `sums[0]` must be a `hierax.PauliSum`",
+            "ndarray",
+        ),
+        (
+            lambda: hierax.PauliTimeSum(("cos",), (hx,)),
+            TypeError,
+            "PauliTimeSum`: `functions[0]` must be a time function",
+            "str",
+        ),
+        (
+            lambda: hierax.PauliTimeSum((hierax.Cos(),), (hx, hx)),
+            ValueError,
+            "one time function per Pauli sum",
+            "got 1 and 2",
+        ),
+        (
+            lambda: h + hierax.PauliSum.from_strings("ZZZ"),
+            ValueError,
+            "every term must act on the same chain",
+            "[2, 3]",
+        ),
+    ]
+    for call, kind, first, second in refused:
+        with pytest.raises(kind) as info:
+            call()
+        message = str(info.value)
+        assert first in message and second in message, message
+        assert message.startswith("`") and "\n" not in message, message
+    # A number given as a function is a constant.
+    constant = hierax.PauliTimeSum((2.0,), (hx,))
+    assert isinstance(constant.functions[0], hierax.Constant)
+    np.testing.assert_allclose(
+        np.asarray(constant(0.4).todense()), 2 * np.asarray(hx.todense()), atol=1e-15
+    )
+    # A PauliSum times a large int that fits a float (it overflowed JAX's int64).
+    np.testing.assert_allclose(
+        np.asarray((hx * 10**300).todense()),
+        1e300 * np.asarray(hx.todense()),
+        rtol=1e-15,
+    )

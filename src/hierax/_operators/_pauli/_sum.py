@@ -21,7 +21,7 @@ from ..._core import (
     on_backend,
     to_jax,
 )
-from ..._time import AbstractTimeFunction, Constant
+from ..._time import AbstractTimeFunction, Constant, as_time_function
 from ._compress import compress, lookup
 from ._strings import i_power, parse, product_phase, site_masks, to_strings, words
 
@@ -353,7 +353,7 @@ class PauliSum(eqx.Module):
     def __mul__(self, other: Any) -> "PauliSum":
         if isinstance(other, PauliSum) or not _is_number(other):
             return NotImplemented
-        _check_finite_number(other, "hierax.PauliSum * number", "the number")
+        other = _finite_number(other, "hierax.PauliSum * number", "the number")
         return _scale(self, other)
 
     def __rmul__(self, other: Any) -> "PauliSum":
@@ -363,7 +363,7 @@ class PauliSum(eqx.Module):
         if isinstance(other, PauliSum) or not _is_number(other):
             return NotImplemented
         api = "hierax.PauliSum / number"
-        _check_finite_number(other, api, "the divisor")
+        other = _finite_number(other, api, "the divisor")
         if not is_traced(other) and other == 0:
             raise ValueError(f"`{api}`: division by zero.")
         return _scale(self, 1 / other)
@@ -453,18 +453,52 @@ class PauliTimeSum(eqx.Module):
     """A time-dependent Pauli Hamiltonian $H(t) = \\sum_j f_j(t) H_j$: time functions
     ([`hierax.Cos`][], [`hierax.Gaussian`][], ...) times [`hierax.PauliSum`][]s,
     built with `*` and `+` (`hierax.Cos(w) * hx + hzz`); the Hamiltonian of a
-    [`hierax.PauliHierarchy`][]. Calling it at `t` gives the Pauli sum $H(t)$."""
+    [`hierax.PauliHierarchy`][]. Calling it at `t` gives the Pauli sum $H(t)$.
+
+    It takes `+` and `-` with Pauli sums and other Pauli time sums (and `0`, so
+    that `sum(...)` works), and `*` and `/` by numbers and `*` by time functions,
+    which scale its functions (`2 * (f * hx)` is `(2 * f) * hx`)."""
 
     functions: tuple[AbstractTimeFunction, ...]
     sums: tuple[PauliSum, ...]
     not_a_matrix: ClassVar[str] = _NOT_A_MATRIX
 
-    def __check_init__(self):
-        if len(self.functions) != len(self.sums) or not self.sums:
+    # Let NumPy hand `ndarray + H` to us (refused, with the reason) instead of
+    # broadcasting over the array's entries.
+    __array_ufunc__ = None
+
+    def __init__(self, functions: Sequence[Any], sums: Sequence[PauliSum]):
+        """**Arguments:**
+
+        - `functions`: the time functions $f_j$, a sequence of
+            [`hierax.AbstractTimeFunction`][]s (numbers are constants).
+        - `sums`: the Pauli sums $H_j$, a sequence of [`hierax.PauliSum`][]s on one
+            chain, one per function.
+        """
+        api = "hierax.PauliTimeSum"
+        for name, value in (("functions", functions), ("sums", sums)):
+            if not isinstance(value, (tuple, list)):
+                raise TypeError(
+                    f"`{api}`: `{name}` must be a tuple or list, got "
+                    f"{type(value).__name__}; build one with `f * h` and `+`."
+                )
+        if len(functions) != len(sums) or not sums:
             raise ValueError(
-                "`hierax.PauliTimeSum`: expected one time function per Pauli sum "
-                f"(and at least one), got {len(self.functions)} and {len(self.sums)}."
+                f"`{api}`: expected one time function per Pauli sum (and at least "
+                f"one), got {len(functions)} and {len(sums)}."
             )
+        for i, h in enumerate(sums):
+            if not isinstance(h, PauliSum):
+                raise TypeError(
+                    f"`{api}`: `sums[{i}]` must be a `hierax.PauliSum`, got "
+                    f"{type(h).__name__}."
+                )
+        self.functions = tuple(
+            as_time_function(f, f"functions[{i}]", api) for i, f in enumerate(functions)
+        )
+        self.sums = tuple(sums)
+
+    def __check_init__(self):
         n = self.sums[0].n_qubits
         if any(s.n_qubits != n for s in self.sums):
             raise ValueError(
@@ -477,16 +511,82 @@ class PauliTimeSum(eqx.Module):
         return self.sums[0].n_qubits
 
     def __add__(self, other: Any) -> "PauliTimeSum":
-        other = as_time_sum(other)
-        if other is None:
-            return NotImplemented
-        return PauliTimeSum(self.functions + other.functions, self.sums + other.sums)
+        if _is_zero_number(other):
+            return self
+        term = as_time_sum(other)
+        if term is None:
+            _refuse_term(other, "+", "add")
+        return PauliTimeSum(self.functions + term.functions, self.sums + term.sums)
 
     def __radd__(self, other: Any) -> "PauliTimeSum":
-        other = as_time_sum(other)
-        if other is None:
-            return NotImplemented
-        return other + self
+        if _is_zero_number(other):
+            return self  # `sum(...)` starts from 0
+        term = as_time_sum(other)
+        if term is None:
+            _refuse_term(other, "+", "add", reflected=True)
+        return term + self
+
+    def __neg__(self) -> "PauliTimeSum":
+        return self._scaled(-1.0)
+
+    def __sub__(self, other: Any) -> "PauliTimeSum":
+        if _is_zero_number(other):
+            return self
+        term = as_time_sum(other)
+        if term is None:
+            _refuse_term(other, "-", "subtract")
+        return self + (-term)
+
+    def __rsub__(self, other: Any) -> "PauliTimeSum":
+        if _is_zero_number(other):
+            return -self
+        term = as_time_sum(other)
+        if term is None:
+            _refuse_term(other, "-", "subtract", reflected=True)
+        return term + (-self)
+
+    def __mul__(self, other: Any) -> "PauliTimeSum":
+        if isinstance(other, AbstractTimeFunction):
+            return PauliTimeSum(tuple(f * other for f in self.functions), self.sums)
+        if _is_number(other):
+            api = "hierax.PauliTimeSum * number"
+            return self._scaled(_finite_number(other, api, "the number"))
+        _refuse_factor(other, "hierax.PauliTimeSum * ...")
+
+    def __rmul__(self, other: Any) -> "PauliTimeSum":
+        if isinstance(other, AbstractTimeFunction):
+            return self.times_function(other)
+        if _is_number(other):
+            api = "number * hierax.PauliTimeSum"
+            return self._scaled(_finite_number(other, api, "the number"))
+        _refuse_factor(other, "... * hierax.PauliTimeSum")
+
+    def __truediv__(self, other: Any) -> "PauliTimeSum":
+        api = "hierax.PauliTimeSum / number"
+        if not _is_number(other):
+            raise TypeError(
+                f"`{api}`: the divisor must be a number, got {type(other).__name__}."
+            )
+        other = _finite_number(other, api, "the divisor")
+        if not is_traced(other) and other == 0:
+            raise ValueError(f"`{api}`: division by zero.")
+        return self._scaled(1 / other)
+
+    def __matmul__(self, other: Any) -> Any:
+        _refuse_product("hierax.PauliTimeSum @ ...")
+
+    def __rmatmul__(self, other: Any) -> Any:
+        _refuse_product("... @ hierax.PauliTimeSum")
+
+    def times_function(self, function: AbstractTimeFunction) -> "PauliTimeSum":
+        """`f * self` for a time function f: each of its functions times f."""
+        return PauliTimeSum(tuple(function * f for f in self.functions), self.sums)
+
+    def _scaled(self, factor: Any) -> "PauliTimeSum":
+        """`factor * self` for a number: folded into the functions (their
+        amplitudes, where they have one), the Pauli sums untouched (no program
+        runs)."""
+        return PauliTimeSum(tuple(f * factor for f in self.functions), self.sums)
 
     def __call__(self, t: ArrayLike) -> PauliSum:
         """$H(t)$ as one Pauli sum (room for all the terms' strings)."""
@@ -496,6 +596,64 @@ class PauliTimeSum(eqx.Module):
             total = term if total is None else total + term
         assert total is not None
         return total
+
+
+def _is_zero_number(x: Any) -> bool:
+    """A concrete number 0 (what `sum(...)` starts from)."""
+    return isinstance(x, (int, float, complex)) and not isinstance(x, bool) and x == 0
+
+
+def _refuse_term(other: Any, sign: str, verb: str, reflected: bool = False) -> None:
+    """The error for `H + x` and `H - x` with x no Pauli sum: what to do instead."""
+    api = (
+        f"... {sign} hierax.PauliTimeSum"
+        if reflected
+        else f"hierax.PauliTimeSum {sign} ..."
+    )
+    kind = type(other).__name__
+    if isinstance(other, AbstractTimeFunction):
+        hint = (
+            "a time function alone is no operator; multiply it by a Pauli sum "
+            f"first (`hierax.{kind}(...) * h`)"
+        )
+    elif _is_number(other):
+        hint = (
+            "a number alone is no operator; for c times the identity add "
+            '`c * hierax.PauliSum.from_strings("I" * n_qubits)`'
+        )
+    elif hasattr(other, "shape"):
+        hint = (
+            "Pauli sums and matrices do not mix; for a matrix (N <= 14) use the "
+            "Pauli sums' `.todense()` and `hierax.TimeOperator`"
+        )
+    else:
+        hint = "it takes `hierax.PauliSum`s and `hierax.PauliTimeSum`s"
+    raise TypeError(f"`{api}`: cannot {verb} a value of type {kind}: {hint}.")
+
+
+def _refuse_factor(other: Any, api: str) -> None:
+    """The error for `H * x` with x neither a number nor a time function."""
+    kind = type(other).__name__
+    if isinstance(other, (PauliSum, PauliTimeSum)):
+        _refuse_product(api)
+    raise TypeError(
+        f"`{api}`: a Pauli time sum is multiplied by numbers and time functions, "
+        f"got {kind}."
+        + (
+            " Pauli sums and matrices do not mix; for a matrix (N <= 14) use the "
+            "Pauli sums' `.todense()`."
+            if hasattr(other, "shape")
+            else ""
+        )
+    )
+
+
+def _refuse_product(api: str) -> None:
+    raise TypeError(
+        f"`{api}`: a Pauli time sum has no operator product; multiply the Pauli "
+        "sums first (`f * (a @ b)`, with `hierax.PauliSum.product`), or use its "
+        "value at a time (`H(t) @ b`)."
+    )
 
 
 def as_time_sum(x: Any) -> PauliTimeSum | None:
@@ -622,15 +780,27 @@ def _threshold(threshold: Any, api: str) -> Any:
     return value
 
 
-def _check_finite_number(x: Any, api: str, name: str) -> None:
+def _finite_number(x: Any, api: str, name: str) -> Any:
+    """`x`, a number checked to be finite where it is known (a traced one is
+    checked at run time, in `_scale`); a Python int as the float it equals (an int
+    past int64 made the compiled product raise JAX's overflow error)."""
     if isinstance(x, (bool, np.bool_)) or (
         hasattr(x, "dtype") and np.dtype(x.dtype).kind == "b"
     ):
-        raise TypeError(f"`{api}`: {name} must be a number, got {x!r}.")
+        raise TypeError(f"`{api}`: {name} must be numeric, got the boolean {x!r}.")
     if is_traced(x):
-        return  # checked at run time, in `_scale`
+        return x
+    if isinstance(x, int):
+        try:
+            return float(x)
+        except OverflowError:
+            raise ValueError(
+                f"`{api}`: {name} must be finite, got an int of {x.bit_length()} "
+                "bits, beyond the float range."
+            ) from None
     if not np.isfinite(x):
         raise ValueError(f"`{api}`: {name} must be finite, got {x}.")
+    return x
 
 
 def _is_zero(x: Any) -> bool:
