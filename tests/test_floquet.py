@@ -678,15 +678,14 @@ def test_too_low_an_order_is_named_with_floquets_settings():
     floquet's way to raise the step limit (it has no `max_steps` keyword; the
     error named `hierax.sesolve` and asked for one). `modes_at` names itself, as
     a one-line ValueError (it was JAX's run-time error, with a traceback)."""
-    for arguments in (
-        dict(order=1),
-        dict(options=hierax.TaylorOptions(order=2, rtol=1e-6, max_steps=200)),
+    for order, arguments in (
+        (1, dict(order=1)),
+        (2, dict(options=hierax.TaylorOptions(order=2, rtol=1e-6, max_steps=200))),
     ):
         with pytest.raises(ValueError) as info:
             hierax.floquet(H_QUBIT, PERIOD, **arguments)
         message = str(info.value)
         assert message.startswith("`hierax.floquet`: the solve over the period")
-        order = arguments.get("order") or arguments["options"].order
         assert f"at `order` = {order}." in message and "Raise `order`" in message
         assert "hierax.TaylorOptions(max_steps=...)" in message
         assert "sesolve" not in message and "\n" not in message

@@ -1053,7 +1053,7 @@ def test_pauli_time_sum_arithmetic_against_dense_matrices():
         (h / 4, lambda t: (cos(t) * dx + dzz) / 4),
         (h * g, lambda t: gauss(t) * (cos(t) * dx + dzz)),
         (g * h, lambda t: gauss(t) * (cos(t) * dx + dzz)),
-        (sum([h, hzz]), lambda t: cos(t) * dx + 2 * dzz),
+        (sum([h, hzz]), lambda t: cos(t) * dx + 2 * dzz),  # pyright: ignore
         (0 + h - 0, lambda t: cos(t) * dx + dzz),
         (0 - h, lambda t: -(cos(t) * dx + dzz)),
     ]
@@ -1106,13 +1106,13 @@ def test_pauli_time_sum_refusals_name_the_operation():
         (lambda: h / hx, TypeError, "PauliTimeSum / number`", "must be a number"),
         (lambda: hx * 10**400, ValueError, "hierax.PauliSum * number`", "1329 bits"),
         (
-            lambda: hierax.PauliTimeSum(hierax.Cos(), hx),
+            lambda: hierax.PauliTimeSum(hierax.Cos(), hx),  # pyright: ignore
             TypeError,
             "PauliTimeSum`: `functions` must be a tuple or list",
             "got Cos",
         ),
         (
-            lambda: hierax.PauliTimeSum((hierax.Cos(),), (sx,)),
+            lambda: hierax.PauliTimeSum((hierax.Cos(),), (sx,)),  # pyright: ignore
             TypeError,
             "PauliTimeSum`: `sums[0]` must be a `hierax.PauliSum`",
             "ndarray",

@@ -116,7 +116,7 @@ def test_int_parameters_are_the_floats_they_equal():
             + hierax.Exp(-b, c)
             + hierax.Gaussian(b, a, c)
             + hierax.Constant(c)
-            + hierax.Polynomial([c, b])
+            + hierax.Polynomial([c, b])  # pyright: ignore
             + hierax.PiecewiseConstant([0, a], [c])
             + hierax.PiecewiseLinear([0, a], [b, c])
             + hierax.CubicSpline([0, 1, a], [b, c, b])

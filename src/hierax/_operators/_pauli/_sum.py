@@ -3,7 +3,7 @@ time-dependent sums of them (`f * sum`)."""
 
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import equinox as eqx
 import jax
@@ -603,7 +603,7 @@ def _is_zero_number(x: Any) -> bool:
     return isinstance(x, (int, float, complex)) and not isinstance(x, bool) and x == 0
 
 
-def _refuse_term(other: Any, sign: str, verb: str, reflected: bool = False) -> None:
+def _refuse_term(other: Any, sign: str, verb: str, reflected: bool = False) -> NoReturn:
     """The error for `H + x` and `H - x` with x no Pauli sum: what to do instead."""
     api = (
         f"... {sign} hierax.PauliTimeSum"
@@ -631,7 +631,7 @@ def _refuse_term(other: Any, sign: str, verb: str, reflected: bool = False) -> N
     raise TypeError(f"`{api}`: cannot {verb} a value of type {kind}: {hint}.")
 
 
-def _refuse_factor(other: Any, api: str) -> None:
+def _refuse_factor(other: Any, api: str) -> NoReturn:
     """The error for `H * x` with x neither a number nor a time function."""
     kind = type(other).__name__
     if isinstance(other, (PauliSum, PauliTimeSum)):
@@ -648,7 +648,7 @@ def _refuse_factor(other: Any, api: str) -> None:
     )
 
 
-def _refuse_product(api: str) -> None:
+def _refuse_product(api: str) -> NoReturn:
     raise TypeError(
         f"`{api}`: a Pauli time sum has no operator product; multiply the Pauli "
         "sums first (`f * (a @ b)`, with `hierax.PauliSum.product`), or use its "
