@@ -97,7 +97,9 @@ def _propagator_levels(
     order = derivatives.order
     hamiltonian = derivatives.hamiltonian
     # States keep sparse terms sparse (one sparse product per term and order).
-    probe = lambda: growth_rate(hamiltonian.sparse_series(t, 3, None), None)  # noqa: E731
+    probe = lambda: growth_rate(  # noqa: E731
+        hamiltonian.sparse_series(t, 3, None), None, commutator=False
+    )
     probe_dtype = _complex_dtype(derivatives, state)
     scale = _time_scale(derivatives, probe, probe_dtype, api, checks)
     h = hamiltonian.sparse_series(t, order, scale)
