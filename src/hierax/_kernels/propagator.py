@@ -1148,21 +1148,41 @@ def propagator_errors(terms: TermSeries, series: Array) -> Array:
 def series_errors(h: Array, series: Array) -> Array:
     """The running estimate of `propagator_errors` for any linear recursion
     $u_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} \\mathcal{G}_m[u_{j-m}]$, given a bound
-    `h[m]` on the size of each $\\mathcal{G}_m$ (shape `(K+1,)`)."""
+    `h[m]` on the size of each $\\mathcal{G}_m$ (shape `(K+1,)`). A coefficient near
+    the bottom of the range is charged for underflow too (an entry below the
+    smallest normal float loses up to that much, flushed to zero or subnormal),
+    and one that reads zero although its parts do not, inf: a level lost to
+    underflow never reports a small error."""
     rdtype = real_dtype(series.dtype)
+    info = np.finfo(rdtype)
     order = series.shape[0] - 1
-    unit = float(np.finfo(rdtype).eps) * math.sqrt(series.shape[1])
-    sizes = frobenius(series, tuple(range(1, series.ndim)))
+    unit = float(info.eps) * math.sqrt(series.shape[1])
+    floor = float(info.tiny) * math.sqrt(math.prod(series.shape[1:]))
+    sizes = _sizes(series)
     i = jnp.arange(order + 1)
 
     def body(j, errors):
-        # Sum over m <= j of |h_m| |u_{j-m}| (err_{j-m} + unit).
-        window = jnp.where(
-            i <= j, jnp.take(sizes * (errors + unit), jnp.clip(j - i, 0, order)), 0
-        )
-        total = jnp.sum(h * window)
-        own = (j + 1) * sizes[j + 1]
-        return errors.at[j + 1].set(jnp.where(total > 0, total / own, 0))
+        # Sum over m <= j of |h_m| |u_{j-m}| (err_{j-m} + unit). A zero coefficient
+        # adds nothing if exact (error 0), inf if lost (error inf): what is
+        # computed from a lost coefficient is lost too.
+        lost = jnp.where(errors > 0, jnp.inf, 0)
+        carried = jnp.where(sizes > 0, sizes * (errors + unit), lost)
+        window = jnp.where(i <= j, jnp.take(carried, jnp.clip(j - i, 0, order)), 0)
+        total = jnp.sum(jnp.where((h > 0) & (window > 0), h * window, 0))
+        size = sizes[j + 1]
+        safe = jnp.where(size > 0, size, 1)
+        error = jnp.where(size > 0, total / ((j + 1) * safe) + floor / safe, jnp.inf)
+        return errors.at[j + 1].set(jnp.where(total > 0, error, 0))
 
-    start = jnp.zeros((order + 1,), rdtype).at[0].set(float(np.finfo(rdtype).eps))
+    start = jnp.zeros((order + 1,), rdtype).at[0].set(float(info.eps))
     return _order_loop(order, body, start)
+
+
+def _sizes(series: Array) -> Array:
+    """The Frobenius norm of each coefficient, scaled by its largest entry first:
+    the squares of entries below the square root of the smallest float would
+    underflow and read a small coefficient as zero."""
+    axes = tuple(range(1, series.ndim))
+    largest = jnp.max(jnp.abs(series), axis=axes, keepdims=True)
+    safe = jnp.where(largest > 0, largest, 1)
+    return largest.reshape(-1) * frobenius(series / safe, axes)
