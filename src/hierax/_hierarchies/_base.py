@@ -177,7 +177,7 @@ class AbstractHierarchy(eqx.Module, Generic[LevelsT]):
     $s > 0$ (coefficient k as $X_k s^k / k!$), rescaled at the end. The result
     does not depend on it; it only keeps the carried numbers in floating-point
     range. By default it is chosen at each call from a cheap estimate of how fast
-    the series grow (the norms of the Hamiltonian's parts and its drive
+    the series grow (the spectral norms of the Hamiltonian's parts and its drive
     frequencies) and rounded to a power of two, so physical units (energies of
     $10^{10}$ rad/s, times in seconds) work as they are. An explicit `time_scale`
     is used as given within a factor 16 of the automatic one and clipped to that
