@@ -220,11 +220,32 @@ def test_lab_frame_transmon_and_resonator():
         float(two_pi * 5), amplitude=float(amplitude)
     ) * as_np(drive)
     h = hierax.HeisenbergHierarchy(hamiltonian, as_np(x), 12)
-    errors = _per_level(h(float(t0)), reference)
+    levels = h(float(t0))
+    errors = _per_level(levels, reference)
     # The input energies are rounded to 1e-16 relative (~5e-15 rad/ns absolute):
     # that, not the algorithm, bounds what any method can reach here.
     assert np.all(errors <= 1e-11), errors
-    _check_estimate(h.error_estimate(float(t0)), errors)
+    # The estimate models the rounding of the computation, not of its inputs: it
+    # is checked against the levels of the inputs as hierax received them (the
+    # float64 matrices, frequency, amplitude and time, each exactly as rational).
+    given = lambda m: sp.Matrix(  # noqa: E731
+        [[sp.Rational(v.real) + sp.I * sp.Rational(v.imag) for v in row] for row in m]
+    )
+    given_terms = [
+        (sp.Integer(1), given(np.asarray(as_np(h_static)))),
+        (
+            sp.Rational(float(amplitude))
+            * sp.cos(sp.Rational(float(two_pi * 5)) * t_sym),
+            given(np.asarray(as_np(drive))),
+        ),
+    ]
+    as_given = sympy_levels(
+        given_terms,
+        [(sp.Integer(1), given(np.asarray(as_np(x))))],
+        sp.Rational(float(t0)),
+        12,
+    )
+    _check_estimate(h.error_estimate(float(t0)), _per_level(levels, as_given))
 
 
 def test_si_units_through_the_normalised_levels():

@@ -173,8 +173,8 @@ CPU = BackendChoices(
 #   9.73 s, the top two 8.1 / 9.4 s, capacity / 16^k (1024, 16384) 6.8 / 8.9 s,
 #   the capacity alone 5.7 / 16.2 s (the later variants partly warm). From Python
 #   in a fresh process, capacity / 4^k -> 16^k: the first call 25.98 -> 19.5-19.9
-#   s (XLA's compile 10.05 s), later calls 9.71 -> 9.06 s
-#   (`results/tpu-v5e/lanczos{-variants-30,30-sizes16,30-parts}-20261207.json`).
+#   s (XLA's compile 10.05 s), later calls 9.71 -> 9.06 s (`results/tpu-v5e/`:
+#   `lanczos-variants-30-`, `lanczos-issue-size-{sizes16,parts}-20261207.json`).
 TPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=4096,

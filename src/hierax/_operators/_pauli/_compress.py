@@ -221,13 +221,17 @@ def lookup(
 ) -> Inexact[Array, " q"]:
     """The coefficients of the query strings in a merged sum (its first `count`
     strings sorted, as `compress` leaves them; zero where absent): a binary search
-    over the words, most significant first, in ceil(log2(m + 1)) gathers."""
-    keys = [x[:, w] for w in range(x.shape[1])] + [z[:, w] for w in range(z.shape[1])]
-    query = [qx[:, w] for w in range(qx.shape[1])]
-    query += [qz[:, w] for w in range(qz.shape[1])]
+    over the words, most significant first, in ceil(log2(m + 1)) gathers, each of
+    a string's words together (one gather of rows, not one per word)."""
+    keys = jnp.concatenate([x, z], axis=1)
+    query = jnp.concatenate([qx, qz], axis=1)
+    words = keys.shape[1]
 
     def less(i):  # keys[i] < query, lexicographically
-        return lexicographic_less([key[i] for key in keys], query)
+        row = keys[i]
+        return lexicographic_less(
+            [row[:, w] for w in range(words)], [query[:, w] for w in range(words)]
+        )
 
     def halve(_, bounds):
         lo, hi = bounds
@@ -240,5 +244,5 @@ def lookup(
     hi = jnp.broadcast_to(count.astype(jnp.int32), (q,))
     lo, _ = lax.fori_loop(0, int(x.shape[0]).bit_length(), halve, (lo, hi))
     i = jnp.minimum(lo, x.shape[0] - 1)
-    found = (lo < count) & jnp.all(x[i] == qx, axis=1) & jnp.all(z[i] == qz, axis=1)
+    found = (lo < count) & jnp.all(keys[i] == query, axis=1)
     return jnp.where(found, c[i], 0)
