@@ -302,6 +302,22 @@ def test_complex64_state_sets_the_precision(n, sparse, layout):
     assert _error(low.states, high.states) <= 1e-5  # measured 6e-8
 
 
+def test_complex64_state_under_float64_times_is_solved_in_complex128():
+    """diffrax widens a complex64 state under float64 times to complex128: the
+    step's parts and its order follow (they stayed complex64 and float32's order,
+    and a driven oscillator came out 5e-9 off at rtol 1e-12, in complex128)."""
+    a = np.diag(np.sqrt([1.0, 2.0]), 1)
+    hamiltonian = a.T @ a + 0.3 * (a + a.T)
+    jumps = [0.4 * a]
+    rho = np.diag([0.0, 0.0, 1.0])
+    times = np.linspace(0.0, 2.0, 4)
+    reference = _expm_reference(hamiltonian, jumps, rho, times)
+    for low in (rho.astype(np.float32), jnp.asarray(rho, jnp.complex64)):
+        ours = mesolve(hamiltonian, jumps, low, times, rtol=1e-12, atol=1e-14)
+        assert ours.states.dtype == jnp.complex128
+        assert _error(ours.states, reference) <= 1e-11  # 5e-9 before
+
+
 def test_expectation_values_dense_output_and_progress(capsys):
     hamiltonian, jumps = _qubit_t1_t2()
     times = np.linspace(0.0, 8.0, 5)

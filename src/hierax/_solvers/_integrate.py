@@ -246,7 +246,7 @@ def resolve_options(options: Any, api: str, **shorthands: Any) -> TaylorOptions:
 
 
 def solve(
-    term: AbstractTaylorTerm,
+    with_known_parts: Callable[[Any], AbstractTaylorTerm],
     state: Array,
     times: Any,
     *,
@@ -268,12 +268,19 @@ def solve(
     input: in its complex dtype, finite); a JAX array is checked (finite) and cast
     inside the program, `state_name` naming it; so are the observables (finite)
     unless `exp_ops_checked`. `expectation(exp_ops, states)`
-    gives the expectation values of the caller's kind of state. The step's parts
-    assembled before compiling travel as fields of `term` (`with_parts`).
+    gives the expectation values of the caller's kind of state.
+    `with_known_parts(dtype)`: the term with the step's parts assembled before
+    compiling for the solve's complex dtype (fields of the term, `with_parts`).
     `max_steps_advice`: what the error says after `api` where the steps run out
     (a call built on this solve, such as `floquet`, names its own settings);
     `None` for `sesolve`'s and `mesolve`'s."""
     times, times_checked = _check_times(times, api)
+    # The precision of the solve: the state's, widened by the times' as diffrax
+    # widens the state (a complex64 state under float64 times is stepped in
+    # complex128; its parts and order in complex64 left it 5e-9 off at rtol
+    # 1e-12).
+    dtype = solve_dtype(state, times)
+    term = with_known_parts(dtype)
     rtol, atol, dt = options.rtol, options.atol, options.dt
     # Values held on the host (lists, NumPy arrays) were checked before; JAX
     # arrays, concrete or traced, are inside the program (`_checked`): reading a
@@ -295,7 +302,7 @@ def solve(
     )
     order = options.order
     if order is None:
-        order = default_order(state.dtype)
+        order = default_order(dtype)
     max_steps = options.max_steps
     if dense:
         _check_dense_output(state, order, max_steps, api)
@@ -447,7 +454,7 @@ def _steps(
     # JAX arrays given as they are, cast here (no eager operation, no transfer).
     if not jnp.issubdtype(times.dtype, jnp.floating):
         times = times.astype(float_dtype())
-    state = state.astype(jnp.result_type(state.dtype, 1j))
+    state = state.astype(solve_dtype(state, times))
     # In the times' precision, as diffrax's controller keeps its state.
     rtol, atol = rtol.astype(times.dtype), atol.astype(times.dtype)
     t0, t1 = times[0], times[-1]
@@ -902,6 +909,19 @@ def _check_dense_output(state: Array, order: int, max_steps: int, api: str) -> N
             "available. Lower `max_steps` to what the solve needs, or save the "
             "states at `times` instead."
         )
+
+
+def solve_dtype(state: Array, times: Array) -> Any:
+    """The complex dtype a solve steps `state` in over `times` (`_check_times`'s):
+    the state's widened by the times' (integer times are cast to JAX's default
+    float), as diffrax widens its state."""
+    floating = jnp.issubdtype(times.dtype, jnp.floating)
+    # (Each complex dtype kept per dtype: `jnp.result_type` costs a call 4 us.)
+    widths = [
+        complex_dtype(state.dtype),
+        complex_dtype(times.dtype if floating else float_dtype()),
+    ]
+    return max(widths, key=lambda d: jnp.dtype(d).itemsize)
 
 
 def _check_times(times: Any, api: str) -> tuple[Array, bool]:

@@ -13,7 +13,6 @@ from jaxtyping import Array, ArrayLike, ScalarLike
 from .._core import (
     MESOLVE_STACKED_TERMS,
     MESOLVE_TERMS,
-    complex_dtype,
     on_backend,
     typechecked,
 )
@@ -147,13 +146,11 @@ def mesolve(
     n = term.size
     rho, checked = read_state(as_state(rho, "rho", _API, density=True), "rho", _API)
     _check_rho(rho, n)
-    # The Lindblad step's constant parts, assembled before compiling.
-    term = with_known_parts(complex_dtype(rho.dtype))
     exp_ops, exp_checked = check_exp_ops(
         as_matrices(exp_ops, "exp_ops", _API), None, n, _API
     )
     return solve(
-        term,
+        with_known_parts,
         rho,
         times,
         options=resolve_options(

@@ -14,7 +14,6 @@ from jaxtyping import Array, ArrayLike, ScalarLike
 from .._core import (
     SESOLVE_TERMS,
     check_finite,
-    complex_dtype,
     on_backend,
     to_jax,
     typechecked,
@@ -187,14 +186,11 @@ def schrodinger_solve(
     n = term.size
     state, checked = read_state(as_state(state, "state", api), "state", api)
     _check_state(state, n, api)
-    # The terms' real embeddings held by their diagonals, assembled before
-    # compiling (none where they do not pay).
-    term = with_known_parts(complex_dtype(state.dtype))
     exp_ops, exp_checked = check_exp_ops(
         as_matrices(exp_ops, "exp_ops", api), state, n, api
     )
     return solve(
-        term,
+        with_known_parts,
         state,
         times,
         options=options,
