@@ -460,13 +460,26 @@ def test_no_retrace_when_time_or_rate_changes(kind):
 
 
 @pytest.mark.parametrize("make", ["hierarchy", "density"])
-def test_jump_operators_must_be_a_list(make):
-    for bad in (SM, jnp.stack([SM, SM]), None, "sm"):
-        with pytest.raises(TypeError, match="`jump_operators` must be a list or tuple"):
-            if make == "hierarchy":
-                hierax.LindbladHierarchy(SIGMA_Z, bad, SIGMA_X, 3)  # pyright: ignore
-            else:
-                hierax.DensityMatrixDerivatives(SIGMA_Z, bad, 3)  # pyright: ignore
+def test_jump_operators_in_mesolves_forms(make):
+    """The forms `mesolve` takes: one operator alone is one jump operator, an
+    `(J, n, n)` array J of them (the same levels as the list); None is refused,
+    and a string names the entry."""
+
+    def levels(jumps):
+        if make == "hierarchy":
+            return hierax.LindbladHierarchy(SIGMA_Z, jumps, SIGMA_X, 3)(0.3)
+        rho = jnp.array([[0.3, 0.2j], [-0.2j, 0.7]])
+        return hierax.DensityMatrixDerivatives(SIGMA_Z, jumps, 3)(0.3, rho)
+
+    sp_ = 0.4 * SM.T
+    np.testing.assert_array_equal(np.asarray(levels(SM)), np.asarray(levels([SM])))
+    np.testing.assert_array_equal(
+        np.asarray(levels(jnp.stack([SM, sp_]))), np.asarray(levels([SM, sp_]))
+    )
+    with pytest.raises(TypeError, match="`jump_operators` must be a list or tuple"):
+        levels(None)
+    with pytest.raises(TypeError, match=r"`jump_operators\[0\]`"):
+        levels("sm")
 
 
 @pytest.mark.parametrize("make", ["hierarchy", "density"])

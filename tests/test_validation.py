@@ -414,6 +414,16 @@ def test_object_arrays_say_what_they_hold():
         message = str(info.value)
         assert message.startswith(start), message
         assert "scipy.csr_matrix" in message and "sparse matrix itself" in message
+    # A sparse state itself: the solvers' states are dense; the message says so.
+    sparse = scipy.sparse.csr_matrix(np.diag([1.0, 0.0]))
+    for api, call in (
+        ("hierax.mesolve", lambda: hierax.mesolve(sy, [sx], sparse, [0.0, 1.0])),
+        ("hierax.sesolve", lambda: hierax.sesolve(sy, sparse, [0.0, 1.0])),
+    ):
+        with pytest.raises(ValueError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith(f"`{api}`: ") and ".toarray()" in message, message
     # Plain numbers held as objects: the same levels as the numeric array.
     as_objects = hierax.HeisenbergHierarchy(sy.astype(object), sx.astype(object), 3)
     plain = hierax.HeisenbergHierarchy(sy, sx, 3)

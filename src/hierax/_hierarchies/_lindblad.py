@@ -12,7 +12,12 @@ from .._core import OrderLike, check_order
 from .._kernels.density import density_generator, density_series, generator_sizes
 from .._kernels.heisenberg import Levels
 from .._kernels.propagator import series_errors
-from .._operators import AbstractTimeOperator, check_jump_operators, to_operator
+from .._operators import (
+    AbstractTimeOperator,
+    check_jump_operators,
+    jump_list,
+    to_operator,
+)
 from ._base import (
     AbstractHierarchy,
     MatrixEngine,
@@ -106,7 +111,9 @@ class LindbladHierarchy(AbstractHierarchy[Array]):
         - `jump_operators`: a list (or tuple) of the $L_j(t)$, each in the same
             forms (e.g. `jnp.sqrt(gamma) * sigma_minus`,
             `hierax.Exp(-0.3) * sigma_minus`, a callable); rates go into the
-            operators. `[]` for a closed system.
+            operators. `[]` for a closed system. As in [`hierax.mesolve`][], one
+            operator given alone is one jump operator, and an `(J, n, n)` array
+            is J of them.
         - `observable`: $X_0(t)$, in the same forms, of the same size.
         - `order`: the highest level $K$, a non-negative Python int.
         - `time_scale`: optional $s > 0$, the unit of time in which the series
@@ -118,7 +125,7 @@ class LindbladHierarchy(AbstractHierarchy[Array]):
         self.engine = MatrixEngine()
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         n = self.hamiltonian.size
-        self.jump_operators = check_jump_operators(jump_operators, n, api)
+        self.jump_operators = check_jump_operators(jump_list(jump_operators), n, api)
         self.observable = to_operator(observable, "observable", api)
         if self.observable.size != n:
             raise ValueError(
@@ -207,7 +214,9 @@ class DensityMatrixDerivatives(AbstractHierarchy[Array]):
         - `hamiltonian`: $H(t)$, in any form [`hierax.HeisenbergHierarchy`][]
             accepts.
         - `jump_operators`: a list (or tuple) of the $L_j(t)$, in the same forms,
-            rates included in the operators; `[]` for a closed system.
+            rates included in the operators; `[]` for a closed system. As in
+            [`hierax.mesolve`][], one operator given alone is one jump operator,
+            and an `(J, n, n)` array is J of them.
         - `order`: the highest derivative $K$, a non-negative Python int.
         - `time_scale`: optional $s > 0$, the unit of time in which the series
             are carried (see [`hierax.AbstractHierarchy`][]).
@@ -218,7 +227,7 @@ class DensityMatrixDerivatives(AbstractHierarchy[Array]):
         self.engine = MatrixEngine()
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         self.jump_operators = check_jump_operators(
-            jump_operators, self.hamiltonian.size, api
+            jump_list(jump_operators), self.hamiltonian.size, api
         )
 
     def levels(self, t, state, estimate, checks):

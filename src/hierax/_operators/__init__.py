@@ -43,6 +43,7 @@ from ._time_operators import (
     bind_args as bind_args,
     check_jump_operators as check_jump_operators,
     function_series as function_series,
+    jump_list as jump_list,
     series_degree as series_degree,
     summands as summands,
     time_operators as time_operators,

@@ -896,9 +896,32 @@ def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
     return TimeOperator((Constant(1.0),), [as_square_matrix(x, name, api)])
 
 
+def jump_list(jump_operators: Any) -> tuple[Any, ...]:
+    """The jump operators of a public call as a tuple, in every form the calls
+    take: a list or tuple as it is, except a nested list of numbers (one matrix
+    written as lists); an `(J, n, n)` array as its J matrices; one operator alone
+    (a matrix, an operator, a callable) as one jump operator. `None` stays None
+    (refused by `check_jump_operators`)."""
+    if jump_operators is None:
+        return jump_operators
+    if not isinstance(jump_operators, list | tuple):
+        if getattr(jump_operators, "ndim", None) == 3:
+            return tuple(jump_operators)
+        return (jump_operators,)
+    if jump_operators and all(isinstance(j, list | tuple) for j in jump_operators):
+        try:
+            matrix = np.asarray(jump_operators)
+        except (TypeError, ValueError):
+            matrix = None
+        if matrix is not None and matrix.ndim == 2 and matrix.dtype.kind in "iufc":
+            return (matrix,)
+    return tuple(jump_operators)
+
+
 def check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
-    """`jumps` (a list or tuple) as operators on the Hamiltonian's space of `size`,
-    with errors that name `jump_operators[i]` of the public call `api`."""
+    """`jumps` (a list or tuple, see `jump_list`) as operators on the Hamiltonian's
+    space of `size`, with errors that name `jump_operators[i]` of the public call
+    `api`."""
     if not isinstance(jumps, (list, tuple)):
         raise TypeError(
             f"`{api}`: `jump_operators` must be a list or tuple of operators (e.g. "

@@ -145,6 +145,12 @@ def read_state(x: Any, name: str, api: str) -> tuple[Array, bool]:
         values = None
     if values is None or values.dtype.kind not in "iufc":
         kind = type(x).__name__ if values is None else f"{values.dtype}"
+        if hasattr(x, "toarray") and hasattr(x, "tocoo"):
+            # `np.asarray` wraps a scipy sparse matrix in an object array.
+            raise ValueError(
+                f"`{api}`: `{name}` must be a dense array, got a sparse "
+                f"{type(x).__name__}; states are dense: pass `{name}.toarray()`."
+            )
         raise ValueError(f"`{api}`: `{name}` must be a numeric array, got {kind}.")
     check_finite(values, name, api)
     dtype = complex_dtype(jax.dtypes.canonicalize_dtype(values.dtype))

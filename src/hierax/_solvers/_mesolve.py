@@ -16,7 +16,13 @@ from .._core import (
     on_backend,
     typechecked,
 )
-from .._operators import as_matrices, as_state, check_jump_operators, to_operator
+from .._operators import (
+    as_matrices,
+    as_state,
+    check_jump_operators,
+    jump_list,
+    to_operator,
+)
 from ._density import known_density_parts
 from ._integrate import (
     check_no_foreign_keywords,
@@ -204,23 +210,7 @@ def _term(
 
     if stacked:
         return MESOLVE_STACKED_TERMS.get((hamiltonian, jump_operators), build)
-    return MESOLVE_TERMS.get((hamiltonian, *_jump_list(jump_operators)), build)
-
-
-def _jump_list(jump_operators: Any) -> tuple[Any, ...]:
-    """The jump operators as a tuple: a list or tuple as it is, except a nested
-    list of numbers (one matrix written as lists); one operator alone (a matrix,
-    an operator, a callable) as one jump operator."""
-    if not isinstance(jump_operators, list | tuple):
-        return (jump_operators,)
-    if jump_operators and all(isinstance(j, list | tuple) for j in jump_operators):
-        try:
-            matrix = np.asarray(jump_operators)
-        except (TypeError, ValueError):
-            matrix = None
-        if matrix is not None and matrix.ndim == 2 and matrix.dtype.kind in "iufc":
-            return (matrix,)
-    return tuple(jump_operators)
+    return MESOLVE_TERMS.get((hamiltonian, *jump_list(jump_operators)), build)
 
 
 def _qutip_order(jump_operators: Any, rho: Any, times: Any) -> bool:
