@@ -705,11 +705,16 @@ def _step_control(
 ) -> tuple[diffrax.AbstractStepSizeController, Array]:
     """The step-size control and the first step: adaptive steps (the PID
     controller on the largest entry, clipped at the knots of sampled pulses) from
-    a bound on the generator, or fixed steps no longer than `dt`, checked against
-    the tolerances (`_FixedSteps`). `control`: the controller's safety factor and
-    its P, I and D gains."""
+    a bound on the generator, or fixed steps no longer than `dt` (clipped at the
+    knots too), checked against the tolerances (`_FixedSteps`). `control`: the
+    controller's safety factor and its P, I and D gains."""
     if dt is not None:
-        return _FixedSteps(rtol, atol), jnp.minimum(dt, t1 - t0)
+        fixed: diffrax.AbstractStepSizeController = _FixedSteps(rtol, atol)
+        if knots is not None:
+            # A step across a knot would sum the series of the segment it started
+            # in (an error of the jump, and no derivative with respect to the knot).
+            fixed = diffrax.ClipStepSizeController(fixed, jump_ts=knots)
+        return fixed, jnp.minimum(dt, t1 - t0)
     safety, pcoeff, icoeff, dcoeff = control
     controller: diffrax.AbstractStepSizeController = diffrax.PIDController(
         rtol=rtol,
@@ -734,40 +739,64 @@ def _step_control(
 FIXED_STEP_LIMIT = 1e3
 
 
-class _FixedSteps(diffrax.AbstractStepSizeController):
-    """`diffrax.ConstantStepSize`, with each step's error estimate held to
-    `FIXED_STEP_LIMIT` times the tolerances, elementwise `atol + rtol * |y|`: past
-    that the step is not kept and the solve stops with a failed result (`_steps`
-    and `_reached` name it) instead of returning a state of 1e35."""
+class _FixedSteps(diffrax.AbstractAdaptiveStepSizeController):
+    """`diffrax.ConstantStepSize`'s steps (the first of `dt0`, then to the points
+    `t0 + k (t1 - t0) / N`, N = ceil((t1 - t0) / dt0)), with each step's error
+    estimate held to `FIXED_STEP_LIMIT` times the tolerances, elementwise
+    `atol + rtol * |y|`: past that the step is not kept and the solve stops with a
+    failed result (`_steps` and `_reached` name it) instead of returning a state of
+    1e35. A step that ends short of its point (clipped at a knot by
+    `diffrax.ClipStepSizeController`, for which this is an adaptive controller)
+    is followed by one to that point, so no step is longer than `dt0`."""
 
     rtol: Array
     atol: Array
+
+    @property
+    def norm(self) -> Callable[[Any], Array]:
+        return _max_norm
 
     def wrap(self, direction: Any) -> "_FixedSteps":
         del direction
         return self
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
-        return diffrax.ConstantStepSize().init(
-            terms, t0, t1, y0, dt0, args, func, error_order
-        )
+        del terms, y0, args, func, error_order
+        # (As `diffrax.ConstantStepSize`: `nextafter` against a span that is a
+        # whole number of steps up to rounding.)
+        above = jnp.nextafter(jax.lax.stop_gradient(dt0), jnp.inf)
+        count = jnp.astype(jnp.ceil((t1 - t0) / above), jnp.int32)
+        return t0 + dt0, (jnp.asarray(1, jnp.int32), count, t0, t1)
 
     def adapt_step_size(
         self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
     ):
-        keep, next_t0, next_t1, made_jump, state, result = (
-            diffrax.ConstantStepSize().adapt_step_size(
-                t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
-            )
-        )
+        del args, error_order
+        point, count, start, end = controller_state
+
+        def at(k: Array) -> Array:
+            fraction = jnp.astype(k, start.dtype) / jnp.astype(count, start.dtype)
+            return jnp.where(k == count, end, start + (end - start) * fraction)
+
+        # The step reached its point (to the ULP a clip at a knot there stops
+        # short of it): the next one goes to the next point.
+        reached = t1 >= jnp.nextafter(jax.lax.stop_gradient(at(point)), -jnp.inf)
+        point = point + reached.astype(point.dtype)
         assert y_error is not None  # the Taylor solver always estimates it
         size = jnp.maximum(jnp.abs(y0), jnp.abs(y1_candidate))
         scale = self.atol + self.rtol * size.astype(self.rtol.dtype)
         converges = _max_norm(y_error / scale) <= FIXED_STEP_LIMIT  # not nan
         result = diffrax.RESULTS.where(
-            converges, result, diffrax.RESULTS.dt_min_reached
+            converges, diffrax.RESULTS.successful, diffrax.RESULTS.dt_min_reached
         )
-        return (keep & converges, next_t0, next_t1, made_jump, state, result)
+        return (
+            converges,
+            t1,
+            at(point),
+            False,
+            (point, count, start, end),
+            result,
+        )
 
 
 class _FirstStep(diffrax.AbstractStepSizeController):

@@ -105,7 +105,8 @@ def mesolve(
     - `order`: the order K of the series; by default 28 in float64 and 16 in
         float32, whatever the tolerance, so that a new `rtol` or `atol` never
         recompiles (the step size follows the tolerance).
-    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`.
+    - `dt`: a fixed step: the span is cut into equal steps no longer than `dt`,
+        which also stop at the knots of sampled pulses (as adaptive steps do).
         `rtol` and `atol` then set no step; they bound each step's error
         estimate, far above which (1000 times) the step cannot converge, and the
         solve stops with an error that asks for a smaller `dt` (inside a

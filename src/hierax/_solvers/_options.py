@@ -88,7 +88,8 @@ class TaylorOptions(eqx.Module):
         - `order`: the order K of the series, an int >= 1; `None` (the default)
             for 28 in float64 and 16 in float32, whatever the tolerance.
         - `dt`: a fixed step (a positive real scalar): the span is cut into equal
-            steps no longer than `dt`, and the tolerances then only bound each
+            steps no longer than `dt` (stopping at the knots of sampled pulses
+            too), and the tolerances then only bound each
             step's error estimate (see [`hierax.sesolve`][]). `None` (the
             default) for adaptive steps.
         - `safety`, `pcoeff`, `icoeff`, `dcoeff`: the adaptive steps' PID
