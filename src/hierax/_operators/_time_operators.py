@@ -896,14 +896,17 @@ def to_operator(x: Any, name: str, api: str) -> AbstractTimeOperator:
     return TimeOperator((Constant(1.0),), [as_square_matrix(x, name, api)])
 
 
-def jump_list(jump_operators: Any) -> tuple[Any, ...]:
-    """The jump operators of a public call as a tuple, in every form the calls
-    take: a list or tuple as it is, except a nested list of numbers (one matrix
-    written as lists); an `(J, n, n)` array as its J matrices; one operator alone
-    (a matrix, an operator, a callable) as one jump operator. `None` stays None
-    (refused by `check_jump_operators`)."""
+def jump_list(jump_operators: Any, api: str) -> tuple[Any, ...]:
+    """The jump operators of the public call `api` as a tuple, in every form the
+    calls take: a list or tuple as it is, except a nested list of numbers (one
+    matrix written as lists); an `(J, n, n)` array as its J matrices; one operator
+    alone (a matrix, an operator, a callable) as one jump operator. `None` is
+    refused."""
     if jump_operators is None:
-        return jump_operators
+        raise TypeError(
+            f"`{api}`: `jump_operators` must be a list or tuple of operators (e.g. "
+            "`[jnp.sqrt(gamma) * sigma_minus]`, or `[]` for none), got None."
+        )
     if not isinstance(jump_operators, list | tuple):
         if getattr(jump_operators, "ndim", None) == 3:
             return tuple(jump_operators)

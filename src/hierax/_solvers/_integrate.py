@@ -751,10 +751,8 @@ class _FixedSteps(diffrax.AbstractAdaptiveStepSizeController):
 
     rtol: Array
     atol: Array
-
-    @property
-    def norm(self) -> Callable[[Any], Array]:
-        return _max_norm
+    # (`diffrax.ClipStepSizeController` reads an adaptive controller's norm.)
+    norm: Callable[[Any], Array] = eqx.field(static=True, default=_max_norm)
 
     def wrap(self, direction: Any) -> "_FixedSteps":
         del direction

@@ -211,7 +211,7 @@ def _term(
 
     if stacked:
         return MESOLVE_STACKED_TERMS.get((hamiltonian, jump_operators), build)
-    return MESOLVE_TERMS.get((hamiltonian, *jump_list(jump_operators)), build)
+    return MESOLVE_TERMS.get((hamiltonian, *jump_list(jump_operators, _API)), build)
 
 
 def _qutip_order(jump_operators: Any, rho: Any, times: Any) -> bool:
