@@ -62,6 +62,7 @@ from ._validation import (
     check_finite as check_finite,
     check_order as check_order,
     check_time_finite as check_time_finite,
+    int_as_float as int_as_float,
     is_int as is_int,
     object_hint as object_hint,
     refuse_non_matrix as refuse_non_matrix,

@@ -187,6 +187,19 @@ def _all_numbers(x: np.ndarray) -> bool:
     )
 
 
+def int_as_float(x: int, api: str, what: str) -> float:
+    """A Python int as the Python float it equals (weakly typed in JAX, as that
+    float is); one past the float range is refused, `what` (e.g. "`frequency`",
+    "the number") naming it."""
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(
+            f"`{api}`: {what} must be finite, got an int of {x.bit_length()} bits, "
+            "beyond the float range."
+        ) from None
+
+
 def object_hint(x: Any) -> str:
     """For an array of Python objects: what it holds, and the usual fix for the
     common mistake, `np.asarray(sparse_matrix)` (NumPy wraps the sparse matrix in a

@@ -29,6 +29,7 @@ from .._core import (
     backend_choices,
     check_order,
     check_time_finite,
+    int_as_float,
     is_traced,
     module_jit,
     placed,
@@ -56,7 +57,7 @@ def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:
     `Cos(4)` and `Cos(4.0)` are then one program, where an int became a strong
     float array, a different type to `jax.jit`, and compiled a solve again."""
     if isinstance(x, int) and not isinstance(x, bool):
-        x = _int_as_float(x, name, api)
+        x = int_as_float(x, api, f"`{name}`")
     array = as_numeric_array(x, name, api, finite=True)
     if real and jnp.iscomplexobj(array):
         raise TypeError(f"`{api}`: `{name}` must be real, got dtype {array.dtype}.")
@@ -66,16 +67,6 @@ def _parameter(x: Any, name: str, api: str, real: bool = False) -> Array:
             "use `jax.vmap` to batch over parameters."
         )
     return array
-
-
-def _int_as_float(x: int, name: str, api: str) -> float:
-    try:
-        return float(x)
-    except OverflowError:
-        raise ValueError(
-            f"`{api}`: `{name}` must be finite, got an int of {x.bit_length()} bits, "
-            "beyond the float range."
-        ) from None
 
 
 class AbstractTimeFunction(eqx.Module):

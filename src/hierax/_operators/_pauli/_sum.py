@@ -15,6 +15,7 @@ from ..._core import (
     check_bool,
     complex_dtype,
     float_dtype,
+    int_as_float,
     is_int,
     is_traced,
     module_jit,
@@ -511,39 +512,25 @@ class PauliTimeSum(eqx.Module):
         return self.sums[0].n_qubits
 
     def __add__(self, other: Any) -> "PauliTimeSum":
-        if _is_zero_number(other):
-            return self
-        term = as_time_sum(other)
+        term = _operand(other, "+", "add")
         if term is None:
-            _refuse_term(other, "+", "add")
+            return self
         return PauliTimeSum(self.functions + term.functions, self.sums + term.sums)
 
     def __radd__(self, other: Any) -> "PauliTimeSum":
-        if _is_zero_number(other):
-            return self  # `sum(...)` starts from 0
-        term = as_time_sum(other)
-        if term is None:
-            _refuse_term(other, "+", "add", reflected=True)
-        return term + self
+        term = _operand(other, "+", "add", reflected=True)
+        return self if term is None else term + self  # `sum(...)` starts from 0
 
     def __neg__(self) -> "PauliTimeSum":
         return self._scaled(-1.0)
 
     def __sub__(self, other: Any) -> "PauliTimeSum":
-        if _is_zero_number(other):
-            return self
-        term = as_time_sum(other)
-        if term is None:
-            _refuse_term(other, "-", "subtract")
-        return self + (-term)
+        term = _operand(other, "-", "subtract")
+        return self if term is None else self + (-term)
 
     def __rsub__(self, other: Any) -> "PauliTimeSum":
-        if _is_zero_number(other):
-            return -self
-        term = as_time_sum(other)
-        if term is None:
-            _refuse_term(other, "-", "subtract", reflected=True)
-        return term + (-self)
+        term = _operand(other, "-", "subtract", reflected=True)
+        return -self if term is None else term + (-self)
 
     def __mul__(self, other: Any) -> "PauliTimeSum":
         if isinstance(other, AbstractTimeFunction):
@@ -601,6 +588,19 @@ class PauliTimeSum(eqx.Module):
 def _is_zero_number(x: Any) -> bool:
     """A concrete number 0 (what `sum(...)` starts from)."""
     return isinstance(x, (int, float, complex)) and not isinstance(x, bool) and x == 0
+
+
+def _operand(
+    other: Any, sign: str, verb: str, reflected: bool = False
+) -> PauliTimeSum | None:
+    """The other side of `H + x` or `H - x` as a Pauli time sum; `None` for a
+    number 0 (what `sum(...)` starts from); anything else refused."""
+    if _is_zero_number(other):
+        return None
+    term = as_time_sum(other)
+    if term is None:
+        _refuse_term(other, sign, verb, reflected)
+    return term
 
 
 def _refuse_term(other: Any, sign: str, verb: str, reflected: bool = False) -> NoReturn:
@@ -791,13 +791,7 @@ def _finite_number(x: Any, api: str, name: str) -> Any:
     if is_traced(x):
         return x
     if isinstance(x, int):
-        try:
-            return float(x)
-        except OverflowError:
-            raise ValueError(
-                f"`{api}`: {name} must be finite, got an int of {x.bit_length()} "
-                "bits, beyond the float range."
-            ) from None
+        return int_as_float(x, api, name)
     if not np.isfinite(x):
         raise ValueError(f"`{api}`: {name} must be finite, got {x}.")
     return x
