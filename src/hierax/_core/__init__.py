@@ -28,6 +28,7 @@ from ._cache import (
 )
 from ._checks import (
     Failure as Failure,
+    at_top_level as at_top_level,
     failure as failure,
     raise_if as raise_if,
     returned_failure as returned_failure,
