@@ -459,16 +459,19 @@ def test_no_retrace_when_time_or_rate_changes(kind):
 # ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", ["hierarchy", "density"])
+@pytest.mark.parametrize("make", ["hierarchy", "density", "term"])
 def test_jump_operators_in_mesolves_forms(make):
     """The forms `mesolve` takes: one operator alone is one jump operator, an
-    `(J, n, n)` array J of them (the same levels as the list); None is refused,
-    and a string names the entry."""
+    `(J, n, n)` array J of them (the same levels, or the same vector field of a
+    `LindbladTerm`, as the list); None is refused, and a string names the
+    entry."""
 
     def levels(jumps):
         if make == "hierarchy":
             return hierax.LindbladHierarchy(SIGMA_Z, jumps, SIGMA_X, 3)(0.3)
         rho = jnp.array([[0.3, 0.2j], [-0.2j, 0.7]])
+        if make == "term":
+            return hierax.LindbladTerm(SIGMA_Z, jumps).vf(0.3, rho, None)
         return hierax.DensityMatrixDerivatives(SIGMA_Z, jumps, 3)(0.3, rho)
 
     sp_ = 0.4 * SM.T

@@ -15,7 +15,6 @@ from .._kernels.propagator import series_errors
 from .._operators import (
     AbstractTimeOperator,
     check_jump_operators,
-    jump_list,
     to_operator,
 )
 from ._base import (
@@ -125,9 +124,7 @@ class LindbladHierarchy(AbstractHierarchy[Array]):
         self.engine = MatrixEngine()
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         n = self.hamiltonian.size
-        self.jump_operators = check_jump_operators(
-            jump_list(jump_operators, api), n, api
-        )
+        self.jump_operators = check_jump_operators(jump_operators, n, api)
         self.observable = to_operator(observable, "observable", api)
         if self.observable.size != n:
             raise ValueError(
@@ -229,7 +226,7 @@ class DensityMatrixDerivatives(AbstractHierarchy[Array]):
         self.engine = MatrixEngine()
         self.hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
         self.jump_operators = check_jump_operators(
-            jump_list(jump_operators, api), self.hamiltonian.size, api
+            jump_operators, self.hamiltonian.size, api
         )
 
     def levels(self, t, state, estimate, checks):

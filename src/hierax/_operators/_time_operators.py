@@ -922,15 +922,10 @@ def jump_list(jump_operators: Any, api: str) -> tuple[Any, ...]:
 
 
 def check_jump_operators(jumps: Any, size: int, api: str) -> tuple:
-    """`jumps` (a list or tuple, see `jump_list`) as operators on the Hamiltonian's
+    """`jumps`, in any form `jump_list` reads, as operators on the Hamiltonian's
     space of `size`, with errors that name `jump_operators[i]` of the public call
     `api`."""
-    if not isinstance(jumps, (list, tuple)):
-        raise TypeError(
-            f"`{api}`: `jump_operators` must be a list or tuple of operators (e.g. "
-            f"`[jnp.sqrt(gamma) * sigma_minus]`, or `[]` for none), got "
-            f"{type(jumps).__name__}."
-        )
+    jumps = jump_list(jumps, api)
     operators = tuple(
         to_operator(jump, f"jump_operators[{i}]", api) for i, jump in enumerate(jumps)
     )

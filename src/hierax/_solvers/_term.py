@@ -465,7 +465,9 @@ class LindbladTerm(AbstractTaylorTerm):
             `hierax.Cos(w) * sx + sz`.
         - `jump_operators`: a list (or tuple) of the $L_j(t)$, in the same forms,
             rates included in the operators (`jnp.sqrt(gamma) * sm`,
-            `hierax.Polynomial(c) * sm`); `[]` for a closed system.
+            `hierax.Polynomial(c) * sm`); `[]` for a closed system. One operator
+            alone is one jump operator, and an `(J, n, n)` array is J of them, as
+            in [`hierax.mesolve`][].
         """
         api = "hierax.LindbladTerm"
         hamiltonian = to_operator(hamiltonian, "hamiltonian", api)
