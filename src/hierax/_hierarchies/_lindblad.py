@@ -11,7 +11,7 @@ from jaxtyping import Array, ArrayLike
 from .._core import OrderLike, check_order
 from .._kernels.density import density_generator, density_series, generator_sizes
 from .._kernels.heisenberg import Levels
-from .._kernels.propagator import series_errors
+from .._kernels.propagator import perturbation_spread, random_start, series_errors
 from .._operators import (
     AbstractTimeOperator,
     check_jump_operators,
@@ -264,6 +264,11 @@ def _density_levels(
     errors = None
     if estimate:
         sizes = generator_sizes(left, right, jumps, scale)
-        errors = series_errors(sizes, series)
+        # The same recursion from a random start: how fast rounding errors grow.
+        start = random_start(series[0])
+        spread = perturbation_spread(
+            density_series(left, right, jumps, scale, start, order)
+        )
+        errors = series_errors(sizes, series, spread)
     exponents = -jnp.arange(order + 1, dtype=rdtype) * jnp.log2(scale)
     return Levels(series, exponents, errors)
