@@ -338,3 +338,31 @@ def test_two_traced_values_that_cancel_in_the_callable_are_each_resolved():
     want = _detuned_first_order(span).imag
     dp, dq = jax.grad(part, argnums=(0, 1))(0.0, 0.0)
     np.testing.assert_allclose([float(dp), float(dq)], [want, -want], atol=1e-8)
+
+
+def test_a_derivative_the_transform_cannot_expand_falls_back(monkeypatch):
+    """Where the program of a callable's derivative has a step the Taylor
+    transform cannot expand, the check differentiates the callable's series
+    instead: the same gradient (the transform made to refuse every derivative
+    here)."""
+    from hierax._solvers import _resolution
+
+    expand = _resolution.callable_series
+
+    def refusing(fn, *args, **kwargs):
+        if ".derivative" in getattr(fn, "__qualname__", ""):
+            raise NotImplementedError("no rule")
+        return expand(fn, *args, **kwargs)
+
+    def part(p):
+        drive = hierax.CallableTimeFunction(lambda t: p * _gaussian(t))
+        final = hierax.sesolve(
+            0.2 * SZ + drive * SX, KET, jnp.array([0.0, 20.0]), rtol=1e-10
+        ).final_state[1]
+        return jnp.imag(final)
+
+    direct = float(jax.grad(part)(0.0))
+    monkeypatch.setattr(_resolution, "callable_series", refusing)
+    fallen_back = float(jax.grad(part)(0.0))
+    want = _detuned_first_order(20.0).imag
+    np.testing.assert_allclose([direct, fallen_back], [want, want], atol=1e-8)
