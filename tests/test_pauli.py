@@ -185,6 +185,14 @@ def test_bad_input_is_named():
         hierax.PauliSum.from_strings(["XI"]).truncate(0)
     with pytest.raises(ValueError, match="matrices are built for at most 14"):
         hierax.PauliSum.from_strings("X" * 15).todense()
+    # A product forms every pair of slots before its merge: past 2^31 - 1 pairs
+    # JAX's indices overflowed while tracing (a bare OverflowError), whatever the
+    # result's capacity. Refused before any array is formed.
+    wide = hierax.PauliSum.zeros(30, 50_000)
+    with pytest.raises(ValueError, match="make 2500000000 pairs of slots"):
+        wide.commutator(wide, capacity=64)
+    with pytest.raises(ValueError, match="product`: the capacities 50000 and 50000"):
+        _ = wide @ wide
     # The matrix-based calls say where Pauli sums go.
     chain = hierax.PauliSum.ising_chain(3, 1.0, 0.5)
     z0 = hierax.PauliSum.from_strings("ZII")

@@ -46,6 +46,10 @@ def _qubit_count(n_qubits: Any) -> int:
     return check_int(n_qubits, "hierax.PauliSum", "n_qubits")
 
 
+# The most pairs of slots one product forms: its merge indexes them in int32.
+_MAX_PAIRS = 2**31 - 1
+
+
 class PauliSum(eqx.Module):
     """A sum of Pauli strings on `n_qubits` qubits, $\\sum_j c_j P_j$, with room for
     `capacity` strings: the operators of chains far beyond any matrix (30-128
@@ -378,6 +382,7 @@ class PauliSum(eqx.Module):
         """The operator product `self @ other`, with room for `capacity` strings
         (default: the product of the two capacities, room for every pair: exact)."""
         self._same_chain(other, "@")
+        self._check_pairs(other, "product")
         if capacity is None:
             capacity = self._bound(self.capacity * other.capacity)
         capacity = check_int(capacity, "hierax.PauliSum.product", "capacity")
@@ -389,6 +394,7 @@ class PauliSum(eqx.Module):
         every pair: exact; pass a capacity for large sums). Only
         anticommuting pairs of strings contribute, each $2 P_a P_b$."""
         self._same_chain(other, "commutator")
+        self._check_pairs(other, "commutator")
         if capacity is None:
             capacity = self._bound(self.capacity * other.capacity)
         capacity = check_int(capacity, "hierax.PauliSum.commutator", "capacity")
@@ -440,6 +446,22 @@ class PauliSum(eqx.Module):
     def _bound(self, slots: int) -> int:
         """`slots`, or fewer where the chain has fewer strings (4^N)."""
         return min(slots, 4**self.n_qubits)
+
+    def _check_pairs(self, other: "PauliSum", op: str) -> None:
+        """Refuse a product whose pairs of slots (every pair is formed, then
+        merged) outnumber the 32-bit indices of the merge, where JAX raised a bare
+        OverflowError while tracing (two sums of 50000 slots), whatever the
+        result's capacity."""
+        pairs = self.capacity * other.capacity
+        if pairs > _MAX_PAIRS:
+            raise ValueError(
+                f"`hierax.PauliSum.{op}`: the capacities {self.capacity} and "
+                f"{other.capacity} make {pairs} pairs of slots, more than the "
+                f"{_MAX_PAIRS} one product can form (every pair is formed before "
+                "the merge, whatever the result's `capacity`); truncate the sums "
+                "first (`PauliSum.truncate(capacity)`), or form the product from "
+                "parts of them."
+            )
 
     def _same_chain(self, other: "PauliSum", op: str) -> None:
         if not isinstance(other, PauliSum):
