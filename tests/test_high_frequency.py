@@ -330,3 +330,8 @@ def test_bad_times_of_the_methods_are_named():
     three_levels = hierax.floquet(np.diag([0.0, 1.0, 2.0]), 2 * np.pi / 10.0)
     with pytest.raises(ValueError, match=f"{name}.convergence`: `exact` has 3"):
         expansion.convergence(three_levels)
+    # Another period folds the quasienergies into another zone: the distances
+    # read as errors of order omega (silently, before).
+    twice = hierax.floquet(_qubit(10.0), 4 * np.pi / 10.0)
+    with pytest.raises(ValueError, match=f"{name}.convergence`: `exact` has period"):
+        expansion.convergence(twice)
