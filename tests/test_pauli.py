@@ -193,6 +193,15 @@ def test_bad_input_is_named():
         wide.commutator(wide, capacity=64)
     with pytest.raises(ValueError, match="product`: the capacities 50000 and 50000"):
         _ = wide @ wide
+    # So does each step of the recursions: H's slots times the capacity.
+    chain40 = hierax.PauliSum.ising_chain(40, 1.0, 1.05, 0.5)
+    z40 = hierax.PauliSum.from_strings("Z" + "I" * 39)
+    with pytest.raises(ValueError, match="lanczos`: `hamiltonian`'s 119 slots"):
+        hierax.lanczos(chain40, z40, 1, capacity=2**25)
+    with pytest.raises(ValueError, match="moments`: `hamiltonian`'s 119 slots"):
+        hierax.moments(chain40, z40, 1, capacity=2**25)
+    with pytest.raises(ValueError, match="PauliHierarchy`: `hamiltonian`'s 119 slots"):
+        hierax.PauliHierarchy(chain40, z40, 1, capacity=2**25)
     # The matrix-based calls say where Pauli sums go.
     chain = hierax.PauliSum.ising_chain(3, 1.0, 0.5)
     z0 = hierax.PauliSum.from_strings("ZII")

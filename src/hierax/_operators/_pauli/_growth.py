@@ -26,7 +26,7 @@ from jaxtyping import Array, Float
 from ..._core import backend_choices, check_bool, module_jit, on_backend, raise_if
 from ._compress import compress, lookup, magnitude
 from ._strings import i_power, product_phase
-from ._sum import PauliSum, _live, _valid, check_chain, check_int
+from ._sum import PauliSum, _live, _valid, check_chain, check_int, check_pairs
 
 
 class LanczosCoefficients(eqx.Module):
@@ -169,6 +169,20 @@ def _start(observable: PauliSum, capacity: int, dtype) -> tuple:
     return ox, oz, oc, count
 
 
+def _check_liouvillian(hamiltonian: PauliSum, capacity: int, api: str) -> None:
+    """Each step commutes every slot of H with every slot of the Krylov operator,
+    and merges one more operator of `capacity` slots (the earlier one)."""
+    check_pairs(
+        hamiltonian.capacity + 1,
+        capacity,
+        api,
+        f"`hamiltonian`'s {hamiltonian.capacity} slots (plus one for the earlier "
+        f"operator) and `capacity` = {capacity}",
+        "lower `capacity`, or truncate `hamiltonian` to its strings "
+        "(`hamiltonian.truncate(int(hamiltonian.count))`)",
+    )
+
+
 def lanczos(
     hamiltonian: PauliSum,
     observable: PauliSum,
@@ -194,6 +208,7 @@ def lanczos(
         capacity = check_int(capacity, api, "capacity")
     reorthogonalize = check_bool(reorthogonalize, "reorthogonalize", api)
     capacity = observable.capacity if capacity is None else capacity
+    _check_liouvillian(hamiltonian, capacity, api)
     return _lanczos(
         hamiltonian,
         observable,
@@ -310,6 +325,7 @@ def _checked_moments(hamiltonian, observable, order, capacity, api):
     if capacity is not None:
         capacity = check_int(capacity, api, "capacity")
     capacity = observable.capacity if capacity is None else capacity
+    _check_liouvillian(hamiltonian, capacity, api)
     return _moments(hamiltonian, observable, order=order, capacity=capacity, api=api)
 
 

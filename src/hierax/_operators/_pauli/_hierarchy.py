@@ -37,6 +37,7 @@ from ._sum import (
     as_time_sum,
     check_chain,
     check_int,
+    check_pairs,
 )
 
 
@@ -104,6 +105,15 @@ class PauliHierarchy(eqx.Module):
                 2**16,
             )
         self.capacity = max(check_int(capacity, api, "capacity"), observable.capacity)
+        slots = sum(s.capacity for s in h.sums)
+        check_pairs(  # every slot of H with every slot of a level, and the level
+            slots + 1,
+            self.capacity,
+            api,
+            f"`hamiltonian`'s {slots} slots (plus one for the level's derivative) "
+            f"and `capacity` = {self.capacity}",
+            "lower `capacity`",
+        )
 
     def __call__(self, t: ArrayLike = 0.0) -> list[PauliSum]:
         """The levels $X_0(t), \\dots, X_K(t)$."""

@@ -448,20 +448,14 @@ class PauliSum(eqx.Module):
         return min(slots, 4**self.n_qubits)
 
     def _check_pairs(self, other: "PauliSum", op: str) -> None:
-        """Refuse a product whose pairs of slots (every pair is formed, then
-        merged) outnumber the 32-bit indices of the merge, where JAX raised a bare
-        OverflowError while tracing (two sums of 50000 slots), whatever the
-        result's capacity."""
-        pairs = self.capacity * other.capacity
-        if pairs > _MAX_PAIRS:
-            raise ValueError(
-                f"`hierax.PauliSum.{op}`: the capacities {self.capacity} and "
-                f"{other.capacity} make {pairs} pairs of slots, more than the "
-                f"{_MAX_PAIRS} one product can form (every pair is formed before "
-                "the merge, whatever the result's `capacity`); truncate the sums "
-                "first (`PauliSum.truncate(capacity)`), or form the product from "
-                "parts of them."
-            )
+        check_pairs(
+            self.capacity,
+            other.capacity,
+            f"hierax.PauliSum.{op}",
+            f"the capacities {self.capacity} and {other.capacity}",
+            "truncate the sums first (`PauliSum.truncate(capacity)`), or form the "
+            "product from parts of them",
+        )
 
     def _same_chain(self, other: "PauliSum", op: str) -> None:
         if not isinstance(other, PauliSum):
@@ -698,6 +692,20 @@ def check_chain(first: Any, second: Any, api: str, names: tuple[str, str]) -> No
         raise ValueError(
             f"`{api}`: `{names[0]}` acts on {first.n_qubits} qubits and "
             f"`{names[1]}` on {second.n_qubits}; both must be on one chain."
+        )
+
+
+def check_pairs(first: int, second: int, api: str, what: str, advice: str) -> None:
+    """Refuse a product of sums whose pairs of slots (every pair is formed, then
+    merged) outnumber the 32-bit indices of the merge, where JAX raised a bare
+    OverflowError while tracing (two sums of 50000 slots; a Liouvillian of 120
+    strings at a capacity of 2^25), whatever the result's capacity."""
+    pairs = first * second
+    if pairs > _MAX_PAIRS:
+        raise ValueError(
+            f"`{api}`: {what} make {pairs} pairs of slots, more than the "
+            f"{_MAX_PAIRS} one product can form (every pair is formed before the "
+            f"merge, whatever the result's capacity); {advice}."
         )
 
 
