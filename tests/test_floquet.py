@@ -391,8 +391,10 @@ def test_what_is_not_refused_is_the_propagator_over_one_period(drive, period):
     else:
         drive_operator = drive * (SX + 0.2 * SZ)
     hamiltonian = 0.5 * SZ + drive_operator
-    basis = hierax.floquet(hamiltonian, period, t0=0.3, rtol=1e-12, atol=1e-14)
-    expected = _full_period(hamiltonian, period, 0.3)
+    # A sampled pulse is one period from its first knot (a later `t0` is refused).
+    t0 = 0.0 if isinstance(drive, hierax.PiecewiseLinear) else 0.3
+    basis = hierax.floquet(hamiltonian, period, t0=t0, rtol=1e-12, atol=1e-14)
+    expected = _full_period(hamiltonian, period, t0)
     np.testing.assert_allclose(np.asarray(basis.propagator), expected, atol=1e-10)
 
 
@@ -700,3 +702,33 @@ def test_too_low_an_order_is_named_with_floquets_settings():
     assert message.startswith("`hierax.FloquetBasis.modes_at`: the solve from `t0`")
     assert "at `order` = 4 (given to `hierax.floquet`)" in message
     assert "\n" not in message
+
+
+def test_a_period_past_the_samples_is_refused():
+    """A sampled pulse is one period from its first knot: from another `t0`, the
+    window [t0, t0 + T] left its samples, where it gives no drive, and the
+    quasienergies were another drive's (+-0.436 from t0 = 0.7 for +-0.425). From
+    its first knot it matches the product of the segments' exponentials; samples
+    shorter than the period (pulse, then nothing) and longer ones that hold the
+    window are taken."""
+    import scipy.linalg
+
+    sx = np.array([[0, 1], [1, 0]], complex)
+    sz = np.diag([1.0, -1.0]).astype(complex)
+    pulse = hierax.PiecewiseConstant([0, 0.5, 1.2, 2.0], [0.3, -0.8, 1.1])
+    u = np.eye(2)
+    for a, b, v in [(0, 0.5, 0.3), (0.5, 1.2, -0.8), (1.2, 2.0, 1.1)]:
+        u = scipy.linalg.expm(-1j * (b - a) * (0.4 * sz + v * sx)) @ u
+    want = np.sort(-np.angle(np.linalg.eigvals(u)) / 2.0)
+    got = hierax.floquet(0.4 * sz + pulse * sx, 2.0).quasienergies
+    np.testing.assert_allclose(np.sort(np.asarray(got)), want, atol=1e-9)
+    for t0 in (0.7, -0.3, 2.0):
+        with pytest.raises(ValueError, match=r"sampled pulses on \[0, 2\].*`t0=0`"):
+            hierax.floquet(0.4 * sz + pulse * sx, 2.0, t0=t0)
+    short = hierax.PiecewiseConstant([0.0, 0.5, 1.2], [0.3, -0.8])
+    hierax.floquet(0.4 * sz + short * sx, 2.0)
+    with pytest.raises(ValueError, match="`t0=0`"):
+        hierax.floquet(0.4 * sz + short * sx, 2.0, t0=0.3)
+    edges = np.linspace(0.0, 4.0, 9)
+    long = hierax.PiecewiseConstant(edges, np.cos(np.pi * edges[:-1]))
+    hierax.floquet(0.4 * sz + long * sx, 2.0, t0=1.0)

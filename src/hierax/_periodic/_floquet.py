@@ -53,6 +53,7 @@ from .._core import (
 )
 from .._operators import (
     AbstractTimeOperator,
+    jump_times,
     merge_equal_terms,
     time_operators,
     to_operator,
@@ -194,7 +195,9 @@ def floquet(
     not a harmonic of $2\\pi / T$, or a Gaussian or polynomial envelope, is refused;
     sampled pulses (`PiecewiseConstant`, `CubicSpline`, ...) and callables are taken
     as one period of a periodic drive: what they give on $[t_0, t_0 + T]$ is
-    solved. Hermiticity is read from the terms where they tell it (Hermitian
+    solved, and a period that leaves the samples' knots (known values) is
+    refused: samples shorter than T are one period from their first knot, so
+    `t0` is that knot. Hermiticity is read from the terms where they tell it (Hermitian
     matrices times real functions) and otherwise checked at a few times of the
     period. Known values are checked here (a ValueError), traced ones inside the
     compiled solve (a runtime error).
@@ -219,6 +222,7 @@ def floquet(
     # they are arguments.
     operator = merge_equal_terms(operator)
     exact = _refuse_non_periodic(operator, period, api)
+    _refuse_outside_samples(operator, period, t0, api)
     hermitian = _refuse_non_hermitian(operator, period, t0, api)
     checks = _Checks(
         inputs=any(is_traced(x) for x in (period, t0, rtol, atol)),
@@ -426,6 +430,37 @@ def _refuse_non_periodic(
             )
     eps = float(jnp.finfo(period.dtype).eps)
     return float(harmonic_gap(nus, length, np)) <= 16 * eps
+
+
+def _refuse_outside_samples(
+    operator: AbstractTimeOperator, period: Array, t0: Array, api: str
+) -> None:
+    """Refuse a period $[t_0, t_0 + T]$ that leaves the samples of H's sampled
+    pulses, known values only: past their knots they give no drive (zero, or a
+    spline's extrapolation), so that window is not one period of them, and the
+    quasienergies came out of another drive (a pulse on [0, 2] with T = 2 gave
+    +-0.425 from t0 = 0, +-0.436 from t0 = 0.7). Samples shorter than the period
+    (a pulse, then nothing) are one period from their first knot."""
+    knots = jump_times(operator)
+    if knots is None or any(is_traced(x) for x in (knots, period, t0)):
+        return
+    knots = np.asarray(knots, np.float64)
+    first, last = float(knots.min()), float(knots.max())
+    start, length = float(t0), float(period)
+    eps = float(jnp.finfo(period.dtype).eps)
+    slack = 16 * eps * max(abs(first), abs(last), abs(start), length)
+    if last - first < length - slack:
+        inside = abs(start - first) <= slack
+    else:
+        inside = start >= first - slack and start + length <= last + slack
+    if not inside:
+        raise ValueError(
+            f"`{api}`: `hamiltonian` has sampled pulses on [{first:.9g}, "
+            f"{last:.9g}], but the period from `t0` is [{start:.9g}, "
+            f"{start + length:.9g}]: past their samples they give no drive, so that "
+            f"is not one period of them. Pass `t0={first:.9g}` (the quasienergies do "
+            "not depend on `t0`; `modes_at(t)` gives the modes at any time)."
+        )
 
 
 def _shown(x: complex) -> str:
