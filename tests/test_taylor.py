@@ -467,3 +467,12 @@ def test_a_python_int_time_is_a_real_time():
     np.testing.assert_allclose(
         series, np.exp(-2.0) * np.array([1, -2, 1.5]), rtol=1e-14
     )
+
+
+def test_zero_base_to_a_time_dependent_power():
+    """`0.0 ** f(t)` with f(t) > 0 is the constant 0, as `jax.jvp` has it: the rule
+    took log(0) = -inf and returned NaN from coefficient 1 on."""
+    series = np.asarray(taylor(lambda t: 0.0 ** (1 + t * t), 0.5, 4))
+    np.testing.assert_array_equal(series, np.zeros(5))
+    series = np.asarray(taylor(lambda t: jnp.zeros(2) ** (1 + t), 0.5, 3))
+    np.testing.assert_array_equal(series, np.zeros((4, 2)))

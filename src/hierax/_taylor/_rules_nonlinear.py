@@ -128,7 +128,9 @@ def _pow(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
         log_u = rec.log(u, jnp.log(u[0]))
         exponent = rec.cauchy(w, log_u)
     else:
-        exponent = w * jnp.log(u[0])[None]
+        # As JAX's derivative: a zero base has the constant value 0 for y > 0.
+        base = jnp.where(u[0] == 0, jnp.ones_like(u[0]), u[0])
+        exponent = w * jnp.log(base)[None]
     return Series(rec.exp(exponent, value))
 
 
