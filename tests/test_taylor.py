@@ -476,3 +476,29 @@ def test_zero_base_to_a_time_dependent_power():
     np.testing.assert_array_equal(series, np.zeros(5))
     series = np.asarray(taylor(lambda t: jnp.zeros(2) ** (1 + t), 0.5, 3))
     np.testing.assert_array_equal(series, np.zeros((4, 2)))
+
+
+class _SinePower(eqx.Module):
+    exponent: jax.Array
+
+    def __call__(self, t):
+        return jnp.sin(t) ** self.exponent
+
+
+def test_array_exponent_at_a_zero_base():
+    """An exponent held in an array (closed over, or a module's field) is traced, so
+    the rule cannot see it is an integer: `t ** jnp.array(2.0)` at 0 was NaN from
+    coefficient 1 on. Integer exponents are exact there, as the docstring promises."""
+    two = jnp.array(2.0)
+    np.testing.assert_array_equal(
+        np.asarray(taylor(lambda t: t**two, 0.0, 5)), [0, 0, 1, 0, 0, 0]
+    )
+    exact = [0, 0, 0, 1, 0, -1 / 2, 0, 13 / 120]  # sin(t)^3
+    series = np.asarray(taylor(_SinePower(jnp.array(3.0)), 0.0, 7))
+    np.testing.assert_allclose(series, exact, rtol=1e-14, atol=1e-15)
+    # Away from the zero base and for gradients in the exponent, nothing changes.
+    grad = jax.grad(lambda p: taylor(_SinePower(p), 0.3, 3)[2])(2.5)
+    reference = jax.grad(
+        lambda p: jax.grad(jax.grad(lambda t: jnp.sin(t) ** p))(0.3) / 2
+    )(2.5)
+    np.testing.assert_allclose(grad, reference, rtol=1e-12)

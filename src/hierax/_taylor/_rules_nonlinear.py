@@ -110,6 +110,32 @@ def _integer_exponent(y: Any) -> int | None:
     return None
 
 
+def _constant_power(u: Any, p: Any, value: Any) -> Any:
+    """$u^p$ for an exponent known only at run time (a closed-over or module array).
+
+    Where $u_0 = 0$ and $p$ is a non-negative integer, $u = s^\\nu w$ with $w_0 \\neq 0$
+    ($\\nu$ leading zero coefficients) and $u^p = s^{p\\nu} w^p$: the recurrence runs
+    on $w$ and the result is shifted, exact as `integer_power` is for a static $p$.
+    Elsewhere it is `rec.power` (singular at $u_0 = 0$, as $u^p$ is).
+    """
+    n = u.shape[0]
+    nu = jnp.argmax(u != 0, axis=0)
+    j = jnp.arange(n).reshape((n,) + (1,) * (u.ndim - 1))
+    padded = jnp.concatenate([u, jnp.zeros_like(u)], axis=0)
+    w = jnp.take_along_axis(padded, jnp.broadcast_to(j + nu, u.shape), axis=0)
+    q = jnp.real(p)
+    shifted = (u[0] == 0) & (w[0] != 0) & (p == jnp.round(q)) & (q >= 0)
+    one = jnp.zeros_like(u).at[0].set(1)
+    w = jnp.where(shifted[None], w, one)
+    wp = rec.power(w, p, w[0] ** p)
+    shift = jnp.where(shifted, jnp.round(q) * nu, 0).astype(jnp.int32)
+    shift = jnp.minimum(shift, n)
+    padded = jnp.concatenate([jnp.zeros_like(wp), wp], axis=0)
+    wp = jnp.take_along_axis(padded, jnp.broadcast_to(j - shift + n, u.shape), axis=0)
+    general = rec.power(jnp.where(shifted[None], one, u), p, value)
+    return jnp.where(shifted[None], wp, general).at[0].set(value)
+
+
 @register("pow")
 def _pow(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
     x, y = invals
@@ -121,7 +147,7 @@ def _pow(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
             if n == 0:
                 return Series(lift(ctx.order, jnp.ones_like(u[0])))
             return Series(rec.integer_power(u, n).at[0].set(value))
-        return Series(rec.power(u, jnp.broadcast_to(y, u.shape[1:]), value))
+        return Series(_constant_power(u, jnp.broadcast_to(y, u.shape[1:]), value))
     # x ** y = exp(y log x)
     u, w = _operands(ctx, eqn, invals)
     if is_series(x):
