@@ -223,9 +223,11 @@ def sin_cos(u, sin_value, cos_value, hyperbolic: bool = False):
     return _unreversed(s), _unreversed(c)
 
 
-def tan(u, value, hyperbolic: bool = False):
+def tan(u, value, hyperbolic: bool = False, slope=None):
     """$y = \\tan u$ ($\\tanh$ when `hyperbolic`): $y' = w\\,u'$ with
-    $w = 1 \\pm y^2$, both built one coefficient at a time."""
+    $w = 1 \\pm y^2$, both built one coefficient at a time. `slope`, if given, is
+    $w_0$ computed without cancellation ($1 - \\tanh^2$ is 0 once $\\tanh$ rounds
+    to 1, from $|u_0| \\approx 19$ in float64)."""
     mu = order_weights(u) * u
     sign = -1 if hyperbolic else 1
 
@@ -238,12 +240,13 @@ def tan(u, value, hyperbolic: bool = False):
         return y, w, rev
 
     y = jnp.zeros_like(mu).at[0].set(value)
-    w = _start(1 + sign * value * value, mu)
+    w = _start(1 + sign * value * value if slope is None else slope, mu)
     return lax.fori_loop(1, u.shape[0], body, (y, w, _start(value, mu)))[0]
 
 
-def logistic(u, value):
-    """$y = 1 / (1 + e^{-u})$: $y' = w\\,u'$ with $w = y - y^2$."""
+def logistic(u, value, slope=None):
+    """$y = 1 / (1 + e^{-u})$: $y' = w\\,u'$ with $w = y - y^2$; `slope` as in
+    `tan`."""
     mu = order_weights(u) * u
 
     def body(j, yw):
@@ -255,7 +258,7 @@ def logistic(u, value):
         return y, w, rev
 
     y = jnp.zeros_like(mu).at[0].set(value)
-    w = _start(value - value * value, mu)
+    w = _start(value - value * value if slope is None else slope, mu)
     return lax.fori_loop(1, u.shape[0], body, (y, w, _start(value, mu)))[0]
 
 

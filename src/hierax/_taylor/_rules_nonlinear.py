@@ -240,12 +240,17 @@ def _tan(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
 
 @register("tanh")
 def _tanh(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
-    return Series(rec.tan(invals[0].coeffs, _value(eqn, invals), hyperbolic=True))
+    # 1 - tanh(u0)^2 cancels to 0 where tanh rounds to 1: the slope as sech^2.
+    u = invals[0].coeffs
+    slope = 1 / jnp.square(jnp.cosh(u[0]))
+    return Series(rec.tan(u, _value(eqn, invals), hyperbolic=True, slope=slope))
 
 
 @register("logistic")
 def _logistic(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
-    return Series(rec.logistic(invals[0].coeffs, _value(eqn, invals)))
+    # y (1 - y) cancels to 0 where y rounds to 1: 1 - y is y at -u0.
+    u, value = invals[0].coeffs, _value(eqn, invals)
+    return Series(rec.logistic(u, value, slope=value * lax.logistic(-u[0])))
 
 
 def _from_derivative_factor(eqn: Any, invals: list[Any], g: Any) -> Series:
