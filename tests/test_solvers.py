@@ -1354,6 +1354,18 @@ def test_evaluate_outside_the_span_is_refused():
                 jax.block_until_ready(call(t))
 
 
+def test_evaluate_at_integer_times():
+    """Integer times (a Python or NumPy int, an int array, a list of ints) are
+    times like any other: they once reached diffrax's interpolation as integers
+    and failed inside it ("cond branches must have equal output types")."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0, 2.0])
+    solution = sesolve(_qubit(), state, times, dense=True, max_steps=64)
+    for t in (1, np.int64(1), jnp.asarray(1)):
+        assert _error(solution.evaluate(t), solution.states[1]) <= 1e-7
+    for t in ([0, 2], np.array([0, 2]), jnp.asarray([0, 2])):
+        assert _error(solution.evaluate(t), solution.states[::2]) <= 1e-7
+
+
 def test_fixed_step_far_too_long_is_an_error():
     """A fixed `dt` whose steps' series do not converge once returned |psi| of
     1e6 ... 1e35: the step's own error estimate, far above the tolerances, now

@@ -132,6 +132,9 @@ def _evaluate_impl(
     interpolation: diffrax.DenseInterpolation, t: Any, times: Array
 ) -> Array:
     t = jnp.asarray(t)
+    if not jnp.issubdtype(t.dtype, jnp.floating):
+        # Integer (or bool) times: diffrax's interpolation needs a real time.
+        t = t.astype(times.dtype)
     # Outside the span diffrax's buffers hold no step: its answer is nan.
     inside = (t >= times[0]) & (t <= times[-1])
     t = eqx.error_if(
