@@ -209,6 +209,23 @@ def test_sampled_qobjevo_against_qutip(options):
         )
 
 
+@pytest.mark.parametrize("bc", ["not-a-knot", "natural"])
+def test_sampled_qobjevo_on_a_fine_grid(bc):
+    """A cubic array coefficient on a fine grid (301 samples) is QuTiP's spline
+    too: QuTiP's cubic coefficients round differently from scipy's by
+    eps |y| / h^3, which once failed the comparison, and the default `order=3`
+    was refused with a message that asked for `order=3`."""
+    tlist = np.linspace(0.0, 3.0, 301)
+    samples = 0.3 * np.cos(2.0 * tlist) + 0.1 * tlist
+    h = qt.QobjEvo([_q(X1), samples], tlist=tlist, boundary_conditions=bc)
+    operator = hierax.as_operator(h)
+    (function,) = operator.functions
+    assert isinstance(function, hierax.CubicSpline) and function.bc_type == bc
+    ts = np.linspace(-0.1, 3.1, 23)
+    expected = np.stack([h(t).full() for t in ts])
+    assert np.max(np.abs(_values(operator, jnp.asarray(ts)) - expected)) < TOL
+
+
 def test_qutip_density_matrices():
     ket = qt.Qobj(PSI[:, None], dims=[[2, 2], [1, 1]])
     jumps = [0.3 * qt.tensor(qt.destroy(2), qt.qeye(2))]
