@@ -1333,6 +1333,14 @@ def test_non_finite_times_and_states_are_refused():
         jax.block_until_ready(observed.expects)
 
 
+def test_a_state_without_columns_is_refused():
+    """A state of shape (n, 0) holds nothing to solve: refused with a message, where
+    it once failed inside the kernels (ZeroDivisionError: integer modulo by zero)."""
+    for state in (np.ones((2, 0)), jnp.ones((2, 0))):
+        with pytest.raises(ValueError, match="`state` must hold at least one column"):
+            sesolve(_qubit(), state, np.array([0.0, 1.0]))
+
+
 def test_evaluate_outside_the_span_is_refused():
     """The dense output holds between the first and the last time only: outside
     (or at nan) it is refused, before compiling for numbers and NumPy times, at

@@ -245,6 +245,12 @@ def _check_state(state: Array, n: int, api: str) -> None:
             f"`{api}`: `state` has shape {tuple(state.shape)} but the `hamiltonian` "
             f"is {n}x{n}; the state's first axis must have size {n}."
         )
+    if state.size == 0:
+        # (n, 0): no column to solve for (it failed inside the kernels).
+        raise ValueError(
+            f"`{api}`: `state` must hold at least one column, got shape "
+            f"{tuple(state.shape)}."
+        )
 
 
 def check_exp_ops(
