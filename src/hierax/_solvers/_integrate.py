@@ -438,7 +438,12 @@ def _stepped(inputs: tuple, settings: dict[str, Any]) -> Solution:
         arrays,
         static,
         solve,
-        isinstance(settings["adjoint"].value, diffrax.ForwardMode),
+        # (`DirectAdjoint` differentiates both ways: through a `custom_jvp`, whose
+        # derivative JAX transposes for reverse mode; a `custom_vjp` refused
+        # `jax.jvp`.)
+        isinstance(
+            settings["adjoint"].value, diffrax.ForwardMode | diffrax.DirectAdjoint
+        ),
     )
 
 
@@ -877,7 +882,8 @@ def _forward_mode_hint(api: str):
             raise
         raise TypeError(
             f"`{api}`: forward-mode differentiation (`jax.jvp`, `jax.jacfwd`) "
-            "through a solve needs `adjoint=diffrax.ForwardMode()`; the default "
+            "through a solve needs `adjoint=diffrax.ForwardMode()` (or "
+            "`diffrax.DirectAdjoint()`, both ways but slower); the default "
             "adjoint differentiates in reverse mode (`jax.grad`, `jax.jacrev`)."
         ) from None
 
