@@ -1363,6 +1363,28 @@ def test_non_finite_times_and_states_are_refused():
         jax.block_until_ready(observed.expects)
 
 
+def test_hierax_operators_as_observables():
+    """A constant hierax operator or a `SparseMatrix` is an observable like its
+    matrix; a time-dependent operator, or any other object, is refused saying
+    so. NumPy read each as a 0-d object array: "`exp_ops[0]` has shape ()"."""
+    state, times = np.array([0.6, 0.8j]), np.array([0.0, 1.0])
+    want = sesolve(_qubit(), state, times, exp_ops=[2.0 * SZ + SX]).expects
+    constant = hierax.Constant(2.0) * SZ + SX
+    sparse = SparseMatrix(
+        np.array([[2.0, 1.0], [1.0, -2.0]]), np.array([[0, 1], [0, 1]])
+    )
+    for observable in (constant, sparse):
+        got = sesolve(_qubit(), state, times, exp_ops=[observable]).expects
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    rho = np.outer(state, state.conj())
+    got = hierax.mesolve(_qubit(), [], rho, times, exp_ops=[constant]).expects
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    with pytest.raises(TypeError, match=r"`exp_ops\[0\]` must be a constant matrix"):
+        sesolve(_qubit(), state, times, exp_ops=[hierax.Cos(1.0) * SZ])
+    with pytest.raises(TypeError, match=r"`exp_ops\[1\]` must be a numeric"):
+        sesolve(_qubit(), state, times, exp_ops=[SZ, object()])
+
+
 def test_a_state_without_columns_is_refused():
     """A state of shape (n, 0) holds nothing to solve: refused with a message, where
     it once failed inside the kernels (ZeroDivisionError: integer modulo by zero)."""

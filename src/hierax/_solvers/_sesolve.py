@@ -18,7 +18,14 @@ from .._core import (
     to_jax,
     typechecked,
 )
-from .._operators import as_matrices, as_state, to_operator, uniform_products
+from .._data import AbstractSparseMatrix
+from .._operators import (
+    AbstractTimeOperator,
+    as_matrices,
+    as_state,
+    to_operator,
+    uniform_products,
+)
 from ._integrate import (
     check_no_foreign_keywords,
     keywords_checked,
@@ -276,7 +283,24 @@ def check_exp_ops(
         )
     checked = []
     for i, op in enumerate(exp_ops):
+        given = type(op).__name__
+        if isinstance(op, AbstractTimeOperator):
+            # (NumPy read one as a 0-d object array: "has shape ()".)
+            if not op.is_constant:
+                raise TypeError(
+                    f"`{api}`: `exp_ops[{i}]` must be a constant matrix, got a "
+                    f"time-dependent {type(op).__name__} (time-dependent "
+                    "observables are not supported)."
+                )
+            op = op(0.0)
+        if isinstance(op, AbstractSparseMatrix):
+            op = op.todense()
         op = op if isinstance(op, jax.Array) else np.asarray(op)
+        if not (np.issubdtype(op.dtype, np.number) or op.dtype == bool):
+            raise TypeError(
+                f"`{api}`: `exp_ops[{i}]` must be a numeric ({n}, {n}) matrix, got "
+                f"{given}."
+            )
         if op.shape != (n, n):
             raise ValueError(
                 f"`{api}`: `exp_ops[{i}]` has shape {tuple(op.shape)} but the "
