@@ -486,3 +486,20 @@ def test_one_matrix_for_exp_ops_is_named():
         hierax.sesolve(sz, np.array([1.0, 0.0]), [0.0, 1.0], exp_ops=sz)
     with pytest.raises(TypeError, match=match):
         hierax.mesolve(sz, [], np.diag([1.0, 0.0]), [0.0, 1.0], exp_ops=jnp.asarray(sz))
+
+
+def test_exp_ops_that_are_no_list_are_named():
+    """One QuTiP operator for `exp_ops` is named with what to pass, where the
+    annotation's report read "must be an array or a number"; a number, a dict or a
+    1-d array are refused as what they are."""
+    sz = np.diag([1.0, -1.0])
+    qt = pytest.importorskip("qutip")
+    for solve in (
+        lambda e: hierax.sesolve(sz, np.array([1.0, 0.0]), [0.0, 1.0], exp_ops=e),
+        lambda e: hierax.mesolve(sz, [], np.diag([1.0, 0.0]), [0.0, 1.0], exp_ops=e),
+    ):
+        with pytest.raises(TypeError, match=r"got one Qobj; pass `\[exp_ops\]`"):
+            solve(qt.sigmaz())
+        for bad, kind in ((3.0, "float"), ({"z": sz}, "dict"), (np.ones(2), "ndarray")):
+            with pytest.raises(TypeError, match=rf"list of \(2, 2\) .* got {kind}"):
+                solve(bad)

@@ -1,14 +1,14 @@
 """`hierax.mesolve`: the Lindblad master equation, solved with the Taylor method on
 diffrax (the solve of `hierax.sesolve`, with a `LindbladTerm`)."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, ScalarLike
+from jaxtyping import Array, ScalarLike
 
 from .._core import (
     MESOLVE_STACKED_TERMS,
@@ -50,7 +50,9 @@ def mesolve(
     times: Any,
     *,
     options: Any = None,
-    exp_ops: Sequence[Any] | ArrayLike | None = None,
+    # (`Any`: `check_exp_ops` says what a wrong one is, a single QuTiP operator
+    # included, where the annotation's report read "an array or a number".)
+    exp_ops: Any = None,
     progress: bool = False,
     dense: bool = False,
     rtol: ScalarLike | None = None,

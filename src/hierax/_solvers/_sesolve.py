@@ -1,7 +1,7 @@
 """`hierax.sesolve`: the Schrodinger equation, solved with the Taylor method on
 diffrax."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import diffrax
@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, ScalarLike
+from jaxtyping import Array, ScalarLike
 
 from .._core import (
     SESOLVE_TERMS,
@@ -51,7 +51,9 @@ def sesolve(
     times: Any,
     *,
     options: Any = None,
-    exp_ops: Sequence[Any] | ArrayLike | None = None,
+    # (`Any`: `check_exp_ops` says what a wrong one is, a single QuTiP operator
+    # included, where the annotation's report read "an array or a number".)
+    exp_ops: Any = None,
     progress: bool = False,
     dense: bool = False,
     rtol: ScalarLike | None = None,
@@ -280,6 +282,16 @@ def check_exp_ops(
             f"`{api}`: `exp_ops` must be a list of operators (or an (E, n, n) "
             f"array), got one matrix of shape {tuple(exp_ops.shape)}; pass "
             "`[exp_ops]`."
+        )
+    if not (isinstance(exp_ops, list | tuple) or getattr(exp_ops, "ndim", None) == 3):
+        raise TypeError(
+            f"`{api}`: `exp_ops` must be a list of ({n}, {n}) operators (or an "
+            f"(E, {n}, {n}) array), got {type(exp_ops).__name__}"
+            + (
+                f" of shape {tuple(exp_ops.shape)}."
+                if hasattr(exp_ops, "shape")
+                else "."
+            )
         )
     checked = []
     for i, op in enumerate(exp_ops):
