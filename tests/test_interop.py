@@ -219,6 +219,7 @@ def test_sampled_qobjevo_on_a_fine_grid(bc):
     samples = 0.3 * np.cos(2.0 * tlist) + 0.1 * tlist
     h = qt.QobjEvo([_q(X1), samples], tlist=tlist, boundary_conditions=bc)
     operator = hierax.as_operator(h)
+    assert isinstance(operator, hierax.TimeOperator)
     (function,) = operator.functions
     assert isinstance(function, hierax.CubicSpline) and function.bc_type == bc
     ts = np.linspace(-0.1, 3.1, 23)
