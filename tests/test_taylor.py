@@ -359,6 +359,10 @@ def test_expand_general_input_series():
 def test_order_zero_and_one():
     np.testing.assert_allclose(taylor(jnp.sin, T0, 0), [np.sin(T0)])
     np.testing.assert_allclose(taylor(jnp.sin, T0, 1), [np.sin(T0), np.cos(T0)])
+    # A NumPy integer order, as `CallableTimeFunction.taylor` takes (it was refused
+    # by the annotation).
+    want = [np.sin(T0), np.cos(T0), -np.sin(T0) / 2]
+    np.testing.assert_allclose(taylor(jnp.sin, T0, np.int64(2)), want)
 
 
 def test_constant_and_integer_outputs():

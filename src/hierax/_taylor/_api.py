@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PyTree, Shaped
 
 from .._core import (
+    OrderLike,
     TimeLike,
     as_time_array,
     check_order,
@@ -37,7 +38,7 @@ _taylor = module_jit(_taylor_impl, api="hierax.taylor", exact_products=False)
 
 @typechecked
 def taylor(
-    fn: Callable, t: TimeLike, order: int
+    fn: Callable, t: TimeLike, order: OrderLike
 ) -> PyTree[Shaped[Array, "order_plus_1 ..."]]:
     """Normalised Taylor coefficients of an arbitrary JAX function of time.
 
@@ -84,7 +85,8 @@ def taylor(
 
     - `fn`: a callable $t \\mapsto$ pytree of arrays, differentiable in $t$.
     - `t`: the real or complex scalar time at which to expand.
-    - `order`: the highest order $K$, a non-negative Python int (at most 10,000).
+    - `order`: the highest order $K$, a non-negative int, Python's or NumPy's (at
+      most 10,000).
       It is static: every new value compiles anew.
 
     **Returns:**
