@@ -150,8 +150,8 @@ def _direction(value: Array, index: int) -> Array:
     along all arrays together costs one more series per step where one per array
     cost as many (a network pulse's gradient, six arrays, with the derivative
     of the series: about 3.2 ms a call before the check, 5.5-6.5 ms with one
-    derivative, 13.5 ms with one per array); the random sizes keep the parts of `(p - q) * g` from cancelling at
-    p = q = 0, as equal ones would."""
+    derivative, 13.5 ms with one per array); the random sizes keep the parts of
+    `(p - q) * g` from cancelling at p = q = 0, as equal ones would."""
     generator = np.random.default_rng(index)
     size = max(value.size, 1)
     entries = generator.uniform(0.5, 1.0, size) * generator.choice([-1.0, 1.0], size)
