@@ -252,6 +252,10 @@ def test_bad_input_is_named():
     api = hierax.high_frequency_expansion
     with pytest.raises(ValueError, match="not periodic with `period`"):
         api(0.5 * SZ + hierax.Cos(1.3 * omega) * SX, period, order=2)
+    # Nearly constant over the period: within 7e-11 of a Fourier series on the
+    # samples (accepted), not periodic by its frequency (as `floquet` reads it).
+    with pytest.raises(ValueError, match="frequency 0.0001"):
+        api(0.5 * SZ + hierax.Cos(1e-4) * SX, period, order=2)
     with pytest.raises(ValueError, match="harmonics above `harmonics` = 1"):
         api(0.5 * SZ + hierax.Cos(2 * omega) * SX, period, order=2)
     with pytest.raises(ValueError, match="not Hermitian"):

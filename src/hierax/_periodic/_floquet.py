@@ -228,7 +228,7 @@ def floquet(
     # Terms are merged here, where the matrices are known: inside the blocked map
     # they are arguments.
     operator = merge_equal_terms(operator)
-    exact = _refuse_non_periodic(operator, period, api)
+    exact = refuse_non_periodic(operator, period, api)
     _refuse_outside_samples(operator, period, t0, api)
     hermitian = _refuse_non_hermitian(operator, period, t0, api)
     checks = _Checks(
@@ -397,7 +397,7 @@ def _tolerances(dtype: Any) -> tuple[float, float]:
     return (1e-9, 1e-10) if jnp.finfo(dtype).bits == 64 else (1e-4, 1e-5)
 
 
-def _refuse_non_periodic(
+def refuse_non_periodic(
     operator: AbstractTimeOperator, period: Array, api: str
 ) -> bool | None:
     """Refuse an H whose closed-form time functions tell it is not T-periodic.
