@@ -11,7 +11,7 @@ from jaxtyping import Array, ArrayLike
 from .._core import OrderLike, check_order
 from .._kernels.density import density_generator, density_series, generator_sizes
 from .._kernels.heisenberg import Levels
-from .._kernels.propagator import perturbation_spread, random_start, series_errors
+from .._kernels.propagator import perturbation_spread, series_errors
 from .._operators import (
     AbstractTimeOperator,
     check_jump_operators,
@@ -265,9 +265,9 @@ def _density_levels(
     if estimate:
         sizes = generator_sizes(left, right, jumps, scale)
         # The same recursion from a random start: how fast rounding errors grow.
-        start = random_start(series[0])
         spread = perturbation_spread(
-            density_series(left, right, jumps, scale, start, order)
+            lambda start: density_series(left, right, jumps, scale, start, order),
+            series[0],
         )
         errors = series_errors(sizes, series, spread)
     exponents = -jnp.arange(order + 1, dtype=rdtype) * jnp.log2(scale)

@@ -17,7 +17,6 @@ from .._kernels.heisenberg import (
 from .._kernels.propagator import (
     perturbation_spread,
     propagator_errors,
-    random_start,
     state_series,
 )
 from .._operators import (
@@ -121,13 +120,13 @@ def _propagator_levels(
         sparse = sparse._replace(coefficients=sparse.coefficients * scale)
     h = TermSeries(h.coefficients * scale, h.matrices, dense, h.constant, sparse)
     # The time scale is already in the series: a factor of one per order.
-    series = state_series(None, h, jnp.ones((order + 1,), rdtype), state, order)
+    factor = jnp.ones((order + 1,), rdtype)
+    series = state_series(None, h, factor, state, order)
     errors = None
     if estimate:
         # The same recursion from a random start: how fast rounding errors grow.
-        start = random_start(series[0])
         spread = perturbation_spread(
-            state_series(None, h, jnp.ones((order + 1,), rdtype), start, order)
+            lambda start: state_series(None, h, factor, start, order), series[0]
         )
         errors = propagator_errors(h, series, spread)
     # Coefficient k is s^k U^(k) / k!; carried as one level each, exponent -k log2 s.

@@ -8,6 +8,7 @@ cancellation between large parts), so the recursion is stable as it stands.
 """
 
 import math
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -1146,25 +1147,21 @@ def propagator_errors(terms: TermSeries, series: Array, spread: Array) -> Array:
     return series_errors(h, series, spread)
 
 
-def random_start(like: Array) -> Array:
-    """A fixed start of unit Frobenius norm with the shape and dtype of `like`
-    (complex Gaussian entries from a fixed seed), for `perturbation_spread`."""
+def perturbation_spread(run: Callable[[Array], Array], like: Array) -> Array:
+    """How fast a perturbation grows through a linear recursion: `run(start)` is
+    the recursion's series from a start shaped like `like`, here a fixed one of
+    unit Frobenius norm (Gaussian entries from a fixed seed, complex where `like`
+    is). The largest $(\\|u_m\\|\\, m!)^{1/m}$ over the orders m: the per-order
+    rate of the fastest mode the start reaches (every mode, for a random start),
+    a real scalar. Rounding errors are such perturbations."""
     generator = np.random.default_rng(0)
-    shape = like.shape
-    entries = generator.standard_normal(shape) + 1j * generator.standard_normal(shape)
-    entries = entries / np.linalg.norm(entries)
+    entries = generator.standard_normal(like.shape) + 1j * generator.standard_normal(
+        like.shape
+    )
     if not jnp.iscomplexobj(like):
-        entries = entries.real / np.linalg.norm(entries.real)
-    return jnp.asarray(entries, like.dtype)
-
-
-def perturbation_spread(series_from_random_start: Array) -> Array:
-    """How fast a perturbation grows through a linear recursion, from the series
-    of the recursion started at `random_start`: the largest
-    $(\\|u_m\\|\\, m!)^{1/m}$ over the orders m (the per-order rate of the
-    fastest mode the start reaches: every mode, for a random start), a real
-    scalar. Rounding errors are such perturbations."""
-    sizes = _sizes(series_from_random_start)
+        entries = entries.real
+    start = jnp.asarray(entries / np.linalg.norm(entries), like.dtype)
+    sizes = _sizes(run(start))
     order = sizes.shape[0] - 1
     rdtype = sizes.dtype
     m = np.arange(1, order + 1)
@@ -1176,7 +1173,7 @@ def perturbation_spread(series_from_random_start: Array) -> Array:
     return jnp.exp(jnp.max(rates)) if order else jnp.zeros((), rdtype)
 
 
-def series_errors(h: Array, series: Array, spread: Array | None = None) -> Array:
+def series_errors(h: Array, series: Array, spread: Array) -> Array:
     """The running estimate of `propagator_errors` for any linear recursion
     $u_{j+1} = \\frac{1}{j+1} \\sum_{m \\le j} \\mathcal{G}_m[u_{j-m}]$, given a bound
     `h[m]` on the size of each $\\mathcal{G}_m$ (shape `(K+1,)`). A coefficient near
@@ -1203,10 +1200,8 @@ def series_errors(h: Array, series: Array, spread: Array | None = None) -> Array
     i = jnp.arange(order + 1)
     # The share of the bound by which a carried rounding error grows (1: the
     # bound's).
-    share = jnp.ones((), rdtype)
-    if spread is not None:
-        share = jnp.where(h[0] > 0, jnp.minimum(spread.astype(rdtype) / h[0], 1), 1)
-        share = jnp.where(jnp.isfinite(share), share, 1)
+    share = jnp.where(h[0] > 0, jnp.minimum(spread.astype(rdtype) / h[0], 1), 1)
+    share = jnp.where(jnp.isfinite(share), share, 1)
 
     def window_sum(carried: Array, j: Array) -> Array:
         """$\\sum_{m \\le j} |h_m|$ `carried`$_{j-m}$ (zero terms skipped)."""
