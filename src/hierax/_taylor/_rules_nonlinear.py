@@ -125,15 +125,16 @@ def _constant_power(u: Any, p: Any, value: Any) -> Any:
     w = jnp.take_along_axis(padded, jnp.broadcast_to(j + nu, u.shape), axis=0)
     q = jnp.real(p)
     shifted = (u[0] == 0) & (w[0] != 0) & (p == jnp.round(q)) & (q >= 0)
-    one = jnp.zeros_like(u).at[0].set(1)
-    w = jnp.where(shifted[None], w, one)
-    wp = rec.power(w, p, w[0] ** p)
+    # One recurrence: on w where shifted, on u elsewhere (w's first coefficient
+    # read only where it is nonzero).
+    base = jnp.where(shifted[None], w, u)
+    start = jnp.where(shifted, jnp.where(shifted, w[0], 1) ** p, value)
+    powered = rec.power(base, p, start)
     shift = jnp.where(shifted, jnp.round(q) * nu, 0).astype(jnp.int32)
     shift = jnp.minimum(shift, n)
-    padded = jnp.concatenate([jnp.zeros_like(wp), wp], axis=0)
-    wp = jnp.take_along_axis(padded, jnp.broadcast_to(j - shift + n, u.shape), axis=0)
-    general = rec.power(jnp.where(shifted[None], one, u), p, value)
-    return jnp.where(shifted[None], wp, general).at[0].set(value)
+    padded = jnp.concatenate([jnp.zeros_like(powered), powered], axis=0)
+    index = jnp.broadcast_to(j - shift + n, u.shape)
+    return jnp.take_along_axis(padded, index, axis=0).at[0].set(value)
 
 
 @register("pow")
