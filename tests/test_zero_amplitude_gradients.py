@@ -366,3 +366,26 @@ def test_a_derivative_the_transform_cannot_expand_falls_back(monkeypatch):
     fallen_back = float(jax.grad(part)(0.0))
     want = _detuned_first_order(20.0).imag
     np.testing.assert_allclose([direct, fallen_back], [want, want], atol=1e-8)
+
+
+def test_a_callable_with_its_amplitude_inside_in_complex64():
+    """The callable check in complex64 (float32 times): the gradient at p = 0
+    against first-order perturbation theory, to float32's tolerance (before:
+    1.6e5 for -3.02)."""
+
+    def part(p):
+        drive = hierax.CallableTimeFunction(lambda t: p * _gaussian(t))
+        h = jnp.asarray(0.2 * SZ, jnp.complex64) + drive * jnp.asarray(
+            SX, jnp.complex64
+        )
+        final = hierax.sesolve(
+            h,
+            jnp.asarray(KET, jnp.complex64),
+            jnp.array([0.0, 20.0], jnp.float32),
+            rtol=1e-6,
+        ).final_state[1]
+        return jnp.imag(final)
+
+    got = jax.grad(part)(jnp.float32(0.0))
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(float(got), _detuned_first_order(20.0).imag, atol=1e-4)
