@@ -1,6 +1,7 @@
 """Floquet quasienergies and modes against QuTiP's FloquetBasis, exact products of
 matrix exponentials for piecewise-constant drives, finite differences, and a loop."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -750,3 +751,93 @@ def test_a_pair_at_the_second_passs_condition_is_not_mixed(seed):
     h = v @ np.diag(energies) @ v.conj().T
     got = hierax.floquet((h + h.conj().T) / 2, 1.0).quasienergies
     np.testing.assert_allclose(np.asarray(got), np.sort(energies), atol=1e-12)
+
+
+def test_a_sweep_steps_in_lockstep_against_scipy(monkeypatch):
+    """A `jax.vmap` sweep of drive amplitudes steps its propagators in lockstep
+    (`_lockstep`, each element's U as adjacent columns of one state); the
+    quasienergies equal those of scipy's one-period propagators."""
+    from hierax._solvers import _lockstep
+
+    from .helpers import propagate, recorded_returns
+
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    h0, drive = _transmon()
+    omega = 0.9
+
+    def energies(amplitude):
+        h = h0 + hierax.Cos(omega, amplitude=amplitude) * drive
+        return hierax.floquet(h, 2 * np.pi / omega, rtol=1e-11).quasienergies
+
+    amplitudes = jnp.linspace(0.0, 0.3, 5)
+    batched = jax.jit(jax.vmap(energies))(amplitudes)
+    assert stepped and all(s is not None for s in stepped)
+    for k, a in enumerate(np.asarray(amplitudes)):
+        u = propagate(
+            lambda t, a=a: h0 + a * np.cos(omega * t) * drive,
+            0.0,
+            2 * np.pi / omega,
+            np.eye(3),
+        )
+        expected = _folded(-np.angle(np.linalg.eigvals(u)) * omega / (2 * np.pi), omega)
+        np.testing.assert_allclose(np.asarray(batched[k]), expected, atol=1e-9)
+
+
+def test_throw_false_returns_the_failure_with_no_callback():
+    """With `throw=False` (the keyword or `TaylorOptions`) a sweep in a jit holds
+    no host callback and gives the quasienergies of `throw=True`; a failed check
+    (a traced bad period, a traced non-Hermitian H, a traced period that is no
+    period of H, too few steps) comes back in `failure`, per element, with the
+    results nan; `failure.throw()` raises what `throw=True` raises."""
+
+    def basis(amplitude, period=PERIOD, **keywords):
+        h = 0.5 * SZ + hierax.Cos(W, amplitude=amplitude) * SX
+        if "options" not in keywords:
+            keywords["rtol"] = 1e-10
+        return hierax.floquet(h, period, **keywords)
+
+    amplitudes = jnp.array([0.1, 0.3, 0.5])
+    quiet = jax.jit(jax.vmap(lambda a: basis(a, throw=False)))
+    assert "callback" not in quiet.lower(amplitudes).as_text()
+    assert "callback" in jax.jit(jax.vmap(basis)).lower(amplitudes).as_text()
+    out = quiet(amplitudes)
+    assert out.failure is not None and np.all(np.asarray(out.failure.code) == -1)
+    loud = jax.jit(jax.vmap(lambda a: basis(a).quasienergies))(amplitudes)
+    np.testing.assert_allclose(np.asarray(out.quasienergies), np.asarray(loud))
+    assert jax.jit(jax.vmap(basis))(amplitudes).failure is None
+
+    def failed(result, match):
+        assert not np.any(np.asarray(result.failure.succeeded))
+        for x in (result.quasienergies, result.modes, result.propagator):
+            assert np.all(np.isnan(np.asarray(x)))
+        with pytest.raises(ValueError, match=match):
+            result.failure.throw()
+
+    periods = jnp.array([PERIOD, -1.0, PERIOD])
+    mixed = jax.jit(jax.vmap(lambda p: basis(0.3, p, throw=False)))(periods)
+    assert np.asarray(mixed.failure.succeeded).tolist() == [True, False, True]
+    failed(jax.tree.map(lambda x: x[1], mixed), "`period` must be positive")
+    wrong = jax.jit(lambda p: basis(0.3, p, throw=False))(1.5 * PERIOD)
+    failed(wrong, "`hamiltonian` is not periodic with `period`")
+
+    def callable_h(a):
+        h = lambda t: jnp.array([[0.5, a * jnp.cos(W * t)], [0.0, -0.5]])  # noqa: E731
+        return hierax.floquet(h, PERIOD, throw=False)
+
+    # (`eqx.filter_jit`: the basis holds the callable.)
+    failed(eqx.filter_jit(callable_h)(0.3), "`hamiltonian` is not Hermitian")
+    short = hierax.TaylorOptions(max_steps=2, throw=False)
+    few = basis(0.3, options=short)
+    failed(few, "`max_steps` = 2")
+    # `modes_at` has no place for a failure: it raises the basis' own, and a
+    # failure of its own solve.
+    with pytest.raises(ValueError, match="`max_steps` = 2"):
+        few.modes_at(0.4)
+    fine = basis(0.3, options=hierax.TaylorOptions(throw=False))
+    alone = eqx.tree_at(lambda b: b.options, fine, short)
+    with pytest.raises(ValueError, match="`max_steps` = 2"):
+        alone.modes_at(0.99 * PERIOD)
+    with pytest.raises(TypeError, match="`hierax.floquet`: `throw` must be a bool"):
+        basis(0.3, throw=1)
+    with pytest.raises(TypeError, match="give each setting once"):
+        basis(0.3, throw=False, options=short)

@@ -498,3 +498,41 @@ def test_the_lockstep_batches_the_outputs_a_mapped_solve_would(monkeypatch, case
     assert jax.tree.structure(read[0]) == jax.tree.structure(mapped_flags[0])
     assert jax.tree.leaves(read[0]) == jax.tree.leaves(mapped_flags[0])
     assert _error(stepped.final_state, mapped.final_state) <= 1e-7
+
+
+def test_a_sweep_of_propagators_steps_in_lockstep(monkeypatch):
+    """Matrix states under `jax.vmap` (propagators, `floquet`'s sweeps): the
+    identity under a sweep of detunings and drive amplitudes, a batch of
+    non-square states under one Hamiltonian, and both, step in lockstep (each
+    element's columns adjacent columns of one state). Every column within the
+    tolerance of scipy's solve; gradients equal the elements' alone."""
+    stepped = recorded_returns(monkeypatch, _lockstep, "_in_lockstep")
+    eye = jnp.eye(2, dtype=complex)
+    amplitudes = jnp.linspace(0.3, 1.2, 7)
+    rng = np.random.default_rng(3)
+    states = jnp.asarray(rng.normal(size=(5, 2, 3)) + 1j * rng.normal(size=(5, 2, 3)))
+
+    def solve(detuning, amplitude, state):
+        h = _hamiltonian(detuning, amplitude)
+        return hierax.sesolve(h, state, TIMES, rtol=1e-10, atol=1e-12).final_state
+
+    swept = jax.jit(jax.vmap(solve, in_axes=(0, 0, None)))(DETUNINGS, amplitudes, eye)
+    shared = jax.jit(jax.vmap(solve, in_axes=(None, None, 0)))(0.4, 0.9, states)
+    both = jax.jit(jax.vmap(solve))(DETUNINGS[:5], amplitudes[:5], states)
+    assert len(stepped) == 3 and all(s is not None for s in stepped)
+    assert swept.shape == (7, 2, 2) and shared.shape == both.shape == (5, 2, 3)
+    for k in range(7):
+        d, a = float(DETUNINGS[k]), float(amplitudes[k])
+        assert _error(swept[k], _reference(d, eye, a)) <= 1e-9
+    for k in range(5):
+        assert _error(shared[k], _reference(0.4, states[k], 0.9)) <= 1e-8
+        d, a = float(DETUNINGS[k]), float(amplitudes[k])
+        assert _error(both[k], _reference(d, states[k], a)) <= 1e-8
+
+    def entry(amplitude):
+        return jnp.real(solve(0.4, amplitude, eye)[0, 1])
+
+    slopes = jax.jit(jax.vmap(jax.grad(entry)))(amplitudes[:3])
+    single = jax.jit(jax.grad(entry))
+    for k in range(3):
+        assert abs(float(slopes[k]) - float(single(amplitudes[k]))) <= 1e-9

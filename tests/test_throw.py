@@ -177,16 +177,11 @@ def test_gradients_and_retraces_are_those_of_throw_true():
     assert len(traces) == count
 
 
-def test_throw_is_a_bool_and_floquet_refuses_false():
-    """`throw` must be a bool, named in the error; `floquet`, whose result has no
-    place for a failure, refuses options with `throw=False`."""
+def test_throw_is_a_bool():
+    """`throw` must be a bool, named in the error (`floquet`'s: `test_floquet`)."""
     with pytest.raises(
         TypeError, match=r"hierax.TaylorOptions`: `throw` must be a bool"
     ):
         hierax.TaylorOptions(throw="no")
     with pytest.raises(TypeError, match=r"`hierax.sesolve`: `throw` must be bool"):
         hierax.sesolve(_hamiltonian(), PSI, TIMES, throw=0)
-    with pytest.raises(ValueError, match=r"hierax.floquet`: `options.throw` must be"):
-        hierax.floquet(
-            _hamiltonian(), 2 * np.pi / 1.3, options=hierax.TaylorOptions(throw=False)
-        )

@@ -30,6 +30,7 @@ pair of quasienergies (a symmetry) has any basis of its eigenspace as modes, as
 for any eigen-solver.
 """
 
+import dataclasses
 import math
 import numbers
 from typing import Any, NamedTuple
@@ -43,14 +44,19 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Real
 from .._core import (
     PERIOD_SOLVERS,
     VERIFIED_PERIODS,
+    Failure,
     as_period,
+    check_bool,
     check_order,
     complex_dtype,
+    failure,
     in_blocks,
     is_int,
     is_traced,
     module_jit,
     on_backend,
+    raise_if,
+    returned_failure,
     run_checked,
     to_jax,
 )
@@ -84,7 +90,9 @@ class FloquetBasis(eqx.Module):
     $U(t_0 + T, t_0)$) and `period`. `modes_at(t)` gives the modes at any time.
     An Equinox module: differentiate it, batch it with `jax.vmap` (over drive
     amplitudes, frequencies and periods: the period is an array, so a batch of
-    periods compiles once)."""
+    periods compiles once). `failure`: with `throw=False`, the first failed check
+    (a [`hierax.Failure`][], one per element under `jax.vmap`), the propagator,
+    quasienergies and modes nan where one failed; `None` otherwise."""
 
     hamiltonian: AbstractTimeOperator
     period: Real[Array, ""]
@@ -94,6 +102,7 @@ class FloquetBasis(eqx.Module):
     modes: Complex[Array, "n n"]
     # The one-period solve's settings, which `modes_at` solves with too.
     options: TaylorOptions
+    failure: Failure | None = None
 
     @property
     def rtol(self) -> Real[Array, ""]:
@@ -122,6 +131,10 @@ class FloquetBasis(eqx.Module):
         The modes at `t` as the columns of an `(n, n)` array.
         """
         api = "hierax.FloquetBasis.modes_at"
+        if self.failure is not None and not is_traced(self.failure.code):
+            # A basis made with `throw=False` whose solve failed: its own error
+            # (its modes are nan, which the solve below would name instead).
+            self.failure.throw()
         # (A failed check in the program, a device time's or the steps', raised
         # as its message alone.)
         t = real_scalar(t, "t", api, self.period.dtype)
@@ -137,7 +150,9 @@ def _modes_at_impl(basis: FloquetBasis, t: Any) -> Array:
     local = basis.t0 + jnp.mod(t - basis.t0, basis.period)
     local = jnp.where(local <= basis.t0, local + basis.period, local)
     api = "hierax.FloquetBasis.modes_at"
-    options = basis.options
+    # (A failed solve raises here whatever `throw` the basis was made with: the
+    # modes have no place for a failure.)
+    options = _throwing(basis.options)
     evolved = schrodinger_solve(
         basis.hamiltonian,
         basis.modes,
@@ -167,6 +182,7 @@ def floquet(
     rtol: ArrayLike | None = None,
     atol: ArrayLike | None = None,
     order: int | None = None,
+    throw: bool | None = None,
 ) -> FloquetBasis:
     """The Floquet quasienergies and modes of `hamiltonian`, periodic with
     `period` (a [`hierax.FloquetBasis`][]).
@@ -181,8 +197,8 @@ def floquet(
     - `options`: a [`hierax.TaylorOptions`][], the settings of the one-period
         solve (and of `modes_at`); by default
         `hierax.TaylorOptions(rtol=1e-12, atol=1e-14, order=16)`. The keywords
-        `rtol`, `atol` and `order` are shorthands for those fields (the others
-        at these defaults); give either `options` or them, not both.
+        `rtol`, `atol`, `order` and `throw` are shorthands for those fields (the
+        others at these defaults); give either `options` or them, not both.
     - `rtol`, `atol`: the tolerances of the one-period solve (the quasienergies'
         error follows them: about `rtol` / T in absolute terms); values, as
         [`hierax.sesolve`][]'s: a new tolerance compiles nothing.
@@ -196,6 +212,13 @@ def floquet(
         noise of it. A low order takes very many short steps (a step's error
         falls as its length to the power order + 1): at the default tolerances
         orders below about 4 can run out of `max_steps`, and the error says so.
+    - `throw`: `False` returns a failed check (of the values, the periodicity
+        and Hermiticity checked in the program, the solve's `max_steps`) in the
+        basis' `failure` instead of raising it, with the propagator,
+        quasienergies and modes nan where one failed: the program then holds no
+        host callback, which on an accelerator costs every call of a `jax.jit`
+        that holds one about 2 ms (see [`hierax.sesolve`][]). Checks of known
+        values still raise here. `modes_at` raises whatever `throw` is.
 
     H must be T-periodic and Hermitian. Where its time functions have closed forms
     (`Cos`, `Sin`, `Exp`, constants, their sums and products) a frequency that is
@@ -223,7 +246,7 @@ def floquet(
     operator = to_operator(hamiltonian, "hamiltonian", api)
     period = checked_period(period, api)
     t0 = real_scalar(t0, "t0", api, period.dtype)
-    options = _options(options, rtol, atol, order, api)
+    options = _options(options, rtol, atol, order, throw, api)
     rtol, atol = options.rtol, options.atol
     # Terms are merged here, where the matrices are known: inside the blocked map
     # they are arguments.
@@ -236,8 +259,12 @@ def floquet(
         periodic=exact is None,
         hermitian=not hermitian,
     )
-    u = _one_period(operator, period, t0, options, checks, exact is True)
+    u, found = _one_period(operator, period, t0, options, checks, exact is True)
     energies, modes = _eigen(u, period)
+    if found is not None:  # nan where a check failed: never a wrong number
+        u, energies, modes = (
+            jnp.where(found.succeeded, x, jnp.nan) for x in (u, energies, modes)
+        )
     return FloquetBasis(
         hamiltonian=operator,
         period=period,
@@ -246,15 +273,18 @@ def floquet(
         quasienergies=energies,
         modes=modes,
         options=options,
+        failure=found,
     )
 
 
-def _options(options: Any, rtol: Any, atol: Any, order: Any, api: str) -> TaylorOptions:
+def _options(
+    options: Any, rtol: Any, atol: Any, order: Any, throw: Any, api: str
+) -> TaylorOptions:
     """The one-period solve's options, from `options` or the shorthands (at
     `floquet`'s defaults), with the tolerances checked here (`_tolerance`)."""
     given = [
         n
-        for n, v in (("rtol", rtol), ("atol", atol), ("order", order))
+        for n, v in (("rtol", rtol), ("atol", atol), ("order", order), ("throw", throw))
         if v is not None
     ]
     if options is None:
@@ -270,6 +300,7 @@ def _options(options: Any, rtol: Any, atol: Any, order: Any, api: str) -> Taylor
             rtol=_tolerance(1e-12 if rtol is None else rtol, "rtol", api),
             atol=_tolerance(1e-14 if atol is None else atol, "atol", api),
             order=check_order(order, api),
+            throw=True if throw is None else check_bool(throw, "throw", api),
         )
     if not isinstance(options, TaylorOptions):
         raise TypeError(
@@ -281,11 +312,6 @@ def _options(options: Any, rtol: Any, atol: Any, order: Any, api: str) -> Taylor
             f"`{api}`: got both `options=` and `{given[0]}=`; give each setting "
             f"once: in the options (`hierax.TaylorOptions({given[0]}=...)`) or as "
             "the keyword alone."
-        )
-    if not options.throw:
-        raise ValueError(
-            f"`{api}`: `options.throw` must be True: its result has no place for "
-            "a failure, so a failed check always raises."
         )
     return eqx.tree_at(
         lambda o: (o.rtol, o.atol),
@@ -576,8 +602,9 @@ def _one_period(
     options: TaylorOptions,
     checks: _Checks,
     periodic: bool,
-) -> Array:
-    """The one-period propagator $U(t_0 + T, t_0)$. Under `jax.vmap` (a sweep of
+) -> tuple[Array, Failure | None]:
+    """The one-period propagator $U(t_0 + T, t_0)$, and with `options.throw`
+    False the first failed check (`None` otherwise). Under `jax.vmap` (a sweep of
     drives or periods) the lanes are solved in blocks whose series fit in the
     caches, one block after another (`lax.map`): the same solves, the same
     results, each block in lockstep. Derivatives differentiate the one solve.
@@ -606,50 +633,62 @@ def _one_period(
         if solver is None:
             solver = PERIOD_SOLVERS.put(key, _period_solver(*config, where))
     shift = to_jax(0.5 if shift is None else shift)
-    return solver(arrays, period, t0, shift, values)
+    out = solver(arrays, period, t0, shift, values)
+    return out if isinstance(out, tuple) else (out, None)
 
 
 def _checked(
     operator: AbstractTimeOperator,
     period: Array,
     t0: Array,
-    rtol: Array,
-    atol: Array,
+    options: TaylorOptions,
     checks: _Checks,
-) -> Array:
+) -> tuple[Array, Failure | None]:
     """The period, with the checks left to the compiled solve on its value (the
-    solve depends on it, so they run first)."""
+    solve depends on it, so they run first): raised (`options.throw`), or
+    returned as a `Failure` with a period of 1 in place of a bad one (the solve
+    then runs on a valid value, its result discarded)."""
     api = "hierax.floquet"
+    failed: list[Array] = []
+    messages: list[str] = []
     if checks.inputs:
         for value, name, positive in (
             (period, "period", True),
             (t0, "t0", False),
-            (rtol, "rtol", True),
-            (atol, "atol", True),
+            (options.rtol, "rtol", True),
+            (options.atol, "atol", True),
         ):
             bad = ~jnp.isfinite(value) | ((value <= 0) if positive else False)
             what = "positive and finite" if positive else "finite"
-            period = eqx.error_if(period, bad, f"`{api}`: `{name}` must be {what}.")
+            failed.append(bad)
+            messages.append(f"`{api}`: `{name}` must be {what}.")
     if checks.periodic:
         nus = operator_frequencies(operator)
         assert isinstance(nus, tuple)
         loose, _ = _tolerances(_lowest_precision(operator, period))
-        period = eqx.error_if(
-            period,
-            ~(harmonic_gap(nus, period, jnp) <= loose),
+        failed.append(~(harmonic_gap(nus, period, jnp) <= loose))
+        messages.append(
             f"`{api}`: `hamiltonian` is not periodic with `period` (a frequency of "
-            "H is not a whole number of cycles per period); pass the period of H.",
+            "H is not a whole number of cycles per period); pass the period of H."
         )
     if checks.hermitian:
         _, tolerance = _tolerances(_lowest_precision(operator, period))
-        period = eqx.error_if(
-            period,
-            ~(_hermitian_gap(operator, period, t0) <= tolerance),
+        failed.append(~(_hermitian_gap(operator, period, t0) <= tolerance))
+        messages.append(
             f"`{api}`: `hamiltonian` is not Hermitian (H(t) differs from its "
             "conjugate transpose at some t in the period); Floquet quasienergies "
-            "are those of a Hermitian, periodic H.",
+            "are those of a Hermitian, periodic H."
         )
-    return period
+    if options.throw:
+        return (raise_if(period, failed, messages) if failed else period), None
+    found = returned_failure(failed, messages)
+    return jnp.where(found.succeeded, period, jnp.ones_like(period)), found
+
+
+def _throwing(options: TaylorOptions) -> TaylorOptions:
+    """`options` with `throw=True` (its values and other settings kept)."""
+    # (`TaylorOptions` takes each of its fields as a keyword.)
+    return options if options.throw else dataclasses.replace(options, throw=True)
 
 
 def _max_steps_advice(
@@ -685,7 +724,8 @@ def _period_solver(
     an eager `jax.vmap` over `floquet` compiles its blocked map once. `where` H's
     mirror centre lies: `None` (none known: the whole period), `"middle"` of the
     period, or `"shifted"` to $c = t_0 + \\text{shift}\\, T$ (`shift` a value).
-    `checks`: what the solve checks first (`_checked`). `compiled`: the single
+    `checks`: what the solve checks first (`_checked`), raised or, where
+    `settings.throw` is False, returned with U (a `Failure`). `compiled`: the single
     solve behind a jit boundary (not for a solver built for one call, which would
     compile it on every call). `settings`: the options' structure (order, step
     control, ...); their values (the tolerances, the step) are arguments, as in
@@ -693,13 +733,14 @@ def _period_solver(
 
     def single(
         arrays: Any, period: Array, t0: Array, shift: Array, values: TaylorOptions
-    ) -> Array:
+    ) -> Array | tuple[Array, Failure]:
         operator = eqx.combine(arrays, static)
         options = eqx.combine(values, settings)
-        period = _checked(operator, period, t0, options.rtol, options.atol, checks)
+        period, found = _checked(operator, period, t0, options, checks)
+        solved: list[Failure] = []
 
         def solve(times: list[Array]) -> Array:
-            return schrodinger_solve(
+            solution = schrodinger_solve(
                 operator,
                 jnp.eye(n, dtype=dtype),
                 jnp.stack(times),
@@ -708,20 +749,28 @@ def _period_solver(
                 max_steps_advice=_max_steps_advice(
                     "the solve over the period", options, dtype
                 ),
-            ).states
+            )
+            if solution.failure is not None:
+                solved.append(solution.failure)
+            return solution.states
 
         if where is None:
-            return solve([t0, t0 + period])[-1]
-        if where == "middle":  # U = U_h^T U_h from t0
-            u = solve([t0, t0 + period / 2])[-1]
-            return u.T @ u
-        # From a = c - T/2 to c, passing t0: W = U(t0, a), U_h = U(c, a). Then
-        # U(a + T, a) = U_h^T U_h and, by periodicity,
-        # U(t0 + T, t0) = W U(a + T, a) W^dagger.
-        shift = shift.astype(period.dtype)
-        states = solve([t0 + (shift - 0.5) * period, t0, t0 + shift * period])
-        w, u = states[1], states[2]
-        return w @ (u.T @ u) @ jnp.conj(w.T)
+            u = solve([t0, t0 + period])[-1]
+        elif where == "middle":  # U = U_h^T U_h from t0
+            half = solve([t0, t0 + period / 2])[-1]
+            u = half.T @ half
+        else:
+            # From a = c - T/2 to c, passing t0: W = U(t0, a), U_h = U(c, a). Then
+            # U(a + T, a) = U_h^T U_h and, by periodicity,
+            # U(t0 + T, t0) = W U(a + T, a) W^dagger.
+            shift = shift.astype(period.dtype)
+            states = solve([t0 + (shift - 0.5) * period, t0, t0 + shift * period])
+            w, half = states[1], states[2]
+            u = w @ (half.T @ half) @ jnp.conj(w.T)
+        if found is None:
+            return u
+        # The checks' failure first, then the solve's.
+        return u, failure([(f.code, f.messages) for f in (found, *solved)])
 
     order = settings.order or default_order(dtype)
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8

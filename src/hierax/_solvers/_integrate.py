@@ -425,12 +425,11 @@ def _stepped(inputs: tuple, settings: dict[str, Any]) -> Solution:
     """`_steps` of the checked `inputs`, in lockstep under `jax.vmap` where it can
     be."""
     term, state = inputs[:2]
-    if settings["dense"] or not isinstance(term, SchrodingerTerm) or state.ndim != 1:
+    if settings["dense"] or not isinstance(term, SchrodingerTerm) or state.ndim > 2:
         return _steps(*inputs, **settings)
-    # Under `jax.vmap`, a batch of kets that shares its matrices, times and
-    # tolerances is stepped in lockstep (`_lockstep`); alone, or differentiated,
-    # element by element. (Columns and propagators never are: `floquet` maps
-    # those, and its first call would pay the batching rule's traces for nothing.)
+    # Under `jax.vmap`, a batch of kets or propagators (`floquet`'s sweeps) that
+    # shares its matrices, times and tolerances is stepped in lockstep
+    # (`_lockstep`); alone, or differentiated, element by element.
     arrays, static = eqx.partition(inputs, eqx.is_array)
     solve = functools.partial(_steps, **settings)
     return batched_in_lockstep(

@@ -51,10 +51,16 @@ class ColumnsTerm(AbstractTaylorTerm):
     matrices, for a state whose columns are the batch's elements: `term`'s
     Hamiltonian has a leading batch axis on the leaves that `axes` marks (0; `None`
     for shared leaves), and each column steps with its own element's time
-    functions."""
+    functions. An element whose state is a matrix (a propagator) owns `repeat`
+    adjacent columns."""
 
     term: SchrodingerTerm
     axes: Any = eqx.field(static=True)
+    repeat: int = eqx.field(static=True, default=1)
+
+    def _columns(self, x: Array) -> Array:
+        """A row over the elements (last axis) as a row over the columns."""
+        return x if self.repeat == 1 else jnp.repeat(x, self.repeat, axis=-1)
 
     @property
     def operators(self):
@@ -99,12 +105,13 @@ class ColumnsTerm(AbstractTaylorTerm):
             if part is None or c is None:
                 return None
             fixed = np.asarray(part.constant_flags(), bool)[:, None, None]
-            shape = part.coefficients.shape + (c.shape[0],)
+            own = self._columns(jnp.moveaxis(c, 0, -1))
+            shape = part.coefficients.shape + (own.shape[-1],)
             shared = jnp.broadcast_to(part.coefficients[..., None], shape)
-            own = jnp.pad(jnp.moveaxis(c, 0, -1), ((0, 0), (0, order), (0, 0)))
+            own = jnp.pad(own, ((0, 0), (0, order), (0, 0)))
             return part._replace(
                 coefficients=jnp.where(fixed, own, shared),
-                column_scales=s,
+                column_scales=None if s is None else self._columns(s),
             )
 
         return (
@@ -121,11 +128,13 @@ class ColumnsTerm(AbstractTaylorTerm):
         # One shift per column (batched offsets): a row over the columns.
         shift = self.term.energy_shift
         if jnp.ndim(shift):
-            shift = shift.reshape(1, -1)
+            shift = self._columns(shift.reshape(1, -1))
         return v, (-1j * step * shift).astype(v.dtype)
 
     def with_program_parts(self, t, dtype):
-        return ColumnsTerm(self.term.with_program_parts(t, dtype), self.axes)
+        return ColumnsTerm(
+            self.term.with_program_parts(t, dtype), self.axes, repeat=self.repeat
+        )
 
     def function_truncation(self, t, step, order, args):
         def one(hamiltonian):
@@ -141,7 +150,7 @@ class ColumnsTerm(AbstractTaylorTerm):
             return one(_element(hamiltonian, self.axes))
         # Per column: each element's own functions, a row over the columns.
         shares = jax.vmap(one, in_axes=(self.axes,))(hamiltonian)
-        return shares.reshape(1, -1)
+        return self._columns(shares.reshape(1, -1))
 
     def generator_remainder(self, t, step, order, args, norms):
         hamiltonian = bind_args(self.term.hamiltonian, args)
@@ -156,7 +165,7 @@ class ColumnsTerm(AbstractTaylorTerm):
 
         # Per column, each element's own functions: a row over the columns.
         found = jax.vmap(one, in_axes=(self.axes,))(hamiltonian)
-        return found.reshape(1, -1)
+        return self._columns(found.reshape(1, -1))
 
     def generator_bound(self, t, norms):
         bound = lambda h: operator_bound(h, t, norms[0])  # noqa: E731
@@ -172,7 +181,12 @@ class ColumnsTerm(AbstractTaylorTerm):
             replace=(self.axes, 0 if jnp.ndim(self.term.energy_shift) else None),
             is_leaf=lambda x: x is None,
         )
-        return jax.vmap(one, in_axes=(axes, -1), out_axes=-1)(self.term, y)
+        if self.repeat == 1:
+            return jax.vmap(one, in_axes=(axes, -1), out_axes=-1)(self.term, y)
+        # Each element's matrix: its `repeat` adjacent columns.
+        lanes = y.reshape(y.shape[:-1] + (-1, self.repeat))
+        out = jax.vmap(one, in_axes=(axes, -2), out_axes=-2)(self.term, lanes)
+        return out.reshape(y.shape)
 
 
 def _batched_outputs(
@@ -452,10 +466,11 @@ def _in_lockstep(
 ) -> Solution | None:
     """The batch's solution stepped in lockstep, or `None` where it cannot be: the
     batch shares its times, tolerances, step and observables, each state is a
-    vector (or shared), and the Hamiltonians are one, or differ only in constant
-    coefficients, drive amplitudes and energy shifts (dense terms, no sampled
-    pulses: their knots bound the steps). (Dense output is never stepped here:
-    one interpolation per element.)"""
+    vector or a matrix (a propagator: its columns then adjacent columns of the
+    batch's state) or shared, and the Hamiltonians are one, or differ only in
+    constant coefficients, drive amplitudes and energy shifts (dense terms, no
+    sampled pulses: their knots bound the steps). (Dense output is never stepped
+    here: one interpolation per element.)"""
     term, state, times, rtol, atol, dt, exp_ops, norms = eqx.combine(arrays, static)
     (
         term_flags,
@@ -463,6 +478,9 @@ def _in_lockstep(
         *rest_flags,
     ) = flags
     if any(jax.tree.leaves(rest_flags)) or not isinstance(term, SchrodingerTerm):
+        return None
+    matrix = state.ndim - bool(state_flag) == 2
+    if matrix and exp_ops is not None:
         return None
     # A shared Hamiltonian steps the batch as the columns of one state as it is
     # (any structure: sparse terms, sampled pulses).
@@ -473,24 +491,32 @@ def _in_lockstep(
         )
         if any(jax.tree.leaves(rest)) or jump_times(term.hamiltonian) is not None:
             return None
-        levels = state.shape[-1]
+        levels = state.shape[-2] if matrix else state.shape[-1]
         if not _differs_in_scales_only(
             term.hamiltonian, term_flags.hamiltonian, levels
         ):
             return None
-    if state_flag:
-        columns = state.T
-    else:
-        columns = jnp.broadcast_to(state[:, None], state.shape + (size,))
-    stepped = term if shared else ColumnsTerm(term, _axes(term_flags.hamiltonian))
+    # Element b's column j is the batch's column b * repeat + j.
+    repeat = state.shape[-1] if matrix else 1
+    lanes = state if state_flag else jnp.broadcast_to(state, (size,) + state.shape)
+    lanes = lanes.reshape(size, -1, repeat)
+    columns = jnp.moveaxis(lanes, 0, 1).reshape(lanes.shape[1], size * repeat)
+    axes = None if shared else _axes(term_flags.hamiltonian)
+    stepped = term if shared else ColumnsTerm(term, axes, repeat=repeat)
     solution = solve_columns(stepped, columns, times, rtol, atol, dt, exp_ops, norms)
     batch = lambda x: jnp.broadcast_to(x, (size,) + jnp.shape(x))  # noqa: E731
+
+    def elements(x: Array) -> Array:
+        """The batch's columns (last axis) as its elements (first axis)."""
+        x = jnp.moveaxis(x.reshape(x.shape[:-1] + (size, repeat)), -2, 0)
+        return x if matrix else x[..., 0]
+
     return Solution(
         batch(solution.times),
-        jnp.moveaxis(solution.states, -1, 0),
-        None if solution.expects is None else jnp.moveaxis(solution.expects, -1, 0),
+        elements(solution.states),
+        None if solution.expects is None else elements(solution.expects),
         {k: batch(v) for k, v in solution.stats.items()},
         solution.order,
         None,
-        final_state=jnp.moveaxis(solution.final_state, -1, 0),
+        final_state=elements(solution.final_state),
     )

@@ -111,7 +111,7 @@ class TaylorOptions(eqx.Module):
             callback, which on an accelerator costs every call of a `jax.jit`
             that holds one about 2 ms (a TPU v5e). (With more than two `times`,
             diffrax's own checks of the save times stay: host callbacks too.)
-            Not for `floquet`, whose result has no place for it.
+            `floquet` returns it in its basis' `failure`.
         """
         self.rtol = positive_value(rtol, "rtol", _API)
         self.atol = positive_value(atol, "atol", _API)
