@@ -135,7 +135,7 @@ def test_large_batches_are_solved_in_blocks_that_equal_single_solves(monkeypatch
     """A sweep larger than a block (here blocks of 8: 19 drives are two blocks and
     a remainder, solved one after another) equals single solves, and its
     gradient under `jax.vmap` equals single gradients."""
-    monkeypatch.setattr(hierax._periodic._floquet, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr(hierax._periodic._floquet, "_block_bytes", lambda: 1)
     h0, drive = _transmon()
 
     def energies(amplitude):

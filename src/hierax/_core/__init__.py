@@ -33,7 +33,10 @@ from ._checks import (
     raise_if as raise_if,
     returned_failure as returned_failure,
 )
-from ._choices import backend_choices as backend_choices
+from ._choices import (
+    backend_choices as backend_choices,
+    default_platform as default_platform,
+)
 from ._custom_types import (
     OperatorSeries as OperatorSeries,
     OrderLike as OrderLike,

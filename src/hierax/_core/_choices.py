@@ -40,7 +40,10 @@ class BackendChoices(NamedTuple):
     the loops over a Schrodinger step's orders (`_kernels.propagator`) are
     unrolled. `pauli_size_step`: the ratio of one working size of a Pauli
     recursion's step (`lanczos`, `moments`) to the next smaller one (capacity /
-    step^k, one compiled branch each; `_operators._pauli._growth`)."""
+    step^k, one compiled branch each; `_operators._pauli._growth`).
+    `period_block_bytes`: the bytes of the series that one block of a batch of
+    one-period solves keeps (`floquet` under `jax.vmap`: the blocks run one after
+    another, each in lockstep; `_periodic._floquet`)."""
 
     sparse_density: float
     dense_up_to: int
@@ -53,6 +56,7 @@ class BackendChoices(NamedTuple):
     merge_networks: bool
     order_unroll: int
     pauli_size_step: int
+    period_block_bytes: int
 
     def applies_sparse(self, n: int) -> float | None:
         """The share of nonzeros at or below which a known n x n matrix is applied
@@ -113,6 +117,14 @@ class BackendChoices(NamedTuple):
 # - The working sizes of a Pauli recursion's step, capacity / 4^k: 30 Lanczos
 #   steps of the chaotic Ising chain at capacity 2^16, whose Krylov operators fill
 #   it only after ~25 steps, took 35 s at full size alone.
+# - The blocks of a `floquet` sweep: each order's window sum reads every earlier
+#   coefficient of every lane, and a block whose series outgrow the caches waits
+#   on memory (1000 drives of a 10-level transmon, order 16: 27 MB of series, read
+#   16 times a step). With the lanes in lockstep (x64, 1000 amplitudes of a
+#   driven transmon at rtol 1e-10, two runs each), blocks of 2 / 8 / 32 / 128 MiB:
+#   n = 4 16.8-17.1 / 19.0-19.1 / 18.5-19.9 / 18.4-18.9 ms, n = 6 39.6-40.0 /
+#   36.2-42.3 / 36.5-37.4 / 36.3-36.6 ms, n = 10 134.8-136.5 / 123.8-124.6 /
+#   179.6-189.0 / 183.2-184.5 ms.
 CPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=0,
@@ -125,6 +137,7 @@ CPU = BackendChoices(
     merge_networks=False,
     order_unroll=1,
     pauli_size_step=4,
+    period_block_bytes=2 << 20,
 )
 
 # A TPU (v5e), measured 2026-12-06 (complex64, highest precision).
@@ -175,6 +188,12 @@ CPU = BackendChoices(
 #   in a fresh process, capacity / 4^k -> 16^k: the first call 25.98 -> 19.5-19.9
 #   s (XLA's compile 10.05 s), later calls 9.71 -> 9.06 s (`results/tpu-v5e/`:
 #   `lanczos-variants-30-`, `lanczos-issue-size-{sizes16,parts}-20261207.json`).
+# - The blocks of a `floquet` sweep (1024 amplitudes of an 8-level H, complex64,
+#   rtol 1e-6, lanes in lockstep, `throw=False`): blocks of 2 MiB (5 blocks, run
+#   one after another) 1.97 ms on the device, 16 and 128 MiB (one block) 1.36 ms
+#   (a call from Python 2.65 -> 2.06-2.09 ms): the chip's memory holds a sweep's
+#   series, and each block's steps are kernels at its latency
+#   (`results/tpu-v5e/floquet-blocks-20261207.json`).
 TPU = BackendChoices(
     sparse_density=0.1,
     dense_up_to=4096,
@@ -187,6 +206,7 @@ TPU = BackendChoices(
     merge_networks=True,
     order_unroll=4,
     pauli_size_step=16,
+    period_block_bytes=64 << 20,
 )
 
 # GPUs: not measured yet; the CPU's choices.

@@ -46,9 +46,11 @@ from .._core import (
     VERIFIED_PERIODS,
     Failure,
     as_period,
+    backend_choices,
     check_bool,
     check_order,
     complex_dtype,
+    default_platform,
     failure,
     in_blocks,
     is_int,
@@ -588,11 +590,11 @@ def _hermitian_gap(operator: AbstractTimeOperator, period: Array, t0: Array) -> 
 _hermitian_gap_compiled = module_jit(_hermitian_gap, api="hierax.floquet")
 
 
-# The bytes of the series that one block of a batch of one-period solves keeps:
-# each order's window sum reads every earlier coefficient of every lane, and a
-# batch whose series outgrow the caches waits on memory (1000 drives of a 10-level
-# transmon, order 16: 27 MB of series, read 16 times a step).
-_BLOCK_BYTES = 2 * 2**20
+def _block_bytes() -> int:
+    """The bytes of the series that one block of a batch of one-period solves
+    keeps, on the backend the solve runs on (`BackendChoices.period_block_bytes`).
+    """
+    return backend_choices().period_block_bytes
 
 
 def _one_period(
@@ -623,7 +625,8 @@ def _one_period(
     # Where the centre lies is a value (a new phase or start does not recompile);
     # whether there is one, and whether it is the middle, is structure.
     where = None if shift is None else "middle" if shift == 0.5 else "shifted"
-    key = (*config, where)
+    # (Per platform: the blocks' size is the backend's choice.)
+    key = (*config, where, default_platform())
     try:
         solver = PERIOD_SOLVERS.get(key)
     except TypeError:  # a static part that cannot be hashed: built for this call,
@@ -779,7 +782,7 @@ def _period_solver(
     # the times, U_h^T U_h) ran as eager operations, each compiling a program of
     # its own on a process's first call (28 of them for a driven qubit, 0.56 s).
     return in_blocks(
-        jax.jit(single) if compiled else single, max(8, _BLOCK_BYTES // lane)
+        jax.jit(single) if compiled else single, max(8, _block_bytes() // lane)
     )
 
 
