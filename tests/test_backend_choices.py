@@ -191,3 +191,40 @@ def test_a_tpus_dense_step_keeps_the_invariances(on, dtype, tolerance):
     )
     other_sector = magnetisation != 0  # the Neel state: magnetisation zero
     assert np.all(np.asarray(plain.final_state)[other_sector] == 0)
+
+
+def test_floquet_sweeps_are_blocked_by_each_backends_choice(on, monkeypatch):
+    """A `floquet` sweep runs in blocks of the backend's size (a TPU's hold the
+    whole sweep, the CPU's fit its caches), kept per backend; the same
+    quasienergies either way."""
+    from hierax._periodic import _floquet
+
+    blocks: list[int] = []
+    real = _floquet.in_blocks
+
+    def recording(single, block):
+        blocks.append(block)
+        return real(single, block)
+
+    monkeypatch.setattr(_floquet, "in_blocks", recording)
+    levels = 6
+    a = np.diag(np.sqrt(np.arange(1, levels)), 1)
+    number = a.T @ a
+    h0, drive = number - 0.15 * number @ (number - np.eye(levels)), a + a.T
+
+    def energies(amplitude):
+        h = h0 + hierax.Cos(0.9, amplitude=amplitude) * drive
+        return hierax.floquet(h, 2 * np.pi / 0.9, rtol=1e-10).quasienergies
+
+    amplitudes = jnp.linspace(0.0, 0.05, 300)
+    found = {}
+    for platform in ("cpu", "tpu"):
+        on(platform)
+        found[platform] = np.asarray(jax.jit(jax.vmap(energies))(amplitudes))
+    lane = 17 * 2 * levels**2 * 8  # order 16 (x64): the series of one lane
+    assert blocks == [
+        _choices.CPU.period_block_bytes // lane,
+        _choices.TPU.period_block_bytes // lane,
+    ]
+    assert blocks[0] < 300 <= blocks[1]
+    np.testing.assert_allclose(found["cpu"], found["tpu"], atol=1e-10)

@@ -33,10 +33,7 @@ from ._checks import (
     raise_if as raise_if,
     returned_failure as returned_failure,
 )
-from ._choices import (
-    backend_choices as backend_choices,
-    default_platform as default_platform,
-)
+from ._choices import backend_choices as backend_choices
 from ._custom_types import (
     OperatorSeries as OperatorSeries,
     OrderLike as OrderLike,

@@ -50,7 +50,6 @@ from .._core import (
     check_bool,
     check_order,
     complex_dtype,
-    default_platform,
     failure,
     in_blocks,
     is_int,
@@ -625,8 +624,8 @@ def _one_period(
     # Where the centre lies is a value (a new phase or start does not recompile);
     # whether there is one, and whether it is the middle, is structure.
     where = None if shift is None else "middle" if shift == 0.5 else "shifted"
-    # (Per platform: the blocks' size is the backend's choice.)
-    key = (*config, where, default_platform())
+    # (Per backend: the blocks' size is its choice.)
+    key = (*config, where, backend_choices())
     try:
         solver = PERIOD_SOLVERS.get(key)
     except TypeError:  # a static part that cannot be hashed: built for this call,
