@@ -1426,6 +1426,27 @@ def test_evaluate_at_integer_times():
         assert _error(solution.evaluate(t), solution.states[::2]) <= 1e-7
 
 
+def test_evaluate_refuses_times_that_are_not_real_numbers():
+    """Strings (which NumPy reads as numbers), bools, None, objects, bytes and
+    complex times, as host values and as JAX arrays (inside a jit too), are
+    refused naming `t`: they once reached the compiled call and failed there with
+    JAX's own error, or (None) were read as nan."""
+    state, times = np.array([1.0, 0.0]), np.array([0.0, 1.0, 2.0])
+    solution = sesolve(_qubit(), state, times, dense=True, max_steps=64)
+    api = "`hierax.Solution.evaluate`"
+    evaluate = jax.jit(lambda s, t: s.evaluate(t))
+    for t in ("1.0", None, [0.1, "a"], object(), True, b"1", np.array([0.5], object)):
+        with pytest.raises(TypeError, match=f"{api}: `t` must be a real time"):
+            solution.evaluate(t)
+    for t in (jnp.asarray(True), jnp.asarray([True, False])):
+        for call in (solution.evaluate, lambda t: evaluate(solution, t)):
+            with pytest.raises(TypeError, match=f"{api}: `t` must be a real time"):
+                call(t)
+    for t in (1j, np.array([0.5 + 0j]), jnp.asarray(0.5 + 1j)):
+        with pytest.raises(ValueError, match=f"{api}: `t` must be real"):
+            solution.evaluate(t)
+
+
 def test_fixed_step_far_too_long_is_an_error():
     """A fixed `dt` whose steps' series do not converge once returned |psi| of
     1e6 ... 1e35: the step's own error estimate, far above the tolerances, now
