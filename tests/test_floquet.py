@@ -841,3 +841,22 @@ def test_throw_false_returns_the_failure_with_no_callback():
         basis(0.3, throw=1)
     with pytest.raises(TypeError, match="give each setting once"):
         basis(0.3, throw=False, options=short)
+
+
+def test_throw_false_unbatched_with_a_constant_term_holds_no_callback():
+    """A constant term's trace is split off the solve's matrices; where they are
+    traced (the one-period solve's arguments) its value was read by the public
+    `Constant(...)(0.0)`, whose check of the time left a host callback in every
+    unbatched `throw=False` program with a constant term."""
+
+    def basis(amplitude):
+        h = 0.5 * SZ + hierax.Cos(W, amplitude=amplitude) * SX
+        return hierax.floquet(h, PERIOD, throw=False)
+
+    assert "callback" not in jax.jit(basis).lower(0.3).as_text()
+    out = jax.jit(basis)(0.3)
+    assert int(out.failure.code) == -1
+    loud = hierax.floquet(0.5 * SZ + hierax.Cos(W, amplitude=0.3) * SX, PERIOD)
+    np.testing.assert_allclose(
+        np.asarray(out.quasienergies), np.asarray(loud.quasienergies), atol=1e-14
+    )
