@@ -829,6 +829,9 @@ def test_throw_false_returns_the_failure_with_no_callback():
     short = hierax.TaylorOptions(max_steps=2, throw=False)
     few = basis(0.3, options=short)
     failed(few, "`max_steps` = 2")
+    # (At sesolve's default order, 28 here: no "16 by default" advice.)
+    with pytest.raises(ValueError, match="`order` = 28. Raise `order`: a step"):
+        few.failure.throw()
     # `modes_at` has no place for a failure: it raises the basis' own, and a
     # failure of its own solve.
     with pytest.raises(ValueError, match="`max_steps` = 2"):
@@ -860,3 +863,50 @@ def test_throw_false_unbatched_with_a_constant_term_holds_no_callback():
     np.testing.assert_allclose(
         np.asarray(out.quasienergies), np.asarray(loud.quasienergies), atol=1e-14
     )
+
+
+def test_a_sweep_of_a_callable_closing_over_the_swept_value():
+    """`jax.vmap` over a callable H that closes over the swept amplitude (it once
+    raised a bare AssertionError from the blocked map's batching rule, which
+    takes explicit arguments only): the quasienergies of the closed-form drive,
+    eagerly and in a jit, with `throw=False` too."""
+
+    def by_callable(amplitude, throw=True):
+        h = lambda t: 0.5 * SZ + amplitude * jnp.cos(W * t) * SX  # noqa: E731
+        return hierax.floquet(h, PERIOD, rtol=1e-11, throw=throw).quasienergies
+
+    def by_cos(amplitude):
+        h = 0.5 * SZ + hierax.Cos(W, amplitude=amplitude) * SX
+        return hierax.floquet(h, PERIOD, rtol=1e-11).quasienergies
+
+    amplitudes = jnp.array([0.1, 0.3, 0.5])
+    expected = np.asarray(jax.vmap(by_cos)(amplitudes))
+    for found in (
+        jax.vmap(by_callable)(amplitudes),
+        jax.jit(jax.vmap(by_callable))(amplitudes),
+        jax.jit(jax.vmap(lambda a: by_callable(a, throw=False)))(amplitudes),
+    ):
+        np.testing.assert_allclose(np.asarray(found), expected, atol=1e-9)
+
+
+def test_throw_false_on_the_shifted_half_period_holds_no_callback():
+    """A cosine with a phase is symmetric about a time inside the period: half of
+    it is solved and carried to t0. With `throw=False` that is two solves of two
+    times each (three save times keep diffrax's own checks, host callbacks), with
+    the propagator and quasienergies of `throw=True`."""
+
+    def basis(amplitude, throw):
+        h = 0.5 * SZ + hierax.Cos(W, 0.7, amplitude) * SX
+        return hierax.floquet(h, PERIOD, rtol=1e-12, throw=throw)
+
+    quiet = jax.jit(lambda a: basis(a, False))
+    assert "callback" not in quiet.lower(0.3).as_text()
+    loud = basis(0.3, True)
+    np.testing.assert_allclose(
+        np.asarray(quiet(0.3).propagator), np.asarray(loud.propagator), atol=1e-10
+    )
+    np.testing.assert_allclose(
+        np.asarray(quiet(0.3).quasienergies), np.asarray(loud.quasienergies), atol=1e-11
+    )
+    expected = _full_period(0.5 * SZ + hierax.Cos(W, 0.7, 0.3) * SX, PERIOD)
+    np.testing.assert_allclose(np.asarray(quiet(0.3).propagator), expected, atol=1e-10)

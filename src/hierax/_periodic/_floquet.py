@@ -46,6 +46,7 @@ from .._core import (
     VERIFIED_PERIODS,
     Failure,
     as_period,
+    at_top_level,
     backend_choices,
     check_bool,
     check_order,
@@ -69,6 +70,7 @@ from .._operators import (
     to_operator,
 )
 from .._solvers import TaylorOptions, default_order, schrodinger_solve
+from .._solvers._resolution import callable_tangents
 from .._time import CallableTimeFunction
 from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
 
@@ -626,14 +628,20 @@ def _one_period(
     where = None if shift is None else "middle" if shift == 0.5 else "shifted"
     # (Per backend: the blocks' size is its choice.)
     key = (*config, where, backend_choices())
-    try:
-        solver = PERIOD_SOLVERS.get(key)
-    except TypeError:  # a static part that cannot be hashed: built for this call,
-        # run eagerly (compiled, it would compile again on every call)
-        solver = _period_solver(*config, where, compiled=False)
+    if not at_top_level() and callable_tangents(operator, period):
+        # A callable that reads a traced value of an enclosing transformation (a
+        # swept amplitude in its closure): the blocked map's batching rule takes
+        # explicit arguments only, so JAX maps the solve as it is.
+        solver = _period_solver(*config, where, compiled=False, blocked=False)
     else:
-        if solver is None:
-            solver = PERIOD_SOLVERS.put(key, _period_solver(*config, where))
+        try:
+            solver = PERIOD_SOLVERS.get(key)
+        except TypeError:  # a static part that cannot be hashed: built for this
+            # call, run eagerly (compiled, it would compile again on every call)
+            solver = _period_solver(*config, where, compiled=False)
+        else:
+            if solver is None:
+                solver = PERIOD_SOLVERS.put(key, _period_solver(*config, where))
     shift = to_jax(0.5 if shift is None else shift)
     out = solver(arrays, period, t0, shift, values)
     return out if isinstance(out, tuple) else (out, None)
@@ -703,9 +711,11 @@ def _max_steps_advice(
     these are, where it is not the one that failed."""
     order = options.order or default_order(dtype)
     where = f" (given to `{given_to}`)" if given_to else ""
+    # (`floquet`'s own default order; options without one solve at sesolve's.)
+    default = " (16 by default)" if order < 16 else ""
     return (
         f"{what} took `max_steps` = {options.max_steps} steps without reaching its "
-        f"end, at `order` = {order}{where}. Raise `order` (16 by default): a "
+        f"end, at `order` = {order}{where}. Raise `order`{default}: a "
         "step's error falls as its length to the power order + 1, so a low order "
         "takes very many steps at these tolerances. Or loosen `rtol` and `atol`, "
         "or allow more steps with `options=hierax.TaylorOptions(max_steps=...)`."
@@ -720,6 +730,7 @@ def _period_solver(
     checks: _Checks,
     where: str | None,
     compiled: bool = True,
+    blocked: bool = True,
 ) -> Any:
     """The one-period solve of an operator structure (its non-array part
     `static`), blocked under `jax.vmap` (`in_blocks`); kept per structure, so that
@@ -729,9 +740,10 @@ def _period_solver(
     `checks`: what the solve checks first (`_checked`), raised or, where
     `settings.throw` is False, returned with U (a `Failure`). `compiled`: the single
     solve behind a jit boundary (not for a solver built for one call, which would
-    compile it on every call). `settings`: the options' structure (order, step
-    control, ...); their values (the tolerances, the step) are arguments, as in
-    `sesolve`."""
+    compile it on every call). `blocked`: under `jax.vmap`, the lanes in blocks
+    (`in_blocks`); otherwise `single` itself. `settings`: the options' structure
+    (order, step control, ...); their values (the tolerances, the step) are
+    arguments, as in `sesolve`."""
 
     def single(
         arrays: Any, period: Array, t0: Array, shift: Array, values: TaylorOptions
@@ -741,10 +753,10 @@ def _period_solver(
         period, found = _checked(operator, period, t0, options, checks)
         solved: list[Failure] = []
 
-        def solve(times: list[Array]) -> Array:
+        def solve(times: list[Array], start: Array | None = None) -> Array:
             solution = schrodinger_solve(
                 operator,
-                jnp.eye(n, dtype=dtype),
+                jnp.eye(n, dtype=dtype) if start is None else start,
                 jnp.stack(times),
                 options=options,
                 api="hierax.floquet",
@@ -766,14 +778,22 @@ def _period_solver(
             # U(a + T, a) = U_h^T U_h and, by periodicity,
             # U(t0 + T, t0) = W U(a + T, a) W^dagger.
             shift = shift.astype(period.dtype)
-            states = solve([t0 + (shift - 0.5) * period, t0, t0 + shift * period])
-            w, half = states[1], states[2]
+            a, c = t0 + (shift - 0.5) * period, t0 + shift * period
+            if options.throw:
+                w, half = solve([a, t0, c])[1:]
+            else:
+                # Two solves of two times each, U_h = U(c, t0) W: three save times
+                # keep diffrax's own checks of them, host callbacks.
+                w = solve([a, t0])[-1]
+                half = solve([t0, c], start=w)[-1]
             u = w @ (half.T @ half) @ jnp.conj(w.T)
         if found is None:
             return u
         # The checks' failure first, then the solve's.
         return u, failure([(f.code, f.messages) for f in (found, *solved)])
 
+    if not blocked:
+        return single
     order = settings.order or default_order(dtype)
     lane = (order + 1) * 2 * n * n * jnp.finfo(dtype).bits // 8
     # Behind a jit boundary when kept per structure (`compiled`): an eager call is
