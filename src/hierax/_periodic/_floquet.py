@@ -69,8 +69,12 @@ from .._operators import (
     time_operators,
     to_operator,
 )
-from .._solvers import TaylorOptions, default_order, schrodinger_solve
-from .._solvers._resolution import callable_tangents
+from .._solvers import (
+    TaylorOptions,
+    callable_tangents,
+    default_order,
+    schrodinger_solve,
+)
 from .._time import CallableTimeFunction
 from ._symmetry import NOT_PERIODIC, harmonic_gap, mirror_center, operator_frequencies
 

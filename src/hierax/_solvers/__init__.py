@@ -3,6 +3,7 @@
 
 from ._mesolve import mesolve as mesolve
 from ._options import TaylorOptions as TaylorOptions
+from ._resolution import callable_tangents as callable_tangents  # for floquet
 from ._sesolve import (
     schrodinger_solve as schrodinger_solve,  # for floquet
     sesolve as sesolve,
