@@ -3,7 +3,7 @@ against x64 references, and its speed against diffrax and dynamiqs at matched er
 
     python benchmarks/bench_devices.py [--precision x32|x64] [--matmul highest|default]
         [--sections accuracy,chains,open_chain,batch,sweep,floquet,lanczos]
-        [--sites 8,10]
+        [--sites 8,10] [--levels 6,10]
         [--batch 64] [--quick] [--reference ref.npz] [--out results.json]
 
 Nothing is configured at import: `--precision` (default x32) sets `jax_enable_x64`
@@ -71,6 +71,11 @@ Sections:
   against the propagator of diffrax Dopri8 at 1e-12 (x64, CPU); dynamiqs'
   `floquet` as the peer where it runs (it has no eigensolver on a TPU: the error
   is reported).
+- `floquet_transmon` (only when named in `--sections`): issue 51's Floquet rows,
+  the same calls over `--batch` amplitudes A in [0, 0.05] (the issue: 1000) of a
+  transmon of each of `--levels` levels (frequency 1, anharmonicity -0.3)
+  driven through a + a^dagger at frequency 0.9, against diffrax Dopri8's
+  propagators at 1e-12 (x64, CPU).
 - `lanczos`: `hierax.lanczos` of Z_0 under the Ising chain
   (`PauliSum.ising_chain(12, 1, 1.05, 0.5)`), 30 steps, capacity 4096 (`--quick`:
   8 qubits, 10 steps, capacity 256): first call and median of 3, and the largest
@@ -125,6 +130,8 @@ SECTIONS = (
     "floquet",
     "lanczos",
 )
+# Run only when named in `--sections` (their x64 references take minutes).
+OPTIONAL_SECTIONS = ("floquet_transmon",)
 SPAN = 3.0
 LADDERS = {"x32": (1e-4, 1e-5, 1e-6, 1e-7), "x64": (1e-6, 1e-7, 1e-8, 1e-9, 1e-10)}
 TARGETS = {"x32": 1e-5, "x64": 1e-8}
@@ -148,6 +155,7 @@ def at_orders(call: Callable) -> dict[str, Callable]:
 
 
 FLOQUET_OMEGA = 2.0
+TRANSMON_OMEGA = 0.9  # issue 51's Floquet rows: a driven transmon, A in [0, 0.05]
 SX = np.array([[0, 1], [1, 0]], complex)
 SY = np.array([[0, -1j], [1j, 0]])
 
@@ -232,18 +240,45 @@ def floquet_amplitudes(count: int) -> np.ndarray:
 def floquet_reference(count: int) -> np.ndarray:
     """The quasienergies (-angle of the eigenvalues of U(T), over T) from the
     one-period propagator of diffrax Dopri8 at 1e-12, for each amplitude."""
+    h0, h1 = floquet_problem()
+    return quasienergy_reference(h0, h1, FLOQUET_OMEGA, floquet_amplitudes(count))
+
+
+def transmon_problem(levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """A transmon (frequency 1, anharmonicity -0.3) and its drive a + a^dagger."""
+    a = np.diag(np.sqrt(np.arange(1.0, levels)), 1)
+    number = a.T @ a
+    h0 = number - 0.15 * number @ (number - np.eye(levels))
+    c = _cdtype()
+    return h0.astype(c), (a + a.T).astype(c)
+
+
+def transmon_amplitudes(count: int) -> np.ndarray:
+    return np.linspace(0.0, 0.05, count)
+
+
+def transmon_reference(levels: int, count: int) -> np.ndarray:
+    h0, h1 = transmon_problem(levels)
+    return quasienergy_reference(h0, h1, TRANSMON_OMEGA, transmon_amplitudes(count))
+
+
+def quasienergy_reference(
+    h0: np.ndarray, h1: np.ndarray, omega: float, amplitudes: np.ndarray
+) -> np.ndarray:
+    """The quasienergies of H0 + A cos(omega t) H1 for each amplitude A: -angle of
+    the eigenvalues of diffrax Dopri8's one-period propagator at 1e-12, over T."""
     import diffrax
 
-    h0, h1 = floquet_problem()
+    n = h0.shape[0]
     g0 = jnp.asarray(real_embedding(-1j * h0))
     g1 = jnp.asarray(real_embedding(-1j * h1))
-    period = 2 * np.pi / FLOQUET_OMEGA
+    period = 2 * np.pi / omega
 
     def propagator(amplitude):
         def field(t, y, args):
-            return g0 @ y + amplitude * jnp.cos(FLOQUET_OMEGA * t) * (g1 @ y)
+            return g0 @ y + amplitude * jnp.cos(omega * t) * (g1 @ y)
 
-        eye = np.eye(8)
+        eye = np.eye(n)
         y0 = jnp.asarray(np.concatenate([eye, np.zeros_like(eye)]))
         y = diffrax.diffeqsolve(
             diffrax.ODETerm(field),
@@ -257,19 +292,19 @@ def floquet_reference(count: int) -> np.ndarray:
             ),
             max_steps=10**6,
         ).ys[-1]  # pyright: ignore[reportOptionalSubscript]
-        return y[:8] + 1j * y[8:]
+        return y[:n] + 1j * y[n:]
 
-    u = np.asarray(
-        jax.jit(jax.vmap(propagator))(jnp.asarray(floquet_amplitudes(count)))
-    )
+    u = np.asarray(jax.jit(jax.vmap(propagator))(jnp.asarray(amplitudes)))
     return -np.angle(np.linalg.eigvals(u)) / period
 
 
-def floquet_error(energies: np.ndarray, reference: np.ndarray) -> float:
+def floquet_error(
+    energies: np.ndarray, reference: np.ndarray, omega: float = FLOQUET_OMEGA
+) -> float:
     """The largest distance, modulo the drive frequency, from each reference
     quasienergy to the nearest computed one, over all amplitudes."""
     d = reference[:, :, None] - np.asarray(energies)[:, None, :]
-    d = np.abs((d + FLOQUET_OMEGA / 2) % FLOQUET_OMEGA - FLOQUET_OMEGA / 2)
+    d = np.abs((d + omega / 2) % omega - omega / 2)
     return float(d.min(axis=2).max())
 
 
@@ -301,6 +336,8 @@ def reference_keys(args) -> list[str]:
         keys.append(f"batch_{min(_sites(args))}_{_batch(args)}")
     if "floquet" in sections:
         keys.append(f"floquet_{_batch(args)}")
+    if "floquet_transmon" in sections:
+        keys += [f"transmon_{n}_{_batch(args)}" for n in _levels(args)]
     if "lanczos" in sections:
         keys.append(f"lanczos_{'quick' if args.quick else 'full'}")
     return list(dict.fromkeys(keys))
@@ -318,6 +355,9 @@ def compute_reference(key: str) -> np.ndarray:
         return chain_reference(int(arg))
     if name == "floquet":
         return floquet_reference(int(arg))
+    if name == "transmon":
+        levels, count = arg.split("_")
+        return transmon_reference(int(levels), int(count))
     if name == "open":
         return open_reference(int(arg))
     if name == "batch":
@@ -412,6 +452,10 @@ def _sites(args) -> list[int]:
 
 def _batch(args) -> int:
     return 8 if args.quick and args.batch == 64 else args.batch
+
+
+def _levels(args) -> list[int]:
+    return [int(n) for n in args.levels.split(",")]
 
 
 def _sweep_count(args) -> int:
@@ -793,13 +837,38 @@ def section_sweep(args, refs) -> dict:
 def section_floquet(args, refs) -> dict:
     count = _batch(args)
     h0, h1 = floquet_problem()
-    amplitudes = jnp.asarray(floquet_amplitudes(count), np.real(h0).dtype)
-    period = 2 * np.pi / FLOQUET_OMEGA
+    amplitudes = floquet_amplitudes(count)
+    row = floquet_row(args, h0, h1, FLOQUET_OMEGA, amplitudes, refs[f"floquet_{count}"])
+    return dict(levels=8, amplitudes=count, **row)
+
+
+def section_floquet_transmon(args, refs) -> dict:
+    """Issue 51's Floquet rows: `--batch` amplitudes of a driven transmon of each
+    of `--levels` levels."""
+    count = _batch(args)
+    rows = {}
+    for levels in _levels(args):
+        print(f"  transmon, {levels} levels", flush=True)
+        h0, h1 = transmon_problem(levels)
+        reference = refs[f"transmon_{levels}_{count}"]
+        amplitudes = transmon_amplitudes(count)
+        rows[str(levels)] = floquet_row(
+            args, h0, h1, TRANSMON_OMEGA, amplitudes, reference
+        )
+    return dict(amplitudes=count, levels=rows)
+
+
+def floquet_row(args, h0, h1, omega, amplitudes, reference) -> dict:
+    """`jax.vmap` of the quasienergies of H0 + A cos(omega t) H1 over the
+    amplitudes, in a `jax.jit`: hierax (by default and with `throw=False`) and
+    dynamiqs' `floquet` where it runs; each one's time and largest error."""
+    amplitudes = jnp.asarray(amplitudes, np.real(h0).dtype)
+    period = 2 * np.pi / omega
     tol = FLOQUET_TOLS[args.precision]
-    reference = refs[f"floquet_{count}"]
+    count = len(amplitudes)
 
     def ours(amplitude, throw=True):
-        h = hierax.Cos(FLOQUET_OMEGA, 0.0, amplitude) * h1 + h0
+        h = hierax.Cos(omega, 0.0, amplitude) * h1 + h0
         basis = hierax.floquet(h, period, rtol=tol, atol=tol * 1e-2, throw=throw)
         return basis.quasienergies
 
@@ -817,7 +886,7 @@ def section_floquet(args, refs) -> dict:
 
         def theirs(amplitude):
             h = dq.constant(jnp.asarray(h0)) + dq.modulated(
-                lambda t: amplitude * jnp.cos(FLOQUET_OMEGA * t), jnp.asarray(h1)
+                lambda t: amplitude * jnp.cos(omega * t), jnp.asarray(h1)
             )
             method = dq_method.Dopri8(rtol=tol, atol=tol * 1e-2, max_steps=10**6)
             return dq.floquet(
@@ -827,7 +896,7 @@ def section_floquet(args, refs) -> dict:
         calls["dynamiqs floquet"] = jax.jit(jax.vmap(theirs))
     except ImportError as e:
         print(f"dynamiqs not installed ({e})")
-    row: dict = dict(levels=8, amplitudes=count, rtol=tol)
+    row: dict = dict(rtol=tol)
     for name, fn in calls.items():
         try:
             first, median, out = first_and_median(fn, (amplitudes,), REPEATS)
@@ -835,7 +904,7 @@ def section_floquet(args, refs) -> dict:
             row[name] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
             print(f"  {name}: failed ({row[name]['error']})")
             continue
-        error = floquet_error(out, reference)
+        error = floquet_error(out, reference, omega)
         row[name] = dict(first=first, median=median, error=error)
         print(
             f"  {name}: {count} amplitudes in {_ms(median)} (first {_ms(first)}), "
@@ -895,6 +964,7 @@ RUNNERS = {
     "batch": section_batch,
     "sweep": section_sweep,
     "floquet": section_floquet,
+    "floquet_transmon": section_floquet_transmon,
     "lanczos": section_lanczos,
 }
 
@@ -934,9 +1004,14 @@ def result_rows(record: dict) -> list[dict]:
                 out.append(row(case, name, "seconds", seconds, **setting))
                 first = points[0]["first"] if points else None
                 out.append(row(case, name, "first_call_seconds", first, **setting))
-    floquet = sections.get("floquet")
-    if floquet:
-        label = "floquet sweep"
+    floquet_rows = []
+    if sections.get("floquet"):
+        floquet_rows.append(("floquet sweep", sections["floquet"]))
+    transmon = sections.get("floquet_transmon")
+    for levels, r in (transmon or {}).get("levels", {}).items():
+        label = f"floquet sweep, transmon n = {levels}, {transmon['amplitudes']}"
+        floquet_rows.append((label, r))
+    for label, floquet in floquet_rows:
         for name, r in floquet.items():
             if isinstance(r, dict) and "median" in r:
                 out.append(row(label, name, "seconds", r["median"], **setting))
@@ -975,6 +1050,7 @@ def main() -> None:
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--sites", default="8,10")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--levels", default="6,10", help="floquet_transmon's")
     parser.add_argument("--quick", action="store_true", help="small sizes (CPU smoke)")
     parser.add_argument("--reference", default=None, help="the references' .npz")
     parser.add_argument("--out", default=None, help="write the results as JSON")
@@ -988,9 +1064,10 @@ def main() -> None:
         reference_child(args.reference_child, args.reference_keys.split(","))
         return
     ORDERS.extend(int(k) for k in args.orders.split(",") if k)
-    unknown = set(args.sections.split(",")) - set(SECTIONS)
+    unknown = set(args.sections.split(",")) - set(SECTIONS + OPTIONAL_SECTIONS)
     if unknown:
-        parser.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+        known = SECTIONS + OPTIONAL_SECTIONS
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {known}")
     jax.config.update("jax_enable_x64", args.precision == "x64")
     watch = Stopwatch()
     record: dict = dict(
