@@ -647,8 +647,7 @@ def _one_period(
             if solver is None:
                 solver = PERIOD_SOLVERS.put(key, _period_solver(*config, where))
     shift = to_jax(0.5 if shift is None else shift)
-    out = solver(arrays, period, t0, shift, values)
-    return out if isinstance(out, tuple) else (out, None)
+    return solver(arrays, period, t0, shift, values)
 
 
 def _checked(
@@ -741,8 +740,9 @@ def _period_solver(
     an eager `jax.vmap` over `floquet` compiles its blocked map once. `where` H's
     mirror centre lies: `None` (none known: the whole period), `"middle"` of the
     period, or `"shifted"` to $c = t_0 + \\text{shift}\\, T$ (`shift` a value).
-    `checks`: what the solve checks first (`_checked`), raised or, where
-    `settings.throw` is False, returned with U (a `Failure`). `compiled`: the single
+    `checks`: what the solve checks first (`_checked`). It returns U and, where
+    `settings.throw` is False, the first failed check (a `Failure`; `None`
+    otherwise). `compiled`: the single
     solve behind a jit boundary (not for a solver built for one call, which would
     compile it on every call). `blocked`: under `jax.vmap`, the lanes in blocks
     (`in_blocks`); otherwise `single` itself. `settings`: the options' structure
@@ -751,7 +751,7 @@ def _period_solver(
 
     def single(
         arrays: Any, period: Array, t0: Array, shift: Array, values: TaylorOptions
-    ) -> Array | tuple[Array, Failure]:
+    ) -> tuple[Array, Failure | None]:
         operator = eqx.combine(arrays, static)
         options = eqx.combine(values, settings)
         period, found = _checked(operator, period, t0, options, checks)
@@ -792,7 +792,7 @@ def _period_solver(
                 half = solve([t0, c], start=w)[-1]
             u = w @ (half.T @ half) @ jnp.conj(w.T)
         if found is None:
-            return u
+            return u, None
         # The checks' failure first, then the solve's.
         return u, failure([(f.code, f.messages) for f in (found, *solved)])
 
