@@ -92,20 +92,36 @@ def sort_order(
     return order
 
 
-def segments(
-    x: UInt32[Array, "m words"],
-    z: UInt32[Array, "m words"],
-    n_qubits: int,
-    networks: bool,
-) -> tuple[Int[Array, " m"], Int[Array, " m"]]:
-    """`(segment, order)`: the strings in sorted order (`x[order]`) and, for each,
-    the index of its run of equal strings (0, 0, 1, 2, 2, ...). `networks`: see
-    `BackendChoices.merge_networks`."""
-    order = sort_order(x, z, n_qubits, networks)
-    xs, zs = x[order], z[order]
-    new = jnp.any((xs[1:] != xs[:-1]) | (zs[1:] != zs[:-1]), axis=1)
-    segment = jnp.concatenate([jnp.zeros(1, jnp.int32), running_count(new, networks)])
-    return segment, order
+def _real_view(c: Inexact[Array, " m *series"]) -> Array:
+    """`c` as real numbers, `(m, k)` (a complex entry as its real and imaginary
+    parts, adjacent)."""
+    m = c.shape[0]
+    if jnp.iscomplexobj(c):
+        c = jnp.stack([jnp.real(c), jnp.imag(c)], axis=-1)
+    return c.reshape(m, -1)
+
+
+def _from_real_view(r: Array, like: Array) -> Array:
+    """The inverse of `_real_view` for entries of `like`'s dtype and series."""
+    shape = (r.shape[0], *like.shape[1:])
+    if jnp.iscomplexobj(like):
+        r = r.reshape(*shape, 2)
+        return lax.complex(r[..., 0], r[..., 1]).astype(like.dtype)
+    return r.reshape(shape)
+
+
+def _to_words(r: Array) -> UInt32[Array, "m k"]:
+    """Real `(m, k)` numbers as their bits, in 32-bit words."""
+    words = lax.bitcast_convert_type(r, jnp.uint32)
+    return words.reshape(r.shape[0], -1)
+
+
+def _from_words(words: UInt32[Array, "m k"], dtype) -> Array:
+    """The inverse of `_to_words` for real `dtype`."""
+    ratio = np.dtype(dtype).itemsize // 4
+    if ratio > 1:
+        words = words.reshape(words.shape[0], -1, ratio)
+    return lax.bitcast_convert_type(words, dtype)
 
 
 def _kth_largest(weights: Array, k: int) -> Array:
@@ -159,18 +175,26 @@ def compress(
     precision reads the smallest normal number, never zero (zero means exact).
     Candidates from padding slots must come in as exact zeros (`jnp.where`, not a
     product with a masked value: inf * 0 is nan)."""
-    m = x.shape[0]
+    m, w = x.shape
     networks = backend_choices().merge_networks
-    segment, order = segments(x, z, n_qubits, networks)
-    xs, zs, cs = x[order], z[order], c[order]
-    new = jnp.concatenate([jnp.ones(1, bool), segment[1:] != segment[:-1]])
-    sums = jax.ops.segment_sum(cs, segment, m, indices_are_sorted=True)
-    # The first candidate of each segment gives its string.
-    first = (
-        jnp.zeros(m, jnp.int32)
-        .at[jnp.where(new, segment, m)]
-        .set(lax.iota(jnp.int32, m), mode="drop")
+    # The candidates sorted by string as one gather of rows (strings and the
+    # coefficients' bits): on a TPU a gather or scatter of complex entries costs
+    # about ten of 32-bit rows (1.47M candidates: 126 ms for a segment sum of
+    # complex64, 118 ms for a scatter, against 8 ms for rows).
+    real = _real_view(c)
+    order = sort_order(x, z, n_qubits, networks)
+    rows = jnp.concatenate([x, z, _to_words(real)], axis=1)[order]
+    strings = rows[:, : 2 * w]
+    changed = jnp.any(strings[1:] != strings[:-1], axis=1)
+    # Each candidate's run of equal strings (0, 0, 1, 2, 2, ...).
+    segment = jnp.concatenate(
+        [jnp.zeros(1, jnp.int32), running_count(changed, networks)]
     )
+    new = jnp.concatenate([jnp.ones(1, bool), changed])
+    sums_real = jax.ops.segment_sum(
+        _from_words(rows[:, 2 * w :], real.dtype), segment, m, indices_are_sorted=True
+    )
+    sums = _from_real_view(sums_real, c)
     # Ranked by magnitude (a series' by its norm), nan first.
     size = magnitude(sums)
     size = jnp.where(jnp.isnan(size), jnp.inf, size)
@@ -198,17 +222,15 @@ def compress(
         keep = kept
     else:
         dropped = jnp.zeros(c.shape[1:], weights.dtype)
+    # Segment s goes to slot[s] (past the capacity: dropped); its string is that
+    # of its first candidate.
     slot = jnp.where(keep, running_count(keep, networks) - 1, capacity)
-    source = first
-    out_x = (
-        jnp.zeros((capacity, x.shape[1]), x.dtype).at[slot].set(xs[source], mode="drop")
-    )
-    out_z = (
-        jnp.zeros((capacity, z.shape[1]), z.dtype).at[slot].set(zs[source], mode="drop")
-    )
-    out_c = jnp.zeros((capacity, *c.shape[1:]), c.dtype).at[slot].set(sums, mode="drop")
+    first = jnp.where(new, slot[segment], capacity)
+    out = jnp.zeros((capacity, 2 * w), x.dtype).at[first].set(strings, mode="drop")
+    out_c = jnp.zeros((capacity, sums_real.shape[1]), sums_real.dtype)
+    out_c = _from_real_view(out_c.at[slot].set(sums_real, mode="drop"), c)
     count = jnp.minimum(jnp.sum(keep), capacity).astype(jnp.int32)
-    return out_x, out_z, out_c, count, dropped
+    return out[:, :w], out[:, w:], out_c, count, dropped
 
 
 def lookup(
