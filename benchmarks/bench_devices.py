@@ -78,7 +78,8 @@ Sections:
   propagators at 1e-12 (x64, CPU).
 - `lanczos`: `hierax.lanczos` of Z_0 under the Ising chain
   (`PauliSum.ising_chain(12, 1, 1.05, 0.5)`), 30 steps, capacity 4096 (`--quick`:
-  8 qubits, 10 steps, capacity 256): first call and median of 3, and the largest
+  8 qubits, 10 steps, capacity 256; `--lanczos issue`: issue 51's 30 qubits,
+  capacity 2^14): first call and median of 3, and the largest
   difference of the coefficients b to the x64 CPU run; the first call's parts
   (trace and lower, XLA's compile) ahead of time, and XLA's compile of one sort of
   1024, 16384 and 147456 uint32 keys (the merge of the candidates sorts them).
@@ -308,15 +309,27 @@ def floquet_error(
     return float(d.min(axis=2).max())
 
 
-def lanczos_problem(quick: bool) -> tuple[Any, Any, int, int, int]:
-    qubits, steps, capacity = (8, 10, 256) if quick else (12, 30, 4096)
+# `--lanczos`'s sizes (qubits, steps, capacity); "issue": issue 51's.
+LANCZOS_SIZES = {
+    "quick": (8, 10, 256),
+    "full": (12, 30, 4096),
+    "issue": (30, 30, 1 << 14),
+}
+
+
+def lanczos_size(args) -> str:
+    return "quick" if args.quick else args.lanczos
+
+
+def lanczos_problem(size: str) -> tuple[Any, Any, int, int, int]:
+    qubits, steps, capacity = LANCZOS_SIZES[size]
     h = hierax.PauliSum.ising_chain(qubits, 1.0, 1.05, 0.5)
     o = hierax.PauliSum.from_strings(["Z" + "I" * (qubits - 1)], [1.0])
     return h, o, qubits, steps, capacity
 
 
-def lanczos_b(quick: bool) -> np.ndarray:
-    h, o, _, steps, capacity = lanczos_problem(quick)
+def lanczos_b(size: str) -> np.ndarray:
+    h, o, _, steps, capacity = lanczos_problem(size)
     return np.asarray(hierax.lanczos(h, o, steps, capacity=capacity).b)
 
 
@@ -339,7 +352,7 @@ def reference_keys(args) -> list[str]:
     if "floquet_transmon" in sections:
         keys += [f"transmon_{n}_{_batch(args)}" for n in _levels(args)]
     if "lanczos" in sections:
-        keys.append(f"lanczos_{'quick' if args.quick else 'full'}")
+        keys.append(f"lanczos_{lanczos_size(args)}")
     return list(dict.fromkeys(keys))
 
 
@@ -363,7 +376,7 @@ def compute_reference(key: str) -> np.ndarray:
     if name == "batch":
         sites, count = arg.split("_")
         return batch_reference(int(sites), int(count))
-    return lanczos_b(arg == "quick")
+    return lanczos_b(arg)
 
 
 def reference_child(path: str, keys: list[str]) -> None:
@@ -915,8 +928,8 @@ def floquet_row(args, h0, h1, omega, amplitudes, reference) -> dict:
 
 
 def section_lanczos(args, refs) -> dict:
-    h, o, qubits, steps, capacity = lanczos_problem(args.quick)
-    reference = refs[f"lanczos_{'quick' if args.quick else 'full'}"]
+    h, o, qubits, steps, capacity = lanczos_problem(lanczos_size(args))
+    reference = refs[f"lanczos_{lanczos_size(args)}"]
 
     def b():
         return hierax.lanczos(h, o, steps, capacity=capacity).b
@@ -1051,6 +1064,12 @@ def main() -> None:
     parser.add_argument("--sites", default="8,10")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--levels", default="6,10", help="floquet_transmon's")
+    parser.add_argument(
+        "--lanczos",
+        choices=("full", "issue"),
+        default="full",
+        help="lanczos' size: 12 qubits, capacity 4096; issue: 30, 2^14",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (CPU smoke)")
     parser.add_argument("--reference", default=None, help="the references' .npz")
     parser.add_argument("--out", default=None, help="write the results as JSON")

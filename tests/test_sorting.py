@@ -15,6 +15,7 @@ from hierax._core import _cache, _choices
 from hierax._operators._pauli import _growth
 from hierax._operators._pauli._compress import compress, sort_order
 from hierax._operators._pauli._counting import running_count
+from hierax._operators._pauli._merging import merged_overlaps
 from hierax._operators._pauli._sorting import network_order
 
 from .helpers import compile_count, dense_lanczos
@@ -154,4 +155,78 @@ def test_lanczos_on_the_tpus_working_sizes(monkeypatch):
     expected = dense_lanczos(np.asarray(h.todense()), np.asarray(o.todense()), 16)
     np.testing.assert_allclose(np.asarray(result.b), expected, rtol=1e-12)
     assert np.all(np.asarray(result.dropped) == 0)
+    _cache.clear()
+
+
+def _sorted_sums(rng, rows: int, m: int, pool: np.ndarray, words: int, real: bool):
+    """`rows` sums of `m` slots, each its first `count` slots distinct strings of
+    `pool` in sorted order (as `compress` leaves them), padding (identity, zero)
+    after; counts from 0 to full."""
+    x = np.zeros((rows, m, words), np.uint32)
+    z = np.zeros((rows, m, words), np.uint32)
+    c = np.zeros((rows, m), float if real else complex)
+    counts = rng.integers(0, m + 1, rows)
+    if rows > 1:
+        counts[:2] = (0, m)
+    for r, k in enumerate(counts):
+        chosen = pool[np.sort(rng.choice(len(pool), k, replace=False))]
+        x[r, :k], z[r, :k] = chosen[:, :words], chosen[:, words:]
+        c[r, :k] = rng.normal(size=k) + (0 if real else 1j * rng.normal(size=k))
+    return x, z, c, counts.astype(np.int32)
+
+
+@pytest.mark.parametrize("real", [False, True])
+@pytest.mark.parametrize("m, words", [(13, 1), (16, 2)])
+def test_overlaps_by_merging_against_a_dictionary(real, m, words):
+    """The inner products of sorted sums by the merging network (`_merging`, the
+    TPU's way): each row against a sum A, from a small pool of strings (many
+    shared, the identity among them, which is also the padding's string), empty
+    and full sums, lengths on and off a power of two, two words a mask; against
+    sums over a dictionary of A's strings."""
+    rng = np.random.default_rng(m + words + real)
+    pool = rng.integers(0, 4, size=(60, 2 * words)).astype(np.uint32)
+    pool[0] = 0  # the identity
+    pool = np.unique(pool, axis=0)  # sorted lexicographically: x words, z words
+    assert len(pool) >= m
+    merged = jax.jit(merged_overlaps)
+    for _ in range(8):
+        x, z, c, counts = _sorted_sums(rng, 6, m, pool, words, real)
+        ax, az, ac, an = (a[0] for a in _sorted_sums(rng, 1, m, pool, words, real))
+        got = merged(x, z, c, counts, ax, az, ac, an)
+        assert got.dtype == c.dtype
+        a = {(tuple(ax[i]), tuple(az[i])): ac[i] for i in range(an)}
+        expected = [
+            sum(
+                np.conj(c[r, i]) * a.get((tuple(x[r, i]), tuple(z[r, i])), 0)
+                for i in range(counts[r])
+            )
+            for r in range(len(counts))
+        ]
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("reorthogonalize", [False, True])
+def test_lanczos_overlaps_the_same_by_merging_and_by_lookups(
+    monkeypatch, reorthogonalize
+):
+    """`lanczos`' Krylov overlaps (its loss-of-orthogonality diagnostic, and the
+    components reorthogonalisation removes) by merging (the TPU's choice) and by
+    binary searches (the CPU's), with room for every string: the same
+    coefficients and diagnostics to rounding."""
+    h = hierax.PauliSum.ising_chain(6, 1.0, 1.05, 0.5)
+    o = hierax.PauliSum.from_strings(["ZIIIII"], [1.0])
+    results = {}
+    for platform in ("cpu", "tpu"):
+        monkeypatch.setattr(_choices, "default_platform", lambda p=platform: p)
+        _cache.clear()
+        results[platform] = hierax.lanczos(
+            h, o, 12, capacity=4**6 - 5, reorthogonalize=reorthogonalize
+        )
+    cpu, tpu = results["cpu"], results["tpu"]
+    np.testing.assert_allclose(np.asarray(tpu.b), np.asarray(cpu.b), rtol=1e-13)
+    assert np.all(np.asarray(tpu.dropped) == 0)
+    np.testing.assert_allclose(
+        np.asarray(tpu.orthogonality), np.asarray(cpu.orthogonality), atol=1e-14
+    )
+    assert np.max(np.asarray(tpu.orthogonality)) < 1e-13
     _cache.clear()

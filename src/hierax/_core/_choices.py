@@ -36,7 +36,9 @@ class BackendChoices(NamedTuple):
     straight-line code instead of a loop. `merge_networks`: the merge of Pauli
     strings sorts them by a sorting network (`_operators._pauli._sorting`) and
     counts by products with a triangular matrix (`_operators._pauli._counting`)
-    instead of XLA's sort and cumulative sum. `order_unroll`: the factor by which
+    instead of XLA's sort and cumulative sum, and `lanczos` finds the strings two
+    sorted sums share by merging them (`_operators._pauli._merging`) instead of
+    binary searches (gathers). `order_unroll`: the factor by which
     the loops over a Schrodinger step's orders (`_kernels.propagator`) are
     unrolled. `pauli_size_step`: the ratio of one working size of a Pauli
     recursion's step (`lanczos`, `moments`) to the next smaller one (capacity /
@@ -117,6 +119,13 @@ class BackendChoices(NamedTuple):
 # - The working sizes of a Pauli recursion's step, capacity / 4^k: 30 Lanczos
 #   steps of the chaotic Ising chain at capacity 2^16, whose Krylov operators fill
 #   it only after ~25 steps, took 35 s at full size alone.
+# - `lanczos`' overlaps of its Krylov rows with each new operator by merging
+#   (`_operators._pauli._merging`, a network of elementwise stages) rather than
+#   binary searches (a gather per halving): at issue 51's size (above, after the
+#   merge's rows and running sums, the same code on every backend) later calls
+#   1.76 -> 0.71 s, first call 10.5 -> 9.0 s; at 12 qubits (capacity 4096) 0.07 s
+#   a call (`results/tpu-v5e/lanczos-merged-*-20261207.json`). On the CPU
+#   (12 qubits, this 2-core machine, loaded) merging was 2-3x slower: lookups stay.
 # - The blocks of a `floquet` sweep: each order's window sum reads every earlier
 #   coefficient of every lane, and a block whose series outgrow the caches waits
 #   on memory (1000 drives of a 10-level transmon, order 16: 27 MB of series, read

@@ -2,13 +2,13 @@
 
 Every operation on Pauli sums produces candidates (a product gives one string per
 pair of terms) and ends here: candidates sorted by string, equal strings summed
-(running sums within each run of equal strings, `_run_sums`), exact zeros (or those below a threshold)
-dropped, and, when more remain than the capacity holds, the largest kept by
-magnitude (|c|, never |c|^2, which underflows), their removed weight sum |c|^2
-reported. All of it has fixed shapes (a sort, one gather of the sorted rows,
-running counts, one scatter of the kept ones), so it compiles once per capacity and
-runs on any backend; the strings of the result are in sorted order, padding (the identity with
-coefficient zero) after them.
+(running sums within each run of equal strings, `_run_sums`), exact zeros (or
+those below a threshold) dropped, and, when more remain than the capacity holds,
+the largest kept by magnitude (|c|, never |c|^2, which underflows), their removed
+weight sum |c|^2 reported. All of it has fixed shapes (a sort, one gather of the
+sorted rows, running counts, one scatter of the kept ones), so it compiles once
+per capacity and runs on any backend; the strings of the result are in sorted
+order, padding (the identity with coefficient zero) after them.
 
 The sort is most of the cost. XLA's CPU sort of one integer array is ~6x faster
 than a sort of several arrays by a comparator (16M entries: 1.0 s against 6 s with

@@ -25,6 +25,7 @@ from jaxtyping import Array, Float
 
 from ..._core import backend_choices, check_bool, module_jit, on_backend, raise_if
 from ._compress import compress, lookup, magnitude
+from ._merging import merged_overlaps
 from ._strings import i_power, product_phase
 from ._sum import PauliSum, _live, _valid, check_chain, check_int, check_pairs
 
@@ -244,8 +245,11 @@ def _lanczos_impl(h, o, *, steps, capacity, reorthogonalize) -> LanczosCoefficie
     zero = (jnp.zeros_like(ox), jnp.zeros_like(oz), jnp.zeros_like(oc), 0 * count)
 
     def overlaps(bx, bz, bc, bn, ax, az, ac, an):
-        """(O_k|A) for every row k of the basis (zero rows give zero), looking up
-        A's occupied prefix."""
+        """(O_k|A) for every row k of the basis (zero rows give zero): where the
+        backend merges by networks, by merging each row with A (`_merging`),
+        else by looking up A's occupied prefix in each row."""
+        if backend_choices().merge_networks:
+            return merged_overlaps(bx, bz, bc, bn, ax, az, ac, an)
 
         def at_size(size, a):
             ax, az, ac = a[0][:size], a[1][:size], a[2][:size]

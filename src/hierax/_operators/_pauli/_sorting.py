@@ -13,7 +13,8 @@ gather), so the stage is a few elementwise operations, and $(k, j)$ are loop val
 The entries' indices are the last key, so no two entries compare equal: the result
 is the one permutation that sorts the keys with ties in index order (that of a
 stable sort). Padding up to $P$ takes the largest keys and indices past the
-entries, so it sorts last.
+entries, so it sorts last. The stages themselves (`network`) also merge two sorted
+lists (`_merging`).
 """
 
 import jax.lax as lax
@@ -27,6 +28,38 @@ def _rotated(a: Array, shift: Array) -> Array:
     size = a.shape[0]
     doubled = jnp.concatenate([a, a])
     return lax.dynamic_slice_in_dim(doubled, (size - shift) % size, size)
+
+
+def network(rows: list[Array], keys: int, stages: list[tuple[int, int]]) -> list[Array]:
+    """`rows` (of one length P, a power of two) after the compare-exchange
+    stages `(k, j)` of a bitonic network (see the module), ordered by their first
+    `keys` rows lexicographically; the others go along. Entries whose keys are
+    all equal must be interchangeable: of such a pair both places take one."""
+    size = rows[0].shape[0]
+    ks = jnp.asarray([k for k, _ in stages], jnp.uint32)
+    js = jnp.asarray([j for _, j in stages], jnp.uint32)
+    index = lax.iota(jnp.uint32, size)
+
+    def stage(s, rows):
+        k, j = ks[s], js[s]
+        upper = (index & j) != 0
+        partner = [
+            jnp.where(
+                upper,
+                _rotated(r, j.astype(jnp.int32)),
+                _rotated(r, -j.astype(jnp.int32)),
+            )
+            for r in rows
+        ]
+        ascending = (index & k) == 0
+        # Keep the smaller of the pair where the entry is the lower one of an
+        # ascending block or the upper one of a descending block.
+        keep_smaller = upper != ascending
+        smaller = lexicographic_less(rows[:keys], partner[:keys])
+        own = smaller == keep_smaller
+        return [jnp.where(own, r, q) for r, q in zip(rows, partner)]
+
+    return lax.fori_loop(0, len(stages), stage, rows)
 
 
 def lexicographic_less(a: list[Array], b: list[Array]) -> Array:
@@ -49,28 +82,5 @@ def network_order(keys: list[UInt32[Array, " m"]]) -> Int[Array, " m"]:
     padded.append(lax.iota(jnp.uint32, size))
     # The stages' (k, j), in order.
     stages = [(1 << a, 1 << b) for a in range(1, p + 1) for b in range(a - 1, -1, -1)]
-    ks = jnp.asarray([k for k, _ in stages], jnp.uint32)
-    js = jnp.asarray([j for _, j in stages], jnp.uint32)
-    index = lax.iota(jnp.uint32, size)
-
-    def stage(s, rows):
-        k, j = ks[s], js[s]
-        upper = (index & j) != 0
-        partner = [
-            jnp.where(
-                upper,
-                _rotated(r, j.astype(jnp.int32)),
-                _rotated(r, -j.astype(jnp.int32)),
-            )
-            for r in rows
-        ]
-        ascending = (index & k) == 0
-        # Keep the smaller of the pair where the entry is the lower one of an
-        # ascending block or the upper one of a descending block.
-        keep_smaller = upper != ascending
-        smaller = lexicographic_less(rows, partner)
-        own = smaller == keep_smaller
-        return [jnp.where(own, r, q) for r, q in zip(rows, partner)]
-
-    rows = lax.fori_loop(0, len(stages), stage, padded)
+    rows = network(padded, len(padded), stages)
     return rows[-1][:m].astype(jnp.int32)
