@@ -1171,3 +1171,61 @@ def test_pauli_time_sum_refusals_name_the_operation():
         1e300 * np.asarray(hx.todense()),
         rtol=1e-15,
     )
+
+
+def _dense_ising(n: int, hx):
+    """The Ising chain of `PauliSum.ising_chain(n, 1, hx, 0.5)` as a dense JAX
+    matrix (differentiable in `hx`)."""
+
+    def at(char, k):
+        return jnp.asarray(dense_string("I" * k + char + "I" * (n - k - 1)))
+
+    h = sum(at("Z", k) @ at("Z", k + 1) for k in range(n - 1))
+    return h + sum(hx * at("X", k) + 0.5 * at("Z", k) for k in range(n))
+
+
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
+def test_derivatives_through_merges_against_dense(monkeypatch, platform):
+    """Derivatives in a Hamiltonian's parameter through the merges of Pauli sums,
+    under each backend's choices (the merges' sorted rows, sums and scatters are
+    not differentiable as such: they carry their own rules): `moments` by
+    `jax.grad` and `jax.jvp` against JAX's derivatives of the dense moments, and
+    `lanczos`' b (reorthogonalised: the Krylov overlaps enter them) by
+    `jax.jacfwd` and `jax.jacrev` against central differences of dense Lanczos."""
+    from hierax._core import _cache, _choices
+
+    monkeypatch.setattr(_choices, "default_platform", lambda: platform)
+    _cache.clear()
+    n, o = 4, hierax.PauliSum.from_strings(["ZIII", "IXII"], [1.0, 0.5])
+    do = jnp.asarray(dense_string("ZIII") + 0.5 * dense_string("IXII"))
+
+    def mu(hx):
+        h = hierax.PauliSum.ising_chain(n, 1.0, hx, 0.5)
+        return hierax.moments(h, o, 4, capacity=256)[0]
+
+    def dense_mu(hx):
+        h, a, out = _dense_ising(n, hx), do, [1.0]
+        for _ in range(4):
+            a = h @ a - a @ h
+            out.append(jnp.trace(a.conj().T @ a).real / jnp.trace(do @ do).real)
+        return jnp.stack(out)
+
+    hx = 1.05
+    np.testing.assert_allclose(np.asarray(mu(hx)), np.asarray(dense_mu(hx)), rtol=1e-12)
+    want = jax.jacfwd(dense_mu)(hx)
+    np.testing.assert_allclose(np.asarray(jax.jacrev(mu)(hx)), want, rtol=1e-11)
+    _, tangent = jax.jvp(mu, (hx,), (1.0,))
+    np.testing.assert_allclose(np.asarray(tangent), want, rtol=1e-11)
+
+    def b(hx):
+        h = hierax.PauliSum.ising_chain(n, 1.0, hx, 0.5)
+        return hierax.lanczos(h, o, 6, capacity=256, reorthogonalize=True).b
+
+    def dense_b(hx):
+        return dense_lanczos(np.asarray(_dense_ising(n, hx)), np.asarray(do), 6)
+
+    step = 1e-5
+    central = (dense_b(hx + step) - dense_b(hx - step)) / (2 * step)
+    for jac in (jax.jacfwd, jax.jacrev):
+        np.testing.assert_allclose(np.asarray(jac(b)(hx)), central, rtol=1e-7)
+    _cache.clear()

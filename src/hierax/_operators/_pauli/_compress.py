@@ -21,6 +21,8 @@ of this size in seconds, a sorting network (`_sorting`) gives the same permutati
 and products with a triangular matrix the same running counts (`_counting`).
 """
 
+from functools import partial
+
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
@@ -124,13 +126,16 @@ def _from_words(words: UInt32[Array, "m k"], dtype) -> Array:
     return lax.bitcast_convert_type(words, dtype)
 
 
+@jax.custom_jvp
 def _run_sums(values: Array, segment: Int[Array, " m"]) -> Array:
-    """The running sums of `values` (rows) within runs of equal `segment` (which
-    does not decrease): at the last entry of each run, the run's sum. By doubling:
-    at distance d = 1, 2, 4, ... each entry adds the partial sum d entries back if
-    that lies in its run, for as long as some run is longer than d. A segment sum
-    (XLA's scatter-add) of 1.47M complex64 candidates took 126 ms on a TPU; a
-    sum of the rows (pairwise, not in sequence) rounds no worse."""
+    """The sum of `values` (rows) over each run of equal `segment` (which does not
+    decrease), at the run's last entry (elsewhere: partial sums, which no caller
+    reads). By doubling: at distance d = 1, 2, 4, ... each entry adds the partial
+    sum d entries back if that lies in its run, for as long as some run is longer
+    than d. A segment sum (XLA's scatter-add) of 1.47M complex64 candidates took
+    126 ms on a TPU; a sum of the rows (pairwise, not in sequence) rounds no
+    worse. Derivatives (a linear map) go through a segment sum, which JAX can
+    transpose, where the loop's length depends on the values."""
     m = values.shape[0]
 
     def back(a: Array, d: Array, fill) -> Array:  # a[i - d], `fill` for i < d
@@ -149,6 +154,53 @@ def _run_sums(values: Array, segment: Int[Array, " m"]) -> Array:
     one = jnp.ones((), jnp.int32)
     v, _, _ = lax.while_loop(lambda s: s[2], double, (values, one, longer(one)))
     return v
+
+
+@_run_sums.defjvp
+def _run_sums_jvp(primals, tangents):
+    values, segment = primals
+    m = values.shape[0]
+    totals = jax.ops.segment_sum(tangents[0], segment, m, indices_are_sorted=True)
+    return _run_sums(values, segment), totals[segment]
+
+
+@jax.custom_jvp
+def _sorted_rows(strings: UInt32[Array, "m s"], real: Array, order: Array):
+    """`(strings[order], real[order])` as one gather of 32-bit rows (a TPU gathers
+    complex entries about ten times slower); derivatives by a gather of `real`."""
+    s = strings.shape[1]
+    rows = jnp.concatenate([strings, _to_words(real)], axis=1)[order]
+    return rows[:, :s], _from_words(rows[:, s:], real.dtype)
+
+
+@_sorted_rows.defjvp
+def _sorted_rows_jvp(primals, tangents):
+    strings, real, order = primals
+    out = _sorted_rows(strings, real, order)
+    return out, (np.zeros(out[0].shape, jax.dtypes.float0), tangents[1][order])
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _placed(strings: UInt32[Array, "m s"], real: Array, slot: Array, capacity: int):
+    """Row i of `(strings, real)` in slot `slot[i]` of `capacity` zero slots (past
+    them: dropped), as one scatter of 32-bit rows; derivatives by a scatter of
+    `real`."""
+    s = strings.shape[1]
+    rows = jnp.concatenate([strings, _to_words(real)], axis=1)
+    out = jnp.zeros((capacity, rows.shape[1]), jnp.uint32)
+    out = out.at[slot].set(rows, mode="drop")
+    return out[:, :s], _from_words(out[:, s:], real.dtype)
+
+
+@_placed.defjvp
+def _placed_jvp(capacity, primals, tangents):
+    strings, real, slot = primals
+    out = _placed(strings, real, slot, capacity)
+    # Kept rows have slots of their own (the rest fall past the capacity), so
+    # an add places them as a set does, and JAX can transpose it.
+    t = jnp.zeros((capacity, real.shape[1]), real.dtype)
+    t = t.at[slot].add(tangents[1], mode="drop")
+    return out, (np.zeros(out[0].shape, jax.dtypes.float0), t)
 
 
 def _kth_largest(weights: Array, k: int) -> Array:
@@ -204,14 +256,13 @@ def compress(
     product with a masked value: inf * 0 is nan)."""
     m, w = x.shape
     networks = backend_choices().merge_networks
-    # The candidates sorted by string as one gather of rows (strings and the
-    # coefficients' bits): on a TPU a gather or scatter of complex entries costs
-    # about ten of 32-bit rows (1.47M candidates: 126 ms for a segment sum of
-    # complex64, 118 ms for a scatter, against 8 ms for rows).
+    # The candidates sorted by string (with their coefficients as one gather of
+    # 32-bit rows: on a TPU a gather or scatter of complex entries costs about
+    # ten of such rows; 1.47M candidates: a scatter of complex64 119 ms, of rows
+    # 8 ms).
     real = _real_view(c)
     order = sort_order(x, z, n_qubits, networks)
-    rows = jnp.concatenate([x, z, _to_words(real)], axis=1)[order]
-    strings = rows[:, : 2 * w]
+    strings, real = _sorted_rows(jnp.concatenate([x, z], axis=1), real, order)
     changed = jnp.any(strings[1:] != strings[:-1], axis=1)
     # Each candidate's run of equal strings (0, 0, 1, 2, 2, ...).
     segment = jnp.concatenate(
@@ -219,7 +270,7 @@ def compress(
     )
     # The sum of each run lands on its last candidate.
     last = jnp.concatenate([changed, jnp.ones(1, bool)])
-    sums_real = _run_sums(_from_words(rows[:, 2 * w :], real.dtype), segment)
+    sums_real = _run_sums(real, segment)
     sums = _from_real_view(sums_real, c)
     # Ranked by magnitude (a series' by its norm), nan first.
     size = magnitude(sums)
@@ -249,10 +300,8 @@ def compress(
     else:
         dropped = jnp.zeros(c.shape[1:], weights.dtype)
     slot = jnp.where(keep, running_count(keep, networks) - 1, capacity)
-    kept_rows = jnp.concatenate([strings, _to_words(sums_real)], axis=1)
-    out = jnp.zeros((capacity, kept_rows.shape[1]), jnp.uint32)
-    out = out.at[slot].set(kept_rows, mode="drop")
-    out_c = _from_real_view(_from_words(out[:, 2 * w :], real.dtype), c)
+    out, out_c = _placed(strings, sums_real, slot, capacity)
+    out_c = _from_real_view(out_c, c)
     count = jnp.minimum(jnp.sum(keep), capacity).astype(jnp.int32)
     return out[:, :w], out[:, w : 2 * w], out_c, count, dropped
 
