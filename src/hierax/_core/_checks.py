@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -90,12 +91,18 @@ def raise_if(
     where what follows would run long, or trip a check of its own, on the values
     that failed (a solve's steps on decreasing times), `safe` (a pytree like `x`)
     takes their place when a check fails."""
-    index, any_failed = _first(failed)
     collecting = _COLLECTED.get()
     # Collected only at the top level of the program that collects: a check in a
     # loop's body, a branch or a program of its own is a value of another trace.
     if collecting is None or collecting[0] is not _current_trace():
+        # Each check over the whole batch first (under `jax.vmap`; as diffrax
+        # does, with equinox's `unvmap_any`): equinox takes the largest index over
+        # a batched one, which a batch of zero elements (valid JAX) has none of, a
+        # raw `ValueError` before any check ran. The index is then the first check
+        # that fails for any element.
+        index, any_failed = _first([eqxi.unvmap_any(jnp.asarray(p)) for p in failed])
         return eqx.branched_error_if(x, any_failed, index, list(messages))
+    index, any_failed = _first(failed)
     collecting[1].append((jnp.where(any_failed, index, -1), tuple(messages)))
     if safe is None:
         return x
@@ -114,8 +121,7 @@ def returned_failure(failed: Sequence[Any], messages: Sequence[str]) -> Failure:
 
 def _first(failed: Sequence[Any]) -> tuple[Array, Array]:
     """The index of the first of the scalar bools `failed` that holds (0 where
-    none does; under vmap, equinox reports the largest index in the batch: one
-    that failed), and whether any holds."""
+    none does), and whether any holds."""
     flags = [jnp.asarray(p).reshape(()) for p in failed]
     index = jnp.asarray(0)
     for i in reversed(range(len(flags))):
