@@ -921,6 +921,34 @@ def test_progress_meter(capfd):
     assert "100.00%" in capfd.readouterr().out
 
 
+def test_progress_meter_over_no_elements(capfd):
+    """`jax.vmap` over zero elements with `progress=True` gives empty results
+    (diffrax's meter takes a maximum over the batch, which has none: a batch of
+    none is solved without it), for a ket, dense output and `mesolve`; a batch
+    of two still prints."""
+    times = np.array([0.0, 0.5, 1.0])
+    calls = {
+        "ket": lambda a: (
+            sesolve(_qubit(a), np.array([1.0, 0.0]), times, progress=True).states
+        ),
+        "dense": lambda a: sesolve(
+            _qubit(a), np.array([1.0, 0.0]), times, progress=True, dense=True
+        ).evaluate(0.3),
+        "mesolve": lambda a: (
+            hierax.mesolve(
+                _qubit(a), [0.1 * SZ], np.diag([1.0, 0.0]), times, progress=True
+            ).states
+        ),
+    }
+    for name, call in calls.items():
+        shape = jax.eval_shape(jax.vmap(call), jnp.ones(2)).shape
+        for mapped in (jax.vmap(call), jax.jit(jax.vmap(call))):
+            assert mapped(jnp.ones(0)).shape == (0,) + shape[1:], name
+    capfd.readouterr()
+    jax.vmap(calls["mesolve"])(jnp.array([0.5, 1.0]))
+    assert "100.00%" in capfd.readouterr().out
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -423,26 +423,34 @@ def _with_failure(solution: Solution, found: Failure) -> Solution:
 
 def _stepped(inputs: tuple, settings: dict[str, Any]) -> Solution:
     """`_steps` of the checked `inputs`, in lockstep under `jax.vmap` where it can
-    be."""
+    be (and mapped over no elements without a progress meter)."""
     term, state = inputs[:2]
-    if settings["dense"] or not isinstance(term, SchrodingerTerm) or state.ndim > 2:
+    columns = (
+        not settings["dense"] and isinstance(term, SchrodingerTerm) and state.ndim <= 2
+    )
+    progress = settings["progress"]
+    if not (columns or progress):
         return _steps(*inputs, **settings)
     # Under `jax.vmap`, a batch of kets or propagators (`floquet`'s sweeps) that
     # shares its matrices, times and tolerances is stepped in lockstep
-    # (`_lockstep`); alone, or differentiated, element by element.
+    # (`_lockstep`); alone, or differentiated, element by element. A batch of no
+    # elements is solved without diffrax's progress meter, whose maximum over
+    # the batch has no identity (a raw `ValueError`).
     arrays, static = eqx.partition(inputs, eqx.is_array)
     solve = functools.partial(_steps, **settings)
+    quiet = functools.partial(_steps, **{**settings, "progress": False})
     return batched_in_lockstep(
         lambda arrays: solve(*eqx.combine(arrays, static)),
         arrays,
         static,
-        solve,
+        solve if columns else None,
         # (`DirectAdjoint` differentiates both ways: through a `custom_jvp`, whose
         # derivative JAX transposes for reverse mode; a `custom_vjp` refused
         # `jax.jvp`.)
         isinstance(
             settings["adjoint"].value, diffrax.ForwardMode | diffrax.DirectAdjoint
         ),
+        (lambda arrays: quiet(*eqx.combine(arrays, static))) if progress else None,
     )
 
 

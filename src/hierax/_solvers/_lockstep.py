@@ -332,15 +332,19 @@ def batched_in_lockstep(
     single: Callable[[PyTree], Solution],
     arrays: PyTree,
     static: PyTree,
-    solve_columns: Callable[..., Solution],
+    solve_columns: Callable[..., Solution] | None,
     forward: bool,
+    empty: Callable[[PyTree], Solution] | None = None,
 ) -> Solution:
     """`single(arrays)` (one solve, its inputs `eqx.combine(arrays, static)`: the
     term, state, times, rtol, atol, dt, observables and norms), stepped in
     lockstep when mapped by `jax.vmap` (see the module's docstring) where the batch
     allows it, element by element otherwise. `solve_columns(term, state, times,
-    rtol, atol, dt, exp_ops, norms)` solves a `ColumnsTerm`. `forward`: the
-    solve's adjoint is forward mode."""
+    rtol, atol, dt, exp_ops, norms)` solves a `ColumnsTerm` (`None`: never in
+    lockstep). `forward`: the solve's adjoint is forward mode. `empty`: the same
+    solve to map over a batch of no elements instead of `single`, where
+    `single` cannot be mapped over none (diffrax's progress meter takes a
+    maximum over the batch, which has no identity)."""
 
     # Traced once: the batching rule's fallback and the derivatives run this
     # program, not `single` traced again (a second trace of the whole solve under
@@ -364,8 +368,11 @@ def batched_in_lockstep(
     def rule(axis_size: int, in_batched: Any, arrays: PyTree) -> Any:
         (flags,) = in_batched
         # Which outputs `jax.vmap` of the solve batches: the rule batches the
-        # same, as the derivatives (the solve mapped) will.
-        out = _in_lockstep(arrays, flags, static, solve_columns, axis_size)
+        # same, as the derivatives (the solve mapped) will. (A batch of no
+        # elements has no columns to step.)
+        out = None
+        if solve_columns is not None and axis_size:
+            out = _in_lockstep(arrays, flags, static, solve_columns, axis_size)
         if out is not None:
             batched = _lockstep_batched(out)
             # (Shared outputs, the times and `max_steps`, unbatched.)
@@ -373,8 +380,9 @@ def batched_in_lockstep(
         else:
             batched = _batched_outputs(plain, arrays, flags, axis_size)
             out_axes = jax.tree.map(lambda b: 0 if b else None, batched)
+            run = empty if empty is not None and axis_size == 0 else plain
             out = jax.vmap(
-                plain, in_axes=(_axes(flags),), out_axes=out_axes, axis_size=axis_size
+                run, in_axes=(_axes(flags),), out_axes=out_axes, axis_size=axis_size
             )(arrays)
         return out, batched
 
