@@ -18,6 +18,8 @@ from hierax._core import _choices, module_jit, raise_if
 
 SX = np.array([[0, 1], [1, 0]], complex)
 SZ = np.array([[1, 0], [0, -1]], complex)
+SZ3 = np.diag([1.0, 0.0, -1.0]).astype(complex)
+SX3 = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], complex)
 
 
 def _qutrit():
@@ -213,3 +215,129 @@ def test_equinox_nan_mode_gives_nan_for_every_failed_check():
         "max_steps": "False",
         "nan time": "False",
     }
+
+
+def _pauli(a):
+    chain = ["XX", "ZI", "IZ"]
+    return hierax.PauliSum.from_strings(chain, jnp.stack([a, 0.5 + 0 * a, 0.5 + 0 * a]))
+
+
+_SPIN = hierax.PauliSum.from_strings(["ZI"], [1.0], capacity=16)
+_TIMES = jnp.array([0.0, 0.5, 1.0])
+_KET = jnp.array([1.0, 0.0, 0.0], complex)
+
+# Each kind of entry point, of one batched argument: (the call, one element).
+_BATCHED = {
+    "sesolve over states": (
+        lambda y: hierax.sesolve(_qutrit(), y, _TIMES).states,
+        _KET,
+    ),
+    "sesolve over amplitudes": (
+        lambda a: hierax.sesolve(a * _qutrit(), _KET, _TIMES, exp_ops=[SZ3]).expects,
+        0.5,
+    ),
+    "sesolve over times, throw=False": (
+        lambda t: hierax.sesolve(_qutrit(), _KET, t, throw=False).failure.code,
+        _TIMES,
+    ),
+    "sesolve of a closure": (
+        lambda a: hierax.sesolve(lambda t: a * jnp.cos(t) * SX3, _KET, _TIMES).states,
+        0.5,
+    ),
+    "Solution.evaluate": (
+        lambda a: hierax.sesolve(a * _qutrit(), _KET, _TIMES, dense=True).evaluate(0.3),
+        0.5,
+    ),
+    "mesolve over states": (
+        lambda rho: hierax.mesolve(_qutrit(), [0.2 * SX3], rho, _TIMES).states,
+        jnp.diag(_KET),
+    ),
+    "floquet over amplitudes": (
+        lambda a: hierax.floquet(SZ + a * hierax.Cos(2.0) * SX, np.pi).quasienergies,
+        0.5,
+    ),
+    "floquet over periods": (
+        lambda p: hierax.floquet(SZ + hierax.Cos(2.0) * SX, p).modes_at(0.1),
+        np.pi,
+    ),
+    "high_frequency_expansion": (
+        lambda a: hierax.high_frequency_expansion(
+            SZ + a * hierax.Cos(2.0) * SX, np.pi, order=2
+        ).quasienergies(),
+        0.5,
+    ),
+    "HeisenbergHierarchy over times": (
+        lambda t: hierax.HeisenbergHierarchy(_qutrit(), SZ3, 4)(t),
+        0.3,
+    ),
+    "PropagatorDerivatives over states": (
+        lambda y: hierax.PropagatorDerivatives(_qutrit(), 4)(0.3, y),
+        _KET,
+    ),
+    "DensityMatrixDerivatives over states": (
+        lambda rho: hierax.DensityMatrixDerivatives(_qutrit(), [0.2 * SX3], 3)(
+            0.3, rho
+        ),
+        jnp.diag(_KET),
+    ),
+    "NestedCommutators over scales": (
+        lambda a: hierax.NestedCommutators(a * SX3, SZ3, 4)(),
+        0.5,
+    ),
+    "lanczos over couplings": (lambda a: hierax.lanczos(_pauli(a), _SPIN, 3).b, 0.5),
+    "PauliHierarchy over couplings": (
+        lambda a: hierax.PauliHierarchy(_pauli(a), _SPIN, 2)(0.2)[-1].coefficients,
+        0.5,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BATCHED))
+def test_a_vmap_over_no_elements_gives_empty_results(name):
+    """`jax.vmap` over zero elements is valid JAX: each kind of call gives the
+    shapes of a mapped call with a leading axis of zero (from Python, inside a
+    user's jit and as the outer of two vmaps), where a check of the batch once
+    raised equinox's bare error (a maximum over no elements)."""
+    call, element = _BATCHED[name]
+    element = jnp.asarray(element)
+    two = jnp.stack([element, element])
+    expected = [
+        s.shape[1:] for s in jax.tree.leaves(jax.eval_shape(jax.vmap(call), two))
+    ]
+    for mapped, batch in (
+        (jax.vmap(call), two[:0]),
+        (jax.jit(jax.vmap(call)), two[:0]),
+        (jax.vmap(jax.vmap(call)), jnp.stack([two, two])[:0]),
+    ):
+        lead = batch.shape[: batch.ndim - element.ndim]
+        shapes = [x.shape for x in jax.tree.leaves(mapped(batch))]
+        assert shapes == [lead + s for s in expected]
+
+
+def test_a_mapped_check_names_the_first_check_any_element_fails():
+    """Under `jax.vmap` the checks still raise for a batch with a bad element,
+    naming the first check that any element fails (equinox alone named the last);
+    an empty batch checks nothing."""
+
+    def checked(x):
+        return raise_if(
+            x, [x < 0, x > 100], ["`hierax.test`: negative.", "`hierax.test`: large."]
+        )
+
+    for mapped in (jax.vmap(checked), jax.jit(jax.vmap(checked))):
+        np.testing.assert_array_equal(mapped(jnp.array([1.0, 2.0])), [1.0, 2.0])
+        assert mapped(jnp.zeros((0,))).shape == (0,)
+        with pytest.raises(Exception, match="negative"):
+            jax.block_until_ready(mapped(jnp.array([200.0, -1.0])))
+        with pytest.raises(Exception, match="large"):
+            jax.block_until_ready(mapped(jnp.array([200.0, 1.0])))
+    bad = jnp.stack([_KET, jnp.array([jnp.nan, 0, 0], complex)])
+    solve = jax.vmap(lambda y: hierax.sesolve(_qutrit(), y, _TIMES).states)
+    with pytest.raises(Exception, match="`state` must be finite"):
+        jax.block_until_ready(solve(bad))
+    with pytest.raises(Exception, match="`t` must be finite"):
+        jax.block_until_ready(
+            jax.vmap(hierax.HeisenbergHierarchy(_qutrit(), SZ3, 3))(
+                jnp.array([0.1, jnp.nan])
+            )
+        )
