@@ -1204,7 +1204,7 @@ def test_derivatives_through_merges_against_dense(monkeypatch, platform):
         return hierax.moments(h, o, 4, capacity=256)[0]
 
     def dense_mu(hx):
-        h, a, out = _dense_ising(n, hx), do, [1.0]
+        h, a, out = _dense_ising(n, hx), do, [jnp.asarray(1.0)]
         for _ in range(4):
             a = h @ a - a @ h
             out.append(jnp.trace(a.conj().T @ a).real / jnp.trace(do @ do).real)

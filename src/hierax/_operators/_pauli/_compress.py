@@ -22,6 +22,7 @@ and products with a triangular matrix the same running counts (`_counting`).
 """
 
 from functools import partial
+from typing import Any
 
 import jax
 import jax.lax as lax
@@ -174,7 +175,7 @@ def _sorted_rows(strings: UInt32[Array, "m s"], real: Array, order: Array):
 
 
 @_sorted_rows.defjvp
-def _sorted_rows_jvp(primals, tangents):
+def _sorted_rows_jvp(primals, tangents) -> tuple[Any, Any]:
     strings, real, order = primals
     out = _sorted_rows(strings, real, order)
     return out, (np.zeros(out[0].shape, jax.dtypes.float0), tangents[1][order])
@@ -193,7 +194,7 @@ def _placed(strings: UInt32[Array, "m s"], real: Array, slot: Array, capacity: i
 
 
 @_placed.defjvp
-def _placed_jvp(capacity, primals, tangents):
+def _placed_jvp(capacity, primals, tangents) -> tuple[Any, Any]:
     strings, real, slot = primals
     out = _placed(strings, real, slot, capacity)
     # Kept rows have slots of their own (the rest fall past the capacity), so
