@@ -36,9 +36,11 @@ class BackendChoices(NamedTuple):
     straight-line code instead of a loop. `merge_networks`: the merge of Pauli
     strings sorts them by a sorting network (`_operators._pauli._sorting`) and
     counts by products with a triangular matrix (`_operators._pauli._counting`)
-    instead of XLA's sort and cumulative sum, and `lanczos` finds the strings two
-    sorted sums share by merging them (`_operators._pauli._merging`) instead of
-    binary searches (gathers). `order_unroll`: the factor by which
+    instead of XLA's sort and cumulative sum, sums equal strings by running sums
+    within their runs instead of a segment sum (a scatter-add), and `lanczos`
+    finds the strings two sorted sums share by merging them
+    (`_operators._pauli._merging`) instead of binary searches (gathers).
+    `order_unroll`: the factor by which
     the loops over a Schrodinger step's orders (`_kernels.propagator`) are
     unrolled. `pauli_size_step`: the ratio of one working size of a Pauli
     recursion's step (`lanczos`, `moments`) to the next smaller one (capacity /

@@ -165,6 +165,13 @@ def _run_sums_jvp(primals, tangents):
     return _run_sums(values, segment), totals[segment]
 
 
+def _segment_sums(values: Array, segment: Int[Array, " m"]) -> Array:
+    """Each run's sum (as `_run_sums`), at every entry of the run, by XLA's
+    segment sum (a scatter-add) and a gather."""
+    m = values.shape[0]
+    return jax.ops.segment_sum(values, segment, m, indices_are_sorted=True)[segment]
+
+
 @jax.custom_jvp
 def _sorted_rows(strings: UInt32[Array, "m s"], real: Array, order: Array):
     """`(strings[order], real[order])` as one gather of 32-bit rows (a TPU gathers
@@ -271,7 +278,12 @@ def compress(
     )
     # The sum of each run lands on its last candidate.
     last = jnp.concatenate([changed, jnp.ones(1, bool)])
-    sums_real = _run_sums(real, segment)
+    # (On a CPU XLA's segment sum is faster: lanczos at 30 qubits, capacity
+    # 2^14, x64, 3.0-3.1 s a call against 3.5-3.8 s by doubling.)
+    if networks:
+        sums_real = _run_sums(real, segment)
+    else:
+        sums_real = _segment_sums(real, segment)
     sums = _from_real_view(sums_real, c)
     # Ranked by magnitude (a series' by its norm), nan first.
     size = magnitude(sums)
