@@ -7,6 +7,7 @@ from . import (  # noqa: F401 (rules)
     _rules_linear,
     _rules_nonlinear,
     _rules_sort,
+    _rules_special,
 )
 from ._api import taylor as taylor, time_series as time_series
 from ._core import RULES

@@ -301,3 +301,17 @@ def integer_power(u, n: int):
             result = cauchy(result, u)
         n >>= 1
     return result
+
+
+def substitute(c, u):
+    """$f(u)$ for an $f$ whose Taylor coefficients at $u_0$ are `c` (of `u`'s shape):
+    Horner's rule $c_0 + d\\,(c_1 + d\\,(c_2 + \\cdots))$ with $d = u - u_0$, $K$
+    Cauchy products, $O(K^3)$ work (for functions that satisfy no short ODE)."""
+    n = u.shape[0]
+    d = u.at[0].set(0)
+
+    def body(i, h):
+        c_k = lax.dynamic_index_in_dim(c, n - 2 - i, 0, keepdims=False)
+        return cauchy(d, h).at[0].add(c_k)  # coefficient 0 of d * h is 0
+
+    return lax.fori_loop(0, n - 1, body, jnp.zeros_like(u).at[0].set(c[n - 1]))
