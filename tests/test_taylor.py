@@ -508,6 +508,27 @@ def test_array_exponent_at_a_zero_base():
     np.testing.assert_allclose(grad, reference, rtol=1e-12)
 
 
+def _binomial(p, k):
+    return np.prod([(p - i) / (i + 1) for i in range(k)], axis=0)
+
+
+def test_array_exponent_of_an_array_base():
+    """An exponent array of the base's shape: the rule added a `(K + 1, 1, 1)` index
+    to a `(2, 3)` one, which this suite's `jax_numpy_rank_promotion = "raise"`
+    refused. Against the binomial series and, at a zero base, sin(t)^2 and t^3."""
+    p = jnp.array([[2.0, 2.5, 3.0], [1.0, 0.5, 4.0]])
+    series = np.asarray(taylor(lambda t: (1 + t) ** p, 0.3, 4))
+    pn = np.asarray(p)
+    exact = [_binomial(pn, k) * 1.3 ** (pn - k) for k in range(5)]
+    np.testing.assert_allclose(series, np.stack(exact), rtol=1e-14)
+    q = jnp.array([[2.0, 3.0]])
+    series = np.asarray(
+        taylor(lambda t: jnp.stack([jnp.sin(t), t])[None, :] ** q, 0.0, 4)
+    )
+    np.testing.assert_allclose(series[:, 0, 0], [0, 0, 1, 0, -1 / 3], atol=1e-16)
+    np.testing.assert_array_equal(series[:, 0, 1], [0, 0, 0, 1, 0])
+
+
 def test_saturated_tanh_and_logistic():
     """Where tanh or the logistic rounds to 1, their slope 1 - y^2 (y - y^2) cancelled
     to 0 and every coefficient above 0 was 0: tanh at 30 has slope sech(30)^2 =

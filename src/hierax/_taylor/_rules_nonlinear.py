@@ -122,7 +122,7 @@ def _constant_power(u: Any, p: Any, value: Any) -> Any:
     nu = jnp.argmax(u != 0, axis=0)
     j = jnp.arange(n).reshape((n,) + (1,) * (u.ndim - 1))
     padded = jnp.concatenate([u, jnp.zeros_like(u)], axis=0)
-    w = jnp.take_along_axis(padded, jnp.broadcast_to(j + nu, u.shape), axis=0)
+    w = jnp.take_along_axis(padded, jnp.broadcast_to(j + nu[None], u.shape), axis=0)
     q = jnp.real(p)
     shifted = (u[0] == 0) & (w[0] != 0) & (p == jnp.round(q)) & (q >= 0)
     # One recurrence: on w where shifted, on u elsewhere (w's first coefficient
@@ -133,7 +133,7 @@ def _constant_power(u: Any, p: Any, value: Any) -> Any:
     shift = jnp.where(shifted, jnp.round(q) * nu, 0).astype(jnp.int32)
     shift = jnp.minimum(shift, n)
     padded = jnp.concatenate([jnp.zeros_like(powered), powered], axis=0)
-    index = jnp.broadcast_to(j - shift + n, u.shape)
+    index = jnp.broadcast_to(j - shift[None] + n, u.shape)
     return jnp.take_along_axis(padded, index, axis=0).at[0].set(value)
 
 
