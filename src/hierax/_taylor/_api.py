@@ -48,9 +48,11 @@ def taylor(
     primitives act on every coefficient, products are Cauchy products, and
     $\\exp$, $\\log$, $\\sin$, $\\cos$, $\\tan$, $\\tanh$, $\\sqrt{\\cdot}$, powers,
     quotients and the like follow the classical Taylor recurrences (Griewank &
-    Walther, ch. 13). Every rule is one fixed-shape loop over the coefficient index,
-    so compile time does not grow with $K$ and memory grows like $K$ times the
-    size of the largest intermediate.
+    Walther, ch. 13); log-gamma, digamma, polygamma and the scaled Bessel
+    functions `i0e` and `i1e` substitute the input series into their own
+    coefficients at $t$, in $O(K^3)$ work. Every rule is one fixed-shape loop over
+    the coefficient index, so compile time does not grow with $K$ and memory grows
+    like $K$ times the size of the largest intermediate.
 
     `fn` may close over arrays and Equinox modules, return any pytree of arrays, and
     use `jax.jit`, `lax.scan`, `lax.fori_loop`, `lax.while_loop` and `lax.cond`

@@ -48,9 +48,11 @@ def _digamma_coefficients(x: Any, count: int) -> Any:
     is wrong at negative $x$)."""
     if count == 1:
         return lax.digamma(x)[None]
-    j = _orders(count - 1, x, start=1)
+    shape = (count - 1,) + x.shape
+    s = jnp.broadcast_to(_orders(count - 1, x, start=2), shape)  # j + 1
+    q = lambda v: jnp.broadcast_to(v[None], shape)
     reflect = x < 0.5
-    direct = jnp.where(j % 2 == 1, 1, -1) * _zeta(j + 1, jnp.where(reflect, 1, x))
+    direct = jnp.where(s % 2 == 0, 1, -1) * _zeta(s, q(jnp.where(reflect, 1, x)))
     y = jnp.where(reflect, x, 0.25)
     r = y - jnp.round(y)  # cot has period 1: an exact reduction
     z = jnp.zeros((count,) + x.shape, x.dtype).at[0].set(math.pi * r).at[1].set(math.pi)
@@ -58,8 +60,8 @@ def _digamma_coefficients(x: Any, count: int) -> Any:
     sin, cos = rec.sin_cos(
         z, jnp.sin(math.pi * r), jnp.sin(math.pi * (0.5 - jnp.abs(r)))
     )
-    reflected = -_zeta(j + 1, 1 - y) - math.pi * rec.divide(cos, sin)[1:]
-    higher = jnp.where(reflect, reflected, direct)
+    reflected = -_zeta(s, q(1 - y)) - math.pi * rec.divide(cos, sin)[1:]
+    higher = jnp.where(reflect[None], reflected, direct)
     return jnp.concatenate([lax.digamma(x)[None], higher], axis=0)
 
 
@@ -95,8 +97,8 @@ def _concrete(x: Any) -> Any:
 @register("polygamma")
 def _polygamma(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
     # polygamma(n)' = polygamma(n + 1): c_k = psi^{(n+k)}(x0) / k!.
-    n = _concrete(invals[0])
-    if is_series(invals[0]) or n is None or n.ndim or n != round(float(n)) or n < 0:
+    n = None if is_series(invals[0]) else _concrete(invals[0])
+    if n is None or n.ndim or n != round(float(n)) or n < 0:
         raise ctx.unsupported(
             eqn,
             "its order n must be a non-negative integer known when tracing",
@@ -104,8 +106,7 @@ def _polygamma(ctx: Context, eqn: Any, invals: list[Any]) -> Series:
         )
     n = int(n)
     u = _operands(ctx, eqn, invals)[1]
-    k = np.arange(u.shape[0])
-    factor = [math.perm(n + j, n) for j in k]  # (n+k)!/k!
+    factor = [math.perm(n + k, n) for k in range(u.shape[0])]  # (n+k)!/k!
     factor = np.array([float(f) if f < 2**1023 else math.inf for f in factor])
     psi = _digamma_coefficients(u[0], n + u.shape[0])[n:]
     c = psi * factor.astype(u.dtype).reshape((-1,) + (1,) * (u.ndim - 1))
@@ -118,10 +119,11 @@ def _bessel_coefficients(x: Any, count: int) -> tuple[Any, Any]:
     At $a = |x| > 0$ those of $f = e^{-a}I_0$ solve, from $x f'' + (2x + 1) f' + f = 0$,
     $a(k+1)(k+2) c_{k+2} + (k+1)(k+1+2a) c_{k+1} + (2k+1) c_k = 0$, whose wanted
     solution is the minimal one: the ratios $c_{k+1}/c_k$ come from a backward
-    recurrence started at order $2K + 100$ (Miller's algorithm; 1e-14 against mpmath for
-    every $a$ checked), scaled so nothing overflows. `i1e` $= f' + f$, and
-    $x < 0$ follows by symmetry. At $x = 0$, where JAX's derivative takes
-    $\\operatorname{sign}(0) = 0$, they are those of $I_0$ and $I_1$.
+    recurrence started at order $2K + 100$ (Miller's algorithm; within 5e-14 of
+    mpmath to order 60 for $a$ from 0.25 to 1e4), scaled so nothing overflows.
+    `i1e` $= f' + f$, and $x < 0$ follows by symmetry. At $x = 0$, where JAX's
+    derivative takes $\\operatorname{sign}(0) = 0$, they are those of $I_0$ and
+    $I_1$.
     """
     a = jnp.abs(x)
     scale = 1 / jnp.maximum(1, 2 * a)
@@ -135,18 +137,18 @@ def _bessel_coefficients(x: Any, count: int) -> tuple[Any, Any]:
 
     k = jnp.arange(2 * count + 100, dtype=x.dtype)
     _, ratios = lax.scan(ratio, jnp.zeros_like(x), k, reverse=True)
-    i0e = lax.bessel_i0e(a) * jnp.cumprod(
+    i0e = lax.bessel_i0e(a)[None] * jnp.cumprod(
         jnp.concatenate([jnp.ones_like(x)[None], ratios[:count]]), axis=0
     )
     i1e = _orders(count, x, start=1) * i0e[1:] + i0e[:-1]
     odd = _orders(count + 1, x) % 2 == 1
-    sign = jnp.where(odd & (x < 0), -1, 1).astype(x.dtype)
+    sign = jnp.where(odd & (x < 0)[None], -1, 1).astype(x.dtype)
     # I_0 = sum_m (x/2)^{2m} / m!^2 and I_1 = I_0'.
     i0 = np.zeros(count + 1)
     i0[::2] = np.cumprod([1.0] + [1 / (4 * m * m) for m in range(1, count // 2 + 1)])
     i0 = i0.astype(x.dtype).reshape((-1,) + (1,) * x.ndim)
     i1 = np.arange(1, count + 1, dtype=x.dtype).reshape(i0[1:].shape) * i0[1:]
-    zero = x == 0
+    zero = (x == 0)[None]
     return (
         jnp.where(zero, i0[:-1], sign[:-1] * i0e[:-1]),
         jnp.where(zero, i1, sign[1:] * i1e),
@@ -170,8 +172,9 @@ def _power_exp(u: Any, p: Any, w: Any) -> Any:
     general = jnp.where(zero, _one(u), u)
     e = p[None] * rec.log(general, jnp.log(general[0])) + w
     at_zero = jnp.where(zero, u, _one(u))
+    value = at_zero[0] ** p * jnp.exp(w[0])  # kept where a non-integer p makes NaNs
     exact = _constant_power(at_zero, p, at_zero[0] ** p)
-    exact = rec.cauchy(exact, rec.exp(w, jnp.exp(w[0])))
+    exact = rec.cauchy(exact, rec.exp(w, jnp.exp(w[0]))).at[0].set(value)
     return jnp.where(zero, exact, rec.exp(e, jnp.exp(e[0])))
 
 
