@@ -220,14 +220,14 @@ def test_lanczos_overlaps_the_same_by_merging_and_by_lookups(
     components reorthogonalisation removes) by merging (the TPU's choice) and by
     binary searches (the CPU's), with room for every string: the same
     coefficients and diagnostics to rounding."""
-    h = hierax.PauliSum.ising_chain(6, 1.0, 1.05, 0.5)
-    o = hierax.PauliSum.from_strings(["ZIIIII"], [1.0])
+    h = hierax.PauliSum.ising_chain(5, 1.0, 1.05, 0.5)
+    o = hierax.PauliSum.from_strings(["ZIIII"], [1.0])
     results = {}
     for platform in ("cpu", "tpu"):
         monkeypatch.setattr(_choices, "default_platform", lambda p=platform: p)
         _cache.clear()
         results[platform] = hierax.lanczos(
-            h, o, 12, capacity=4**6 - 5, reorthogonalize=reorthogonalize
+            h, o, 10, capacity=4**5 - 1, reorthogonalize=reorthogonalize
         )
     cpu, tpu = results["cpu"], results["tpu"]
     np.testing.assert_allclose(np.asarray(tpu.b), np.asarray(cpu.b), rtol=1e-13)
