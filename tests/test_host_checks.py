@@ -295,8 +295,8 @@ _BATCHED = {
 @pytest.mark.parametrize("name", sorted(_BATCHED))
 def test_a_vmap_over_no_elements_gives_empty_results(name):
     """`jax.vmap` over zero elements is valid JAX: each kind of call gives the
-    shapes of a mapped call with a leading axis of zero (from Python, inside a
-    user's jit and as the outer of two vmaps), where a check of the batch once
+    shapes of a mapped call with a leading axis of zero (from Python, and inside
+    a user's jit as the outer of two vmaps), where a check of the batch once
     raised equinox's bare error (a maximum over no elements)."""
     call, element = _BATCHED[name]
     element = jnp.asarray(element)
@@ -306,8 +306,7 @@ def test_a_vmap_over_no_elements_gives_empty_results(name):
     ]
     for mapped, batch in (
         (jax.vmap(call), two[:0]),
-        (jax.jit(jax.vmap(call)), two[:0]),
-        (jax.vmap(jax.vmap(call)), jnp.stack([two, two])[:0]),
+        (jax.jit(jax.vmap(jax.vmap(call))), jnp.stack([two, two])[:0]),
     ):
         lead = batch.shape[: batch.ndim - element.ndim]
         shapes = [x.shape for x in jax.tree.leaves(mapped(batch))]

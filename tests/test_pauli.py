@@ -1219,10 +1219,10 @@ def test_derivatives_through_merges_against_dense(monkeypatch, platform):
 
     def b(hx):
         h = hierax.PauliSum.ising_chain(n, 1.0, hx, 0.5)
-        return hierax.lanczos(h, o, 6, capacity=256, reorthogonalize=True).b
+        return hierax.lanczos(h, o, 4, capacity=256, reorthogonalize=True).b
 
     def dense_b(hx):
-        return dense_lanczos(np.asarray(_dense_ising(n, hx)), np.asarray(do), 6)
+        return dense_lanczos(np.asarray(_dense_ising(n, hx)), np.asarray(do), 4)
 
     step = 1e-5
     central = (dense_b(hx + step) - dense_b(hx - step)) / (2 * step)
