@@ -30,7 +30,7 @@ demo: $(VENV)/.installed-base
 test: lint
 	@log=$$(mktemp); \
 	$(MAKE) --no-print-directory typecheck > $$log 2>&1 & typecheck=$$!; \
-	$(BIN)/python -m pytest -n 2 -q; tests=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q; tests=$$?; \
 	wait $$typecheck; checked=$$?; cat $$log; rm -f $$log; \
 	test $$tests -eq 0 && test $$checked -eq 0
 
