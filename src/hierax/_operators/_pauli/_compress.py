@@ -127,6 +127,13 @@ def _from_words(words: UInt32[Array, "m k"], dtype) -> Array:
     return lax.bitcast_convert_type(words, dtype)
 
 
+def _segment_sums(values: Array, segment: Int[Array, " m"]) -> Array:
+    """Each run's sum (as `_run_sums`), at every entry of the run, by XLA's
+    segment sum (a scatter-add) and a gather."""
+    m = values.shape[0]
+    return jax.ops.segment_sum(values, segment, m, indices_are_sorted=True)[segment]
+
+
 @jax.custom_jvp
 def _run_sums(values: Array, segment: Int[Array, " m"]) -> Array:
     """The sum of `values` (rows) over each run of equal `segment` (which does not
@@ -160,16 +167,7 @@ def _run_sums(values: Array, segment: Int[Array, " m"]) -> Array:
 @_run_sums.defjvp
 def _run_sums_jvp(primals, tangents):
     values, segment = primals
-    m = values.shape[0]
-    totals = jax.ops.segment_sum(tangents[0], segment, m, indices_are_sorted=True)
-    return _run_sums(values, segment), totals[segment]
-
-
-def _segment_sums(values: Array, segment: Int[Array, " m"]) -> Array:
-    """Each run's sum (as `_run_sums`), at every entry of the run, by XLA's
-    segment sum (a scatter-add) and a gather."""
-    m = values.shape[0]
-    return jax.ops.segment_sum(values, segment, m, indices_are_sorted=True)[segment]
+    return _run_sums(values, segment), _segment_sums(tangents[0], segment)
 
 
 @jax.custom_jvp
